@@ -1,0 +1,33 @@
+/**
+ * Server-side request metrics and the optional access log.
+ */
+package lab.proxy
+
+import io.ktor.server.application.Application
+import io.ktor.server.application.install
+import io.ktor.server.metrics.micrometer.MicrometerMetrics
+import io.ktor.server.plugins.calllogging.CallLogging
+import io.micrometer.core.instrument.distribution.DistributionStatisticConfig
+import org.slf4j.event.Level
+import java.time.Duration
+
+fun Application.configureMetrics(metrics: ProxyMetrics) {
+    install(MicrometerMetrics) {
+        registry = metrics.registry
+        meterBinders = metrics.binders
+        // Buckets, not client-side percentiles: Prometheus computes quantiles over any window
+        // and across processes; precomputed percentiles cannot be aggregated.
+        distributionStatisticConfig = DistributionStatisticConfig.Builder()
+            .percentilesHistogram(true)
+            .minimumExpectedValue(Duration.ofMillis(1).toNanos().toDouble())
+            .maximumExpectedValue(Duration.ofSeconds(60).toNanos().toDouble())
+            .build()
+    }
+}
+
+/** One line per request; off by default because it costs throughput. */
+fun Application.configureAccessLog() {
+    install(CallLogging) {
+        level = Level.INFO
+    }
+}

@@ -1,0 +1,108 @@
+/**
+ * The proxy's whole configuration, read once from the environment and validated here.
+ *
+ * Every variable, its valid values and its default are listed in [ProxyConfig.VARIABLES];
+ * the README's table is the same list. A bad value is a [ConfigException] whose message
+ * names the variable and what it accepts, so the process can stop at start.
+ */
+package lab.proxy
+
+import java.net.URI
+
+/** The HTTP client engines under test. [id] is the value of `CLIENT_ENGINE`. */
+enum class Engine(val id: String) {
+    CIO("cio"),
+    APACHE("apache"),
+    APACHE5("apache5"),
+    OKHTTP("okhttp"),
+    JAVA("java"),
+}
+
+/** How long one `HttpClient` lives. [id] is the value of `CLIENT_LIFETIME`. */
+enum class Lifetime(val id: String) {
+    SINGLETON("singleton"),
+    PER_CALL("per-call"),
+}
+
+class ConfigException(message: String) : RuntimeException(message)
+
+data class ProxyConfig(
+    val engine: Engine = Engine.CIO,
+    val lifetime: Lifetime = Lifetime.SINGLETON,
+    /** Scheme, host, port and an optional path prefix; never ends with `/`. */
+    val upstreamUrl: String = "http://nginx:80",
+    /** Address to listen on: all interfaces in a container, 127.0.0.1 for the native runner. */
+    val host: String = "0.0.0.0",
+    val port: Int = 8080,
+    val maxConnections: Int = 1000,
+    val connectTimeoutMs: Long = 5_000,
+    val requestTimeoutMs: Long = 30_000,
+    val accessLog: Boolean = false,
+) {
+    /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
+    val caseName: String get() = "${lifetime.id}-${engine.id}"
+
+    companion object {
+        /** Variable name to a one-line description of what it accepts (for errors and docs). */
+        val VARIABLES: Map<String, String> = linkedMapOf(
+            "CLIENT_ENGINE" to Engine.entries.joinToString(", ") { it.id },
+            "CLIENT_LIFETIME" to Lifetime.entries.joinToString(", ") { it.id },
+            "UPSTREAM_URL" to "an http:// URL without query or fragment, e.g. http://nginx:80",
+            "HOST" to "an IP address or host name to listen on, e.g. 0.0.0.0 or 127.0.0.1",
+            "PORT" to "an integer from 1 to 65535",
+            "CLIENT_MAX_CONNECTIONS" to "an integer from 1 to 100000",
+            "CLIENT_CONNECT_TIMEOUT_MS" to "an integer from 1 to 3600000",
+            "CLIENT_REQUEST_TIMEOUT_MS" to "an integer from 1 to 3600000",
+            "ACCESS_LOG" to "on, off",
+        )
+
+        /** Reads [env] (normally `System.getenv()`); unset or blank variables take the default. */
+        fun fromEnv(env: Map<String, String>): ProxyConfig {
+            val defaults = ProxyConfig()
+            fun value(name: String): String? = env[name]?.trim()?.takeIf { it.isNotEmpty() }
+
+            return ProxyConfig(
+                engine = value("CLIENT_ENGINE")?.let { v ->
+                    Engine.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_ENGINE", v)
+                } ?: defaults.engine,
+                lifetime = value("CLIENT_LIFETIME")?.let { v ->
+                    Lifetime.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_LIFETIME", v)
+                } ?: defaults.lifetime,
+                upstreamUrl = value("UPSTREAM_URL")?.let { parseUpstream(it) } ?: defaults.upstreamUrl,
+                host = value("HOST")?.also { v ->
+                    if (v.any { it.isWhitespace() || it == '/' }) fail("HOST", v)
+                } ?: defaults.host,
+                port = value("PORT")?.let { intIn("PORT", it, 1..65535) } ?: defaults.port,
+                maxConnections = value("CLIENT_MAX_CONNECTIONS")
+                    ?.let { intIn("CLIENT_MAX_CONNECTIONS", it, 1..100_000) } ?: defaults.maxConnections,
+                connectTimeoutMs = value("CLIENT_CONNECT_TIMEOUT_MS")
+                    ?.let { intIn("CLIENT_CONNECT_TIMEOUT_MS", it, 1..3_600_000).toLong() }
+                    ?: defaults.connectTimeoutMs,
+                requestTimeoutMs = value("CLIENT_REQUEST_TIMEOUT_MS")
+                    ?.let { intIn("CLIENT_REQUEST_TIMEOUT_MS", it, 1..3_600_000).toLong() }
+                    ?: defaults.requestTimeoutMs,
+                accessLog = value("ACCESS_LOG")?.let { v ->
+                    when (v.lowercase()) {
+                        "on" -> true
+                        "off" -> false
+                        else -> fail("ACCESS_LOG", v)
+                    }
+                } ?: defaults.accessLog,
+            )
+        }
+
+        private fun fail(name: String, value: String): Nothing =
+            throw ConfigException("$name='$value' is not valid; valid values: ${VARIABLES.getValue(name)}")
+
+        private fun intIn(name: String, value: String, range: IntRange): Int =
+            value.toIntOrNull()?.takeIf { it in range } ?: fail(name, value)
+
+        private fun parseUpstream(value: String): String {
+            val uri = runCatching { URI(value) }.getOrNull() ?: fail("UPSTREAM_URL", value)
+            val ok = uri.scheme?.lowercase() == "http" && !uri.host.isNullOrEmpty() &&
+                uri.rawQuery == null && uri.rawFragment == null && uri.rawUserInfo == null
+            if (!ok) fail("UPSTREAM_URL", value)
+            return value.trimEnd('/')
+        }
+    }
+}

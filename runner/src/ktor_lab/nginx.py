@@ -1,0 +1,96 @@
+"""The upstream natively: the same nginx files the official image uses, rendered for loopback.
+
+`nginx/nginx.conf` is used as is in Docker; here only its lines marked "native:" are
+rewritten (pid and include paths into the run folder). `nginx/templates/*.template` are
+rendered like the image's envsubst does: only the named variables are replaced.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import NGINX_DIR
+from .processes import Service
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+# (line as it stands in nginx/nginx.conf, its native form); a missing line is an error,
+# so the main file and this renderer cannot drift apart silently.
+NATIVE_LINES = (
+    ("pid /tmp/nginx-lab.pid;", "pid {run}/nginx.pid;"),
+    ("include /etc/nginx/conf.d/*.conf;", "include {run}/conf.d/*.conf;"),
+)
+
+
+@dataclass(frozen=True)
+class NginxPorts:
+    http: int
+    status: int
+
+
+def render_template(text: str, values: dict[str, str]) -> str:
+    """`${NAME}` and `$NAME` for the given names only, like the image's envsubst filter."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return values[name] if name in values else m.group(0)
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, text)
+
+
+def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Path:
+    """Writes nginx.conf and conf.d/ into `run_dir`; returns the main config's path."""
+    run_dir = run_dir.resolve()
+    conf_d = run_dir / "conf.d"
+    conf_d.mkdir(parents=True, exist_ok=True)
+    main = (NGINX_DIR / "nginx.conf").read_text()
+    for docker_line, native_line in NATIVE_LINES:
+        if docker_line not in main:
+            raise ValueError(f"nginx/nginx.conf no longer contains {docker_line!r}; update NATIVE_LINES")
+        main = main.replace(docker_line, native_line.format(run=run_dir))
+    (run_dir / "nginx.conf").write_text(main)
+    values = env(run_dir, ports, files_dir)
+    for template in sorted((NGINX_DIR / "templates").glob("*.template")):
+        (conf_d / template.name.removesuffix(".template")).write_text(
+            render_template(template.read_text(), values)
+        )
+    return run_dir / "nginx.conf"
+
+
+def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict[str, str]:
+    """The variables the templates and the files script take, for this run folder."""
+    return {
+        "NGINX_PORT": f"127.0.0.1:{ports.http}",
+        "NGINX_STATUS_PORT": f"127.0.0.1:{ports.status}",
+        "LAB_FILES_DIR": str((files_dir or run_dir / "files").resolve()),
+        "LAB_TMP_DIR": str((run_dir / "tmp").resolve()),
+        "LAB_NJS_DIR": str((NGINX_DIR / "njs").resolve()),
+    }
+
+
+def generate_files(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> None:
+    """Runs the image's own start-up script for the static files, with native folders."""
+    script = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
+    subprocess.run(["sh", str(script)], check=True, env=env(run_dir, ports, files_dir),
+                   stdout=subprocess.DEVNULL)
+
+
+def check(conf: Path) -> None:
+    """`nginx -t` on the rendered config; raises with nginx's words if it refuses."""
+    r = subprocess.run([NGINX, "-t", "-c", str(conf)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"nginx -t refused {conf}:\n{r.stderr}")
+
+
+def start(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Service:
+    """Renders, generates the files, checks and starts nginx in the foreground; waits until it answers."""
+    conf = render(run_dir, ports, files_dir)
+    generate_files(run_dir, ports, files_dir)
+    check(conf)
+    service = Service("nginx", [NGINX, "-c", str(conf), "-g", "daemon off;"], run_dir / "nginx.log")
+    service.wait_http(f"http://127.0.0.1:{ports.status}/health", timeout=15)
+    return service
