@@ -12,8 +12,12 @@ LAB_TMP_DIR=${LAB_TMP_DIR:-/tmp/nginx-lab}
 LINE='ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.'  # 63 bytes + newline
 
 mkdir -p "$LAB_FILES_DIR" "$LAB_TMP_DIR/body" "$LAB_TMP_DIR/proxy"
-# Workers run as nobody when the master is root: they write upload bodies here.
-if [ "$(id -u)" = 0 ]; then chown nobody "$LAB_TMP_DIR/body" "$LAB_TMP_DIR/proxy"; fi
+# Workers run as LAB_WORKER_USER (nginx.conf's "user") when the master is root: they
+# write upload bodies here.
+LAB_WORKER_USER=${LAB_WORKER_USER:-nginx}
+if [ "$(id -u)" = 0 ] && id -u "$LAB_WORKER_USER" >/dev/null 2>&1; then
+    chown "$LAB_WORKER_USER" "$LAB_TMP_DIR/body" "$LAB_TMP_DIR/proxy"
+fi
 
 printf 'Success!\n' > "$LAB_FILES_DIR/index.txt"
 printf 'Success!\n' > "$LAB_FILES_DIR/tiny.txt"

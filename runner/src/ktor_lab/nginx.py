@@ -7,6 +7,8 @@ rendered like the image's envsubst does: only the named variables are replaced.
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
 import shutil
 import subprocess
@@ -19,8 +21,10 @@ from .processes import Service
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 # (line as it stands in nginx/nginx.conf, its native form); a missing line is an error,
-# so the main file and this renderer cannot drift apart silently.
+# so the main file and this renderer cannot drift apart silently. Workers run as the
+# user running the lab, so they can read files in its private run folders.
 NATIVE_LINES = (
+    ("user nginx;", "user {user};" if os.geteuid() == 0 else "# user: not root, workers run as {user}"),
     ("pid /tmp/nginx-lab.pid;", "pid {run}/nginx.pid;"),
     ("include /etc/nginx/conf.d/*.conf;", "include {run}/conf.d/*.conf;"),
 )
@@ -51,7 +55,7 @@ def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> P
     for docker_line, native_line in NATIVE_LINES:
         if docker_line not in main:
             raise ValueError(f"nginx/nginx.conf no longer contains {docker_line!r}; update NATIVE_LINES")
-        main = main.replace(docker_line, native_line.format(run=run_dir))
+        main = main.replace(docker_line, native_line.format(run=run_dir, user=getpass.getuser()))
     (run_dir / "nginx.conf").write_text(main)
     values = env(run_dir, ports, files_dir)
     for template in sorted((NGINX_DIR / "templates").glob("*.template")):
@@ -69,6 +73,7 @@ def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict
         "LAB_FILES_DIR": str((files_dir or run_dir / "files").resolve()),
         "LAB_TMP_DIR": str((run_dir / "tmp").resolve()),
         "LAB_NJS_DIR": str((NGINX_DIR / "njs").resolve()),
+        "LAB_WORKER_USER": getpass.getuser(),
     }
 
 

@@ -103,7 +103,11 @@ class Forwarder(
                 .forEach { (name, value) -> header(name, value) }
             val length = call.request.headers[HttpHeaders.ContentLength]?.toLongOrNull()
             val chunked = call.request.headers[HttpHeaders.TransferEncoding]?.contains("chunked", ignoreCase = true) == true
-            if (chunked || length != null) {
+            // An empty body is sent as one only where it means something (POST/PUT/PATCH
+            // with Content-Length: 0); elsewhere it is no body, which every engine accepts
+            // (Apache5 refuses an OPTIONS entity without a Content-Type).
+            val hasBody = chunked || (length != null && (length > 0 || method in methodsWithBody))
+            if (hasBody) {
                 // Streamed: the engine pulls the caller's body as it sends it upstream.
                 setBody(StreamedBody(call.receiveChannel(), if (chunked) null else length, contentType))
             }
@@ -124,6 +128,8 @@ class Forwarder(
         }
     }
 }
+
+private val methodsWithBody = setOf(HttpMethod.Post, HttpMethod.Put, HttpMethod.Patch)
 
 /** The caller's request body, handed to the engine as a channel. */
 private class StreamedBody(

@@ -1,0 +1,99 @@
+package lab.proxy
+
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.CsvSource
+import kotlin.test.Test
+import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
+import kotlin.test.assertTrue
+
+class ProxyConfigTest {
+    @Test
+    fun `defaults match the documented contract`() {
+        val config = ProxyConfig.fromEnv(emptyMap())
+        assertEquals(Engine.CIO, config.engine)
+        assertEquals(Lifetime.SINGLETON, config.lifetime)
+        assertEquals("http://nginx:80", config.upstreamUrl)
+        assertEquals("0.0.0.0", config.host)
+        assertEquals(8080, config.port)
+        assertEquals(1000, config.maxConnections)
+        assertEquals(5_000, config.connectTimeoutMs)
+        assertEquals(30_000, config.requestTimeoutMs)
+        assertEquals(false, config.accessLog)
+        assertEquals("singleton-cio", config.caseName)
+    }
+
+    @Test
+    fun `blank values take the default`() {
+        assertEquals(ProxyConfig(), ProxyConfig.fromEnv(mapOf("CLIENT_ENGINE" to " ", "PORT" to "")))
+    }
+
+    @Test
+    fun `every engine and lifetime is accepted, case-insensitively`() {
+        for (engine in Engine.entries) for (lifetime in Lifetime.entries) {
+            val config = ProxyConfig.fromEnv(
+                mapOf("CLIENT_ENGINE" to engine.id.uppercase(), "CLIENT_LIFETIME" to lifetime.id),
+            )
+            assertEquals(engine to lifetime, config.engine to config.lifetime)
+            assertEquals("${lifetime.id}-${engine.id}", config.caseName)
+        }
+    }
+
+    @Test
+    fun `all variables are read`() {
+        val config = ProxyConfig.fromEnv(
+            mapOf(
+                "CLIENT_ENGINE" to "okhttp", "CLIENT_LIFETIME" to "per-call", "UPSTREAM_URL" to "http://up:81/base/",
+                "HOST" to "127.0.0.1", "PORT" to "9000", "CLIENT_MAX_CONNECTIONS" to "64",
+                "CLIENT_CONNECT_TIMEOUT_MS" to "250", "CLIENT_REQUEST_TIMEOUT_MS" to "750", "ACCESS_LOG" to "on",
+            ),
+        )
+        assertEquals(
+            ProxyConfig(Engine.OKHTTP, Lifetime.PER_CALL, "http://up:81/base", "127.0.0.1", 9000, 64, 250, 750, true),
+            config,
+        )
+    }
+
+    @ParameterizedTest(name = "{0}={1}")
+    @CsvSource(
+        delimiter = '|',
+        value = [
+            "CLIENT_ENGINE|netty|cio, apache, apache5, okhttp, java",
+            "CLIENT_ENGINE|ktor-cio|cio, apache, apache5, okhttp, java",
+            "CLIENT_LIFETIME|per_call|singleton, per-call",
+            "CLIENT_LIFETIME|pooled|singleton, per-call",
+            "UPSTREAM_URL|nginx:80|an http:// URL",
+            "UPSTREAM_URL|https://nginx|an http:// URL",
+            "UPSTREAM_URL|http://nginx/?a=1|an http:// URL",
+            "UPSTREAM_URL|http:///path|an http:// URL",
+            "HOST|0.0.0.0/0|an IP address or host name",
+            "PORT|0|an integer from 1 to 65535",
+            "PORT|70000|an integer from 1 to 65535",
+            "PORT|http|an integer from 1 to 65535",
+            "CLIENT_MAX_CONNECTIONS|0|an integer from 1 to 100000",
+            "CLIENT_MAX_CONNECTIONS|-5|an integer from 1 to 100000",
+            "CLIENT_MAX_CONNECTIONS|1e3|an integer from 1 to 100000",
+            "CLIENT_CONNECT_TIMEOUT_MS|0|an integer from 1 to 3600000",
+            "CLIENT_REQUEST_TIMEOUT_MS|30s|an integer from 1 to 3600000",
+            "ACCESS_LOG|yes|on, off",
+        ],
+    )
+    fun `a bad value names the variable and the valid values`(name: String, value: String, valid: String) {
+        val error = assertFailsWith<ConfigException> { ProxyConfig.fromEnv(mapOf(name to value)) }
+        val message = error.message!!
+        assertTrue(message.startsWith("$name='$value' is not valid"), message)
+        assertTrue(valid in message, message)
+    }
+
+    @Test
+    fun `every variable has a description`() {
+        val documented = ProxyConfig.VARIABLES.keys
+        assertEquals(
+            setOf(
+                "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
+                "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
+            ),
+            documented,
+        )
+    }
+}

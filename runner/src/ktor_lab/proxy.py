@@ -1,0 +1,48 @@
+"""The proxy natively: the built jar, started with one case's environment on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .paths import PROXY_JAR, split_case
+from .processes import Service
+
+
+def java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java") or "java"
+
+
+def case_env(case: str, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
+    """The proxy's environment for `case`; `settings` adds or overrides variables (e.g. ACCESS_LOG)."""
+    lifetime, engine = split_case(case)
+    return {
+        "CLIENT_ENGINE": engine,
+        "CLIENT_LIFETIME": lifetime,
+        "UPSTREAM_URL": upstream_url,
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        **settings,
+    }
+
+
+def start(
+    run_dir: Path,
+    env: dict[str, str],
+    java_opts: list[str] | None = None,
+    jar: Path = PROXY_JAR,
+    wait: bool = True,
+) -> Service:
+    """Starts `java [java_opts] -jar proxy-app.jar` with `env`; waits for /health unless `wait` is false."""
+    if not jar.exists():
+        raise FileNotFoundError(f"{jar} is missing: build it with 'make build' (mvn -f proxy-app package)")
+    opts = java_opts if java_opts is not None else os.environ.get("JAVA_OPTS", "").split()
+    name = f"proxy-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
+    service = Service(name, [java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env)
+    if wait:
+        service.wait_http(f"http://127.0.0.1:{env['PORT']}/health", timeout=60)
+    return service

@@ -1,0 +1,138 @@
+"""Fixtures with real parts: nginx on loopback ports, proxy jars started per case."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from ktor_lab import nginx, proxy
+from ktor_lab.processes import Service, free_port
+
+# The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
+PROXY_JAVA_OPTS = ["-Xmx128m"]
+LINE = b"ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.\n"
+
+
+def payload(size: int) -> bytes:
+    """The content nginx/docker-entrypoint.d/40-lab-files.sh writes for a file of `size` bytes."""
+    return (LINE * (size // len(LINE) + 1))[:size]
+
+
+def sha256_of_stream(response: requests.Response) -> tuple[int, str]:
+    h = hashlib.sha256()
+    n = 0
+    for chunk in response.iter_content(1 << 20):
+        h.update(chunk)
+        n += len(chunk)
+    return n, h.hexdigest()
+
+
+@dataclass
+class Upstream:
+    url: str
+    status_url: str
+    files: Path
+    service: Service
+
+    def manifest(self) -> dict:
+        return json.loads((self.files / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    run = tmp_path_factory.mktemp("nginx")
+    ports = nginx.NginxPorts(free_port(), free_port())
+    service = nginx.start(run, ports)
+    try:
+        yield Upstream(
+            f"http://127.0.0.1:{ports.http}", f"http://127.0.0.1:{ports.status}", run / "files", service
+        )
+    finally:
+        service.stop()
+
+
+@dataclass
+class Proxy:
+    case: str
+    url: str
+    service: Service
+
+    def metrics(self) -> dict[tuple[str, tuple], float]:
+        """Samples from /metrics as {(name, sorted label items): value}."""
+        text = requests.get(f"{self.url}/metrics", timeout=10).text
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        return sum(
+            v for (n, ls), v in self.metrics().items()
+            if n == name and all(dict(ls).get(k) == val for k, val in labels.items())
+        )
+
+
+@pytest.fixture(scope="session")
+def start_proxy(tmp_path_factory: pytest.TempPathFactory):
+    """Returns a context manager: `with start_proxy(case, upstream_url, **env) as p:`."""
+    run = tmp_path_factory.mktemp("proxy")
+
+    @contextmanager
+    def _start(case: str, upstream_url: str, **settings: str) -> Iterator[Proxy]:
+        port = free_port()
+        service = proxy.start(run, proxy.case_env(case, upstream_url, port, **settings), PROXY_JAVA_OPTS)
+        try:
+            yield Proxy(case, f"http://127.0.0.1:{port}", service)
+        finally:
+            service.stop()
+
+    return _start
+
+
+class SilentServer:
+    """Accepts TCP connections on loopback and never answers; closes them all on stop()."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+                self.conns.append(conn)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.stop()

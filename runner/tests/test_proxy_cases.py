@@ -1,0 +1,246 @@
+"""Every engine x lifetime case forwarding to a real nginx, with a 128 MB heap.
+
+One proxy process per case (module-scoped), so each case's counters and threads are its own.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+from conftest import payload, sha256_of_stream
+
+from ktor_lab.paths import CASES
+from ktor_lab.processes import free_port
+
+
+@pytest.fixture(scope="module", params=CASES, ids=CASES)
+def case_proxy(request, upstream, start_proxy):
+    with start_proxy(request.param, upstream.url) as p:
+        yield p
+
+
+def test_small_get(case_proxy):
+    r = requests.get(f"{case_proxy.url}/", timeout=10)
+    assert r.status_code == 200
+    assert r.text == "Success!\n"
+    assert r.headers["Content-Length"] == "9"
+
+
+@pytest.mark.slow
+def test_100mb_download_is_streamed_intact(case_proxy, upstream):
+    want = upstream.manifest()["100m.bin"]
+    with requests.get(f"{case_proxy.url}/files/100m.bin", stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Length"] == str(want["bytes"])
+        assert sha256_of_stream(r) == (want["bytes"], want["sha256"])
+
+
+@pytest.mark.slow
+def test_100mb_upload_is_streamed_intact(case_proxy, upstream):
+    want = upstream.manifest()["100m.bin"]
+    with open(upstream.files / "100m.bin", "rb") as body:  # a file: sent with Content-Length
+        r = requests.put(f"{case_proxy.url}/upload", data=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"bytes": want["bytes"], "sha256": want["sha256"]}
+
+
+def test_chunked_upload_is_forwarded_intact(case_proxy):
+    import hashlib
+
+    body = payload(3 * 1024 * 1024 + 17)
+
+    def chunks():  # a generator: sent with Transfer-Encoding: chunked
+        for i in range(0, len(body), 65536):
+            yield body[i : i + 65536]
+
+    r = requests.post(f"{case_proxy.url}/upload", data=chunks(), timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+
+
+def test_head_keeps_length_and_sends_no_body(case_proxy):
+    r = requests.head(f"{case_proxy.url}/files/1m.bin", timeout=10)
+    assert r.status_code == 200
+    assert r.headers["Content-Length"] == "1048576"
+    assert r.content == b""
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_every_method_reaches_upstream(case_proxy, method):
+    body = b"x" * 100 if method in ("POST", "PUT", "PATCH") else None
+    r = requests.request(method, f"{case_proxy.url}/echo", data=body, timeout=10)
+    assert r.status_code == 200, r.text
+    seen = r.json()
+    assert seen["method"] == method
+    assert seen["body_bytes"] == (100 if body else 0)
+
+
+def test_path_and_query_unchanged(case_proxy):
+    target = "/echo?a=%20b&c=+&d=%2F&e&f=%C3%A9&g=x%3Dy"
+    r = requests.get(f"{case_proxy.url}{target}", timeout=10)
+    assert r.json()["uri"] == target
+
+
+def test_headers_forwarded_and_hop_by_hop_dropped(case_proxy, upstream):
+    r = requests.get(
+        f"{case_proxy.url}/echo",
+        headers={
+            "X-Custom": "kept",
+            "Accept-Language": "fr",
+            "Connection": "keep-alive, X-Named-By-Connection",
+            "X-Named-By-Connection": "dropped",
+            "Keep-Alive": "timeout=5",
+            "TE": "trailers",
+            "Proxy-Authorization": "Basic Zm9vOmJhcg==",
+            "Upgrade": "websocket",
+            "X-Forwarded-For": "10.1.2.3",
+            "Host": "spoofed.example",
+        },
+        timeout=10,
+    )
+    headers = {k.lower(): v for k, v in r.json()["headers"]}
+    assert headers["x-custom"] == "kept"
+    assert headers["accept-language"] == "fr"
+    for hop in ("x-named-by-connection", "keep-alive", "te", "proxy-authorization", "upgrade"):
+        assert hop not in headers, hop
+    assert headers.get("connection", "keep-alive").lower() in ("keep-alive", "close")
+    assert headers["host"] == urlsplit(upstream.url).netloc
+    assert headers["x-forwarded-for"] == "10.1.2.3, 127.0.0.1"
+    assert headers["x-forwarded-proto"] == "http"
+    assert headers["x-forwarded-host"] == "spoofed.example"
+    assert "accept-charset" not in headers  # the proxy adds no headers of its own
+
+
+def test_response_headers_pass_through(case_proxy):
+    r = requests.get(f"{case_proxy.url}/files/1k.bin", timeout=10)
+    assert r.status_code == 200
+    assert r.headers["Server"] == "nginx"
+    assert r.headers["ETag"]
+    assert r.headers["Last-Modified"]
+    assert r.headers["Content-Type"] == "application/octet-stream"
+
+
+@pytest.mark.parametrize(
+    "path,status", [("/no-such-file", 404), ("/status/503", 503), ("/status/418", 418), ("/status/204", 204)]
+)
+def test_upstream_status_passed_through(case_proxy, path, status):
+    r = requests.get(f"{case_proxy.url}{path}", timeout=10)
+    assert r.status_code == status
+
+
+def test_redirect_is_passed_not_followed(case_proxy):
+    r = requests.get(f"{case_proxy.url}/redirect", allow_redirects=False, timeout=10)
+    assert r.status_code == 302
+    assert r.headers["Location"] == "/files/tiny.txt"  # a path on the proxy, not the upstream's address
+
+
+def test_50_concurrent_connections_no_errors_intact_bodies(case_proxy, upstream):
+    import hashlib
+
+    want = upstream.manifest()["1m.bin"]
+    up = payload(512 * 1024 + 3)
+    up_digest = {"bytes": len(up), "sha256": hashlib.sha256(up).hexdigest()}
+
+    def one(i: int) -> str | None:
+        with requests.Session() as s:
+            if i % 2:
+                with s.get(f"{case_proxy.url}/files/1m.bin", stream=True, timeout=60) as r:
+                    got = (r.status_code, *sha256_of_stream(r))
+                return None if got == (200, want["bytes"], want["sha256"]) else f"GET {i}: {got}"
+            r = s.put(f"{case_proxy.url}/upload", data=up, timeout=60)
+            return None if r.status_code == 200 and r.json() == up_digest else f"PUT {i}: {r.status_code}"
+
+    with ThreadPoolExecutor(50) as pool:
+        errors = [e for e in pool.map(one, range(100)) if e]
+    assert errors == []
+
+
+def test_metrics_carry_the_case(case_proxy):
+    lifetime, engine = case_proxy.case.rsplit("-", 1) if case_proxy.case.count("-") == 1 else (
+        "per-call", case_proxy.case.removeprefix("per-call-"))
+    requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=10)
+    samples = case_proxy.metrics()
+    assert samples, "no metrics"
+    for (name, labels), _ in samples.items():
+        d = dict(labels)
+        assert (d.get("engine"), d.get("lifetime")) == (engine, lifetime), name
+    assert case_proxy.metric("lab_proxy_info", case=case_proxy.case) == 1
+    assert case_proxy.metric("lab_upstream_requests_seconds_count", outcome="success") > 0
+    assert case_proxy.metric("ktor_http_server_requests_seconds_bucket", status="200") > 0
+    for name in ("jvm_threads_live_threads", "jvm_threads_peak_threads", "jvm_threads_daemon_threads",
+                 "lab_threads_active_unparked", "process_files_open_files", "process_cpu_time_ns_total"):
+        assert case_proxy.metric(name) > 0, name
+    assert case_proxy.metric("jvm_threads_states_threads", state="runnable") > 0
+    assert case_proxy.metric("jvm_memory_used_bytes", area="heap") > 0
+
+
+def test_clients_opened_equal_closed_and_threads_return(case_proxy):
+    def burst():
+        with ThreadPoolExecutor(20) as pool:
+            codes = list(pool.map(lambda _: requests.get(f"{case_proxy.url}/files/1k.bin", timeout=30).status_code,
+                                  range(200)))
+        assert codes == [200] * 200
+
+    burst()  # warm-up: class loading, pools
+    time.sleep(1)
+    baseline = case_proxy.metric("jvm_threads_live_threads")
+    opened_before = case_proxy.metric("lab_clients_opened_total")
+    burst()
+
+    opened = case_proxy.metric("lab_clients_opened_total")
+    closed = case_proxy.metric("lab_clients_closed_total")
+    if case_proxy.case.startswith("per-call"):
+        assert opened - opened_before == 200
+        assert closed == opened
+    else:
+        assert (opened, closed) == (1, 0)
+
+    deadline = time.monotonic() + 30
+    live = case_proxy.metric("jvm_threads_live_threads")
+    while live > baseline + 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        live = case_proxy.metric("jvm_threads_live_threads")
+    assert live <= baseline + 2, f"live threads {live} did not return to baseline {baseline}"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_refused_upstream_gives_502_and_proxy_keeps_serving(case, start_proxy):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with start_proxy(case, dead, CLIENT_CONNECT_TIMEOUT_MS="2000") as p:
+        for _ in range(3):
+            t0 = time.monotonic()
+            r = requests.get(f"{p.url}/files/tiny.txt", timeout=10)
+            assert r.status_code == 502
+            assert "502" in r.text and len(r.text) < 300
+            assert time.monotonic() - t0 < 3
+        assert requests.get(f"{p.url}/health", timeout=5).status_code == 200
+        assert p.metric("lab_upstream_requests_seconds_count", outcome="unreachable") == 3
+        assert p.metric("lab_clients_opened_total") - p.metric("lab_clients_closed_total") == (
+            1 if case.startswith("singleton") else 0)
+        assert "\tat " not in p.service.tail(200), "a stack trace was logged"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_silent_upstream_gives_504_within_timeout(case, start_proxy, silent_server):
+    with start_proxy(case, f"http://127.0.0.1:{silent_server.port}", CLIENT_REQUEST_TIMEOUT_MS="1000") as p:
+        def one(_):
+            t0 = time.monotonic()
+            r = requests.get(f"{p.url}/files/tiny.txt", timeout=15)
+            return r.status_code, time.monotonic() - t0, r.text
+
+        with ThreadPoolExecutor(5) as pool:
+            results = list(pool.map(one, range(5)))
+        for status, elapsed, text in results:
+            assert status == 504, text
+            assert "504" in text
+            assert 0.9 < elapsed < 3.5, elapsed
+        assert requests.get(f"{p.url}/health", timeout=5).status_code == 200
+        assert p.metric("lab_upstream_requests_seconds_count", outcome="timeout") == 5
+        assert p.metric("lab_clients_opened_total") - p.metric("lab_clients_closed_total") == (
+            1 if case.startswith("singleton") else 0)
+        assert "\tat " not in p.service.tail(200), "a stack trace was logged"
