@@ -79,7 +79,8 @@ class Proxy:
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
         return sum(
-            v for (n, ls), v in self.metrics().items()
+            v
+            for (n, ls), v in self.metrics().items()
             if n == name and all(dict(ls).get(k) == val for k, val in labels.items())
         )
 

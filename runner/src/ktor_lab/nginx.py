@@ -58,6 +58,7 @@ def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> P
         main = main.replace(docker_line, native_line.format(run=run_dir, user=getpass.getuser()))
     (run_dir / "nginx.conf").write_text(main)
     values = env(run_dir, ports, files_dir)
+    Path(values["LAB_TMP_DIR"]).mkdir(parents=True, exist_ok=True)
     for template in sorted((NGINX_DIR / "templates").glob("*.template")):
         (conf_d / template.name.removesuffix(".template")).write_text(
             render_template(template.read_text(), values)
@@ -80,8 +81,9 @@ def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict
 def generate_files(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> None:
     """Runs the image's own start-up script for the static files, with native folders."""
     script = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
-    subprocess.run(["sh", str(script)], check=True, env=env(run_dir, ports, files_dir),
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["sh", str(script)], check=True, env=env(run_dir, ports, files_dir), stdout=subprocess.DEVNULL
+    )
 
 
 def check(conf: Path) -> None:

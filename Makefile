@@ -1,0 +1,43 @@
+# The lab's everyday commands. `make help` lists them.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+MVN := mvn -B -ntp
+CASE ?= singleton-cio
+
+.PHONY: help setup build test test-fast run bench lint clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: runner/pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e 'runner[test]'
+	touch $@
+
+setup: $(VENV)/.installed  ## Python venv with the lab command and test tools
+
+# The same Maven invocation as proxy-app/Dockerfile, so a green build here is a green image build.
+build:  ## build proxy-app/target/proxy-app.jar (runs the Kotlin unit tests)
+	cd proxy-app && $(MVN) package
+
+test: setup build  ## every test: Kotlin unit tests, then the Python suite against real nginx and proxies
+	$(VENV)/bin/ruff check runner
+	$(VENV)/bin/pytest runner/tests
+
+test-fast: setup build  ## the suite without the 100 MB transfers and timeout waits
+	$(VENV)/bin/pytest runner/tests -m "not slow"
+
+run: setup build  ## nginx and the proxy for CASE (default singleton-cio) on 127.0.0.1 until Ctrl-C
+	$(VENV)/bin/lab up $(CASE)
+
+bench: setup build  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
+	$(VENV)/bin/lab bench
+
+lint: setup  ## ruff on the Python code
+	$(VENV)/bin/ruff check runner
+	$(VENV)/bin/ruff format --check runner
+
+clean:  ## remove build output and run folders
+	rm -rf proxy-app/target runs

@@ -1,0 +1,74 @@
+"""The proxy jar at start: bad environment values stop it with a message; the settings are printed."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import requests
+
+from ktor_lab import proxy
+from ktor_lab.paths import PROXY_JAR
+from ktor_lab.processes import free_port
+
+
+def run_with(env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {"HOST": "127.0.0.1", "PORT": str(free_port()), "UPSTREAM_URL": "http://127.0.0.1:9"}
+    import os
+
+    return subprocess.run(
+        [proxy.java(), "-jar", str(PROXY_JAR)],
+        env={**os.environ, **base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "name,value,valid",
+    [
+        ("CLIENT_ENGINE", "netty", "cio, apache, apache5, okhttp, java"),
+        ("CLIENT_LIFETIME", "pooled", "singleton, per-call"),
+        ("UPSTREAM_URL", "ftp://nginx", "http://"),
+        ("PORT", "eighty", "1 to 65535"),
+        ("CLIENT_MAX_CONNECTIONS", "0", "1 to 100000"),
+        ("CLIENT_CONNECT_TIMEOUT_MS", "-1", "1 to 3600000"),
+        ("CLIENT_REQUEST_TIMEOUT_MS", "soon", "1 to 3600000"),
+        ("ACCESS_LOG", "maybe", "on, off"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.isupper() else None,
+)
+def test_bad_value_stops_the_proxy_with_a_message(name, value, valid):
+    r = run_with({name: value})
+    assert r.returncode == 2
+    assert f"{name}='{value}' is not valid" in r.stderr
+    assert valid in r.stderr
+
+
+def test_effective_settings_are_printed_and_the_access_log_switches_on(tmp_path, upstream):
+    port = free_port()
+    service = proxy.start(
+        tmp_path,
+        proxy.case_env("singleton-okhttp", upstream.url, port, ACCESS_LOG="on", CLIENT_MAX_CONNECTIONS="77"),
+    )
+    try:
+        requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
+        log = service.tail(100)
+    finally:
+        service.stop()
+    assert "case=singleton-okhttp" in log
+    assert "dispatcher_max_requests_per_host=77" in log
+    assert "pool_max_idle=77" in log
+    assert "/files/tiny.txt" in log  # the access log line
+
+
+def test_access_log_is_off_by_default(tmp_path, upstream):
+    port = free_port()
+    service = proxy.start(tmp_path, proxy.case_env("singleton-cio", upstream.url, port))
+    try:
+        requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
+        log = service.tail(100)
+    finally:
+        service.stop()
+    assert "/files/tiny.txt" not in log
