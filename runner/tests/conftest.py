@@ -6,6 +6,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,18 @@ LINE = b"ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.\n"
 def payload(size: int) -> bytes:
     """The content nginx/docker-entrypoint.d/40-lab-files.sh writes for a file of `size` bytes."""
     return (LINE * (size // len(LINE) + 1))[:size]
+
+
+def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
+    """Polls `condition()` until it is true or `timeout` seconds pass; returns its last value.
+
+    For counts that settle just after the response: a per-call client is closed after
+    the caller already has its answer (up to about 1 s later with Apache under load).
+    """
+    deadline = time.monotonic() + timeout
+    while not (ok := condition()) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return ok
 
 
 def sha256_of_stream(response: requests.Response) -> tuple[int, str]:
@@ -75,6 +88,12 @@ class Proxy:
             for s in family.samples:
                 out[(s.name, tuple(sorted(s.labels.items())))] = s.value
         return out
+
+    def open_clients(self) -> float:
+        """Clients created and not yet closed, once the counts have settled (10 s at most)."""
+        expected = 1 if self.case.startswith("singleton") else 0
+        wait_until(lambda: self.metric("lab_clients_open") == expected)
+        return self.metric("lab_clients_open")
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels`."""
