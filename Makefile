@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
 
-.PHONY: help setup build test test-fast run bench lint clean
+.PHONY: help setup build test test-fast run bench bench-locust lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ build:  ## build proxy-app/target/proxy-app.jar (runs the Kotlin unit tests)
 	cd proxy-app && $(MVN) package
 
 test: setup build  ## every test: Kotlin unit tests, then the Python suite against real nginx and proxies
-	$(VENV)/bin/ruff check runner
+	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests
 
 test-fast: setup build  ## the suite without the 100 MB transfers and timeout waits
@@ -35,9 +35,12 @@ run: setup build  ## nginx and the proxy for CASE (default singleton-cio) on 127
 bench: setup build  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
 	$(VENV)/bin/lab bench
 
+bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
+	$(VENV)/bin/lab bench-locust
+
 lint: setup  ## ruff on the Python code
-	$(VENV)/bin/ruff check runner
-	$(VENV)/bin/ruff format --check runner
+	$(VENV)/bin/ruff check runner locust
+	$(VENV)/bin/ruff format --check runner locust
 
 clean:  ## remove build output and run folders
 	rm -rf proxy-app/target runs

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from conftest import payload, sha256_of_stream
 
+from conftest import payload, sha256_of_stream
 from ktor_lab.paths import CASES, split_case
 from ktor_lab.processes import free_port
 

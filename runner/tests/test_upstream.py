@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from conftest import payload, sha256_of_stream
 
+from conftest import payload, sha256_of_stream
 from ktor_lab import nginx
 from ktor_lab.processes import free_port
 

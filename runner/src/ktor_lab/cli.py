@@ -20,6 +20,7 @@ examples:
   lab up per-call-okhttp --proxy-port 9080 --set CLIENT_MAX_CONNECTIONS=200
   lab bench                             wrk against nginx, nginx proxy_pass and every case
   lab bench --cases singleton-cio --warmup 30 --duration 5
+  lab bench-locust --workers 2          Locust's own ceiling against nginx directly
 """
 
 
@@ -59,6 +60,15 @@ def main_parser() -> argparse.ArgumentParser:
         help="most seconds of unmeasured load before each target; it ends sooner once two 5 s windows "
         "agree within 5%% and the proxy's JIT compilers were quiet (default: %(default)s)",
     )
+    bl = sub.add_parser(
+        "bench-locust", help="the most rps the lab's Locust makes against nginx: 1 process, then workers"
+    )
+    add_stack_options(bl)
+    bl.add_argument("--users", type=int, default=100, help="users, never waiting (default: %(default)s)")
+    bl.add_argument(
+        "--workers", type=int, default=2, help="workers in the distributed run (default: %(default)s)"
+    )
+    bl.add_argument("--duration", type=int, default=15, help="seconds per run (default: %(default)s)")
     return parser
 
 
@@ -168,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench import cmd_bench
 
         return cmd_bench(args)
+    if args.command == "bench-locust":
+        from .bench_locust import cmd_bench_locust
+
+        return cmd_bench_locust(args)
     return 2
 
 

@@ -9,6 +9,7 @@ REPO = Path(os.environ.get("LAB_REPO", Path(__file__).resolve().parents[3]))
 NGINX_DIR = REPO / "nginx"
 PROXY_DIR = REPO / "proxy-app"
 PROXY_JAR = PROXY_DIR / "target" / "proxy-app.jar"
+LOCUST_DIR = REPO / "locust"
 
 ENGINES = ("cio", "apache", "apache5", "okhttp", "java")
 LIFETIMES = ("singleton", "per-call")

@@ -59,7 +59,8 @@ class Service:
         raise TimeoutError(f"{self.name} did not answer {url} within {timeout:.0f} s:\n{self.tail()}")
 
     def tail(self, lines: int = 30) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:

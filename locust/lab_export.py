@@ -1,0 +1,254 @@
+"""Prometheus export of Locust's own stats, served at /metrics on Locust's web port.
+
+Read at scrape time from the runner's stats, which on a master already aggregate every
+worker, so counters always equal Locust's own table. Response times are exported as a
+histogram (from Locust's per-millisecond response_times), so Prometheus computes
+quantiles over any window; no percentile of percentiles.
+
+Generator saturation: every process samples its own CPU each second (Locust's own
+monitor samples every 10 s); workers send theirs to the master. A process at or above
+90% is reported in the log and as locust_lab_generator_saturated.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gevent
+import psutil
+from locust.runners import MasterRunner, WorkerRunner
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+
+log = logging.getLogger("lab")
+
+SATURATION_CPU_PERCENT = 90.0
+# Bucket bounds in milliseconds, as Locust measures (it keeps response times per ms).
+BUCKETS_MS = (
+    1,
+    2,
+    5,
+    10,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    200,
+    300,
+    500,
+    750,
+    1000,
+    1500,
+    2000,
+    2500,
+    3000,
+    4000,
+    5000,
+    7500,
+    10000,
+    15000,
+    30000,
+    60000,
+)
+
+
+class CpuWatch:
+    """CPU of this process and (on a master) of each worker: now and the most seen."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self.now: dict[str, float] = {}
+        self.peak: dict[str, float] = {}
+        self.warned: set[str] = set()
+
+    def record(self, node: str, cpu: float) -> None:
+        self.now[node] = cpu
+        self.peak[node] = max(cpu, self.peak.get(node, 0.0))
+        if cpu >= SATURATION_CPU_PERCENT and node not in self.warned:
+            self.warned.add(node)
+            log.warning(
+                "lab: generator saturated: %s at %.0f%% CPU; the rate may be Locust's, not the target's",
+                node,
+                cpu,
+            )
+
+    def reset_peaks(self) -> None:
+        self.peak = dict(self.now)
+        self.warned.clear()
+
+    @property
+    def saturated(self) -> bool:
+        return any(v >= SATURATION_CPU_PERCENT for v in self.peak.values())
+
+
+def install(environment, settings: dict, target: dict) -> None:
+    runner = environment.runner
+    node = (
+        "master"
+        if isinstance(runner, MasterRunner)
+        else "worker"
+        if isinstance(runner, WorkerRunner)
+        else "local"
+    )
+    watch = CpuWatch(node)
+    if runner is not None:
+        gevent.spawn(_sample_cpu, environment, watch)
+        if isinstance(runner, MasterRunner):
+            runner.register_message(
+                "lab_cpu",
+                lambda msg, **_: watch.record(f"worker-{msg.data['id']}", msg.data["cpu"]),
+            )
+    environment.events.test_start.add_listener(lambda **_: watch.reset_peaks())
+    environment.events.test_stop.add_listener(lambda **_: _summary(watch))
+    environment.lab_cpu_watch = watch  # for tests and other plugins
+
+    if environment.web_ui is None:
+        return
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(environment, settings, target, watch))
+
+    @environment.web_ui.app.route("/metrics")
+    def metrics():
+        return generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST}
+
+
+def _sample_cpu(environment, watch: CpuWatch) -> None:
+    process = psutil.Process()
+    process.cpu_percent()
+    runner = environment.runner
+    while True:
+        gevent.sleep(1.0)
+        cpu = process.cpu_percent()
+        if isinstance(runner, WorkerRunner):
+            watch.record(watch.node, cpu)
+            try:
+                runner.send_message("lab_cpu", {"id": runner.client_id, "cpu": cpu})
+            except Exception:  # noqa: BLE001 - the master may be gone; keep sampling
+                pass
+        else:
+            watch.record(watch.node, cpu)
+
+
+def _summary(watch: CpuWatch) -> None:
+    peaks = ", ".join(f"{n} {v:.0f}%" for n, v in sorted(watch.peak.items()))
+    if watch.saturated:
+        log.warning(
+            "lab: generator saturated during the run (peak CPU: %s): its rate is not the target's capacity",
+            peaks,
+        )
+    else:
+        log.info("lab: generator not saturated (peak CPU: %s)", peaks)
+
+
+class _Collector:
+    def __init__(self, environment, settings: dict, target: dict, watch: CpuWatch):
+        self.environment = environment
+        self.settings = settings
+        self.target = target
+        self.watch = watch
+
+    def collect(self):
+        runner = self.environment.runner
+        stats = runner.stats
+        requests = CounterMetricFamily(
+            "locust_requests",
+            "Requests made, by name and method",
+            labels=["name", "method"],
+        )
+        failures = CounterMetricFamily(
+            "locust_failures",
+            "Requests failed, by name and method",
+            labels=["name", "method"],
+        )
+        times = HistogramMetricFamily(
+            "locust_response_time_seconds",
+            "Response times as Locust measured them",
+            labels=["name", "method"],
+        )
+        for (name, method), entry in sorted(stats.entries.items()):
+            requests.add_metric([name, method], entry.num_requests)
+            failures.add_metric([name, method], entry.num_failures)
+            times.add_metric(
+                [name, method],
+                _buckets(entry.response_times),
+                sum_value=entry.total_response_time / 1000.0,
+            )
+        yield requests
+        yield failures
+        yield times
+
+        yield GaugeMetricFamily("locust_users", "Users running now", value=runner.user_count)
+        yield GaugeMetricFamily(
+            "locust_current_rps",
+            "Requests a second over the last seconds (Locust's own)",
+            value=stats.total.current_rps,
+        )
+        yield GaugeMetricFamily(
+            "locust_target_rps",
+            "Rate asked for (rate and sweep models; 0 otherwise)",
+            value=self.target["rps"] if self.settings.get("load_model") != "closed" else 0,
+        )
+        workers = runner.worker_count if isinstance(runner, MasterRunner) else 0
+        yield GaugeMetricFamily("locust_workers", "Workers connected to this master", value=workers)
+
+        cpu = GaugeMetricFamily(
+            "locust_cpu_percent",
+            "CPU of each Locust process, sampled each second",
+            labels=["node"],
+        )
+        peak = GaugeMetricFamily(
+            "locust_cpu_peak_percent",
+            "Highest CPU of each Locust process in this run",
+            labels=["node"],
+        )
+        for node in sorted(self.watch.now):
+            cpu.add_metric([node], self.watch.now[node])
+            peak.add_metric([node], self.watch.peak.get(node, 0.0))
+        yield cpu
+        yield peak
+        yield GaugeMetricFamily(
+            "locust_lab_generator_saturated",
+            "1 when a Locust process reached 90% CPU in this run: its rate may be Locust's",
+            value=1 if self.watch.saturated else 0,
+        )
+
+        keys = (
+            "case",
+            "scenario",
+            "load_model",
+            "wait_min",
+            "wait_max",
+            "target_rps",
+            "large_size",
+            "upload_size",
+            "delay_ms",
+        )
+        info = GaugeMetricFamily(
+            "locust_lab_info",
+            "The load settings in force; value is always 1",
+            labels=list(keys),
+        )
+        info.add_metric([str(self.settings.get(k, "")) for k in keys], 1)
+        yield info
+
+
+def _buckets(response_times: dict[int, int]) -> list[tuple[str, float]]:
+    """Cumulative counts for BUCKETS_MS from Locust's {rounded ms: count}, plus +Inf."""
+    out, total = [], 0
+    ordered = sorted(response_times.items())
+    i = 0
+    for bound in BUCKETS_MS:
+        while i < len(ordered) and ordered[i][0] <= bound:
+            total += ordered[i][1]
+            i += 1
+        out.append((str(bound / 1000.0), total))
+    total += sum(c for _, c in ordered[i:])
+    out.append(("+Inf", total))
+    return out

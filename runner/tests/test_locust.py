@@ -1,0 +1,359 @@
+"""The lab's Locust (locust/): real Locust runs against real nginx on loopback, a few seconds each."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import threading
+import tomllib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import wait_until
+from ktor_lab import loadgen
+from ktor_lab.paths import LOCUST_DIR, REPO
+from ktor_lab.processes import Service, free_port
+
+SCENARIOS = ("static-small", "static-large", "upload", "slow", "mix")
+
+
+def headless(host: str, *options: str, seconds: int = 4, sweep: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        loadgen.argv("--headless", "-H", host, "-t", f"{seconds}s", "--json", *options, sweep=sweep),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
+
+
+def stats(run: subprocess.CompletedProcess) -> dict[str, dict]:
+    """Locust's --json output: {name: entry}."""
+    return {e["name"]: e for e in json.loads(run.stdout)}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_scenario_runs_against_nginx_without_failures(upstream, scenario):
+    run = headless(
+        upstream.url,
+        "--scenario",
+        scenario,
+        "-u",
+        "8",
+        "-r",
+        "8",
+        "--wait-min",
+        "0",
+        "--wait-max",
+        "0.05",
+        "--delay-ms",
+        "200",
+        "--large-size",
+        "1m",
+        "--upload-size",
+        "100k",
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    entries = stats(run)
+    assert entries, run.stderr[-2000:]
+    assert sum(e["num_requests"] for e in entries.values()) > 0
+    assert sum(e["num_failures"] for e in entries.values()) == 0, run.stderr[-2000:]
+    expected = {"mix": {"static-small", "static-large", "upload", "slow"}}.get(scenario, {scenario})
+    assert set(entries) <= expected
+    assert f"scenario={scenario}" in run.stderr  # the model in force is in the output
+
+
+class WrongDigestSink(BaseHTTPRequestHandler):
+    """An upload sink that counts right and hashes wrong, as a corrupting proxy would look."""
+
+    def do_PUT(self):  # noqa: N802 - the http.server API
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        answer = {"bytes": len(body), "sha256": hashlib.sha256(body + b"x").hexdigest()}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_upload_detects_a_corrupted_digest():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), WrongDigestSink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run = headless(
+            f"http://127.0.0.1:{server.server_port}",
+            "--scenario",
+            "upload",
+            "-u",
+            "2",
+            "-r",
+            "2",
+            "--wait-min",
+            "0",
+            "--wait-max",
+            "0.1",
+            "--upload-size",
+            "1k",
+            seconds=3,
+        )
+    finally:
+        server.shutdown()
+    entry = stats(run)["upload"]
+    assert entry["num_requests"] > 0
+    assert entry["num_failures"] == entry["num_requests"]
+    assert "digest mismatch" in run.stderr
+
+
+def test_rate_model_holds_the_target_rate(upstream):
+    run = headless(
+        upstream.url, "--load-model", "rate", "--target-rps", "300", "-u", "30", "-r", "30", seconds=6
+    )
+    entry = stats(run)["static-small"]
+    rps = entry["num_requests"] / 6
+    assert 0.9 * 300 <= rps <= 1.1 * 300, rps
+    assert "fixed rate, 300 requests/s" in run.stderr
+
+
+def test_closed_model_rate_is_users_over_wait(upstream):
+    run = headless(
+        upstream.url,
+        "--load-model",
+        "closed",
+        "-u",
+        "20",
+        "-r",
+        "20",
+        "--wait-min",
+        "0.5",
+        "--wait-max",
+        "0.5",
+        seconds=6,
+    )
+    rps = stats(run)["static-small"]["num_requests"] / 6
+    assert 0.8 * 40 <= rps <= 1.1 * 40, rps  # 20 users / (0.5 s + ~1 ms)
+    assert "closed loop, wait 0.5-0.5 s" in run.stderr
+
+
+def test_sweep_steps_the_rate_and_reports_a_capacity(upstream):
+    run = headless(
+        upstream.url,
+        "--sweep-start-rps",
+        "50",
+        "--sweep-step-rps",
+        "50",
+        "--sweep-step-seconds",
+        "3",
+        "--sweep-max-rps",
+        "150",
+        "--sweep-users",
+        "20",
+        seconds=30,
+        sweep=True,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "model=sweep" in run.stderr
+    assert "step 0: target 50 rps" in run.stderr
+    assert "lab sweep: reached --sweep-max-rps; capacity at least 150 rps" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--scenario", "nope"], "--scenario 'nope' is not valid; valid: static-small, static-large, upload"),
+        (["--load-model", "open"], "--load-model 'open' is not valid; valid: closed, rate, sweep"),
+        (["--load-model", "rate"], "--load-model rate needs --target-rps > 0"),
+        (["--load-model", "sweep"], "--load-model sweep needs the shape"),
+        (["--wait-min", "3", "--wait-max", "1"], "need 0 <= min <= max"),
+        (["--large-size", "2g"], "--large-size '2g' is not valid; valid: 1k, 100k, 1m, 15m, 100m"),
+    ],
+    ids=["scenario", "model", "rate-without-target", "sweep-without-shape", "wait", "size"],
+)
+def test_bad_settings_give_a_clear_error(options, message):
+    run = headless("http://127.0.0.1:9", *options, seconds=1)
+    assert run.returncode == 2
+    assert message in run.stderr
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=5).text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples: dict, metric: str, **labels: str) -> float:
+    """Sum of the samples of `metric` whose labels include `labels`."""
+    return sum(
+        v
+        for (n, ls), v in samples.items()
+        if n == metric and all(dict(ls).get(k) == w for k, w in labels.items())
+    )
+
+
+def finished(web: str) -> bool:
+    try:
+        return requests.get(f"{web}/stats/requests", timeout=2).json()["state"] == "stopped"
+    except (requests.RequestException, ValueError, KeyError):
+        return False
+
+
+def test_export_parses_and_equals_locusts_own_stats(upstream, tmp_path):
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    svc = Service(
+        "locust",
+        loadgen.argv(
+            "--autostart",
+            "--autoquit",
+            "20",
+            "-t",
+            "4s",
+            "-u",
+            "10",
+            "-r",
+            "10",
+            "--wait-min",
+            "0",
+            "--wait-max",
+            "0.05",
+            "-H",
+            upstream.url,
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(port),
+            "--lab-case",
+            "direct",
+        ),
+        tmp_path / "locust.log",
+    )
+    try:
+        assert wait_until(lambda: finished(web), timeout=30), svc.tail()
+        own = {e["name"]: e for e in requests.get(f"{web}/stats/requests", timeout=5).json()["stats"]}
+        samples = scrape(web)
+    finally:
+        svc.stop()
+    n = own["static-small"]["num_requests"]
+    assert n > 0
+    labels = {"name": "static-small", "method": "GET"}
+    assert sample(samples, "locust_requests_total", **labels) == n
+    assert sample(samples, "locust_failures_total", **labels) == own["static-small"]["num_failures"]
+    assert sample(samples, "locust_response_time_seconds_count", **labels) == n
+    assert sample(samples, "locust_response_time_seconds_bucket", le="+Inf", **labels) == n
+    assert sample(samples, "locust_response_time_seconds_bucket", le="0.001", **labels) <= n
+    assert (
+        sample(samples, "locust_lab_info", scenario="static-small", load_model="closed", case="direct") == 1
+    )
+    assert sample(samples, "locust_cpu_peak_percent", node="local") > 0
+    assert ("locust_lab_generator_saturated", ()) in samples
+
+
+def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
+    """The master's settings reach the workers, and the master's export holds both workers' work."""
+    port, master_port = free_port(), free_port()
+    web = f"http://127.0.0.1:{port}"
+    master = Service(
+        "locust-master",
+        loadgen.argv(
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+            "--expect-workers",
+            "2",
+            "--autostart",
+            "--autoquit",
+            "20",
+            "-t",
+            "5s",
+            "-u",
+            "10",
+            "-r",
+            "10",
+            "--scenario",
+            "upload",
+            "--upload-size",
+            "1k",
+            "--wait-min",
+            "0",
+            "--wait-max",
+            "0",
+            "-H",
+            upstream.url,
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(port),
+        ),
+        tmp_path / "master.log",
+    )
+    # The workers get no scenario or wait options of their own: those come from the master.
+    workers = [
+        Service(
+            f"locust-worker-{i}",
+            loadgen.argv("--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)),
+            tmp_path / f"worker-{i}.log",
+        )
+        for i in range(2)
+    ]
+    try:
+        assert wait_until(lambda: finished(web), timeout=40), master.tail()
+        own = {e["name"]: e for e in requests.get(f"{web}/stats/requests", timeout=5).json()["stats"]}
+        samples = scrape(web)
+    finally:
+        for s in (master, *workers):
+            s.stop()
+    assert sample(samples, "locust_workers") == 2
+    worker_nodes = {dict(ls)["node"] for (n, ls) in samples if n == "locust_cpu_peak_percent"} - {"master"}
+    assert len(worker_nodes) == 2, worker_nodes
+    assert set(own) == {"upload", "Aggregated"}, own.keys()
+    n = own["upload"]["num_requests"]
+    assert n > 10 * 5 * 2, n  # with the workers' default 1-2 s wait it would be about 10 a second
+    assert own["upload"]["num_failures"] == 0
+    assert sample(samples, "locust_requests_total", name="upload") == n
+    for w in workers:
+        assert "Traceback" not in w.tail(200)
+
+
+def test_requirements_match_the_lab_package():
+    pinned = {
+        line.split("==")[0]: line.strip()
+        for line in (LOCUST_DIR / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    deps = tomllib.loads((REPO / "runner" / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert sorted(pinned.values()) == sorted(deps)
+
+
+def test_headless_run_writes_csv_and_html(upstream, tmp_path):
+    run = headless(
+        upstream.url,
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "--csv",
+        str(tmp_path / "run"),
+        "--html",
+        str(tmp_path / "report.html"),
+        seconds=2,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "run_stats.csv").read_text().count("static-small") >= 1
+    assert "static-small" in (tmp_path / "report.html").read_text()
+
+
+def test_locust_conf_is_the_documented_default():
+    conf = (LOCUST_DIR / "locust.conf").read_text()
+    for line in ("scenario = static-small", "load-model = closed", "wait-min = 1", "wait-max = 2"):
+        assert line in conf
+    assert Path(REPO / conf.split("locustfile = ")[1].split()[0]).exists()
