@@ -115,7 +115,7 @@ def add_options(parser):
 
 def validate(options) -> list[str]:
     errors = []
-    if options.scenario not in SCENARIOS:
+    if not options.user_classes and options.scenario not in SCENARIOS:
         errors.append(f"--scenario {options.scenario!r} is not valid; valid: {', '.join(SCENARIOS)}")
     if options.load_model not in LOAD_MODELS:
         errors.append(f"--load-model {options.load_model!r} is not valid; valid: {', '.join(LOAD_MODELS)}")
@@ -149,11 +149,15 @@ def on_init(environment, **_):
         for e in errors:
             sys.stderr.write(f"lab: {e}\n")
         sys.exit(2)
-    load_settings(options)
-    _environment[:] = [environment]  # for listeners that are not given it
-    if not isinstance(environment.runner, WorkerRunner):
+    if options.user_classes:
+        # Classes named on the command line (e.g. `locust -f ... UploadUser`) win over --scenario.
+        named = set(environment.user_classes)
+        options.scenario = ",".join(name for name, cls in SCENARIOS.items() if cls in named)
+    elif not isinstance(environment.runner, WorkerRunner):
         # Workers keep every scenario: the master decides which users they run.
         environment.user_classes[:] = [SCENARIOS[options.scenario]]
+    load_settings(options)
+    _environment[:] = [environment]  # for listeners that are not given it
     install_export(environment, settings, target)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):

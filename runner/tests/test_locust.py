@@ -67,6 +67,15 @@ def test_each_scenario_runs_against_nginx_without_failures(upstream, scenario):
     assert f"scenario={scenario}" in run.stderr  # the model in force is in the output
 
 
+def test_a_class_named_on_the_command_line_wins_over_the_scenario(upstream):
+    run = headless(
+        upstream.url, "SlowUser", "--scenario", "upload", "--delay-ms", "50", "-u", "2", "-r", "2", seconds=2
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert set(stats(run)) == {"slow"}
+    assert "scenario=slow" in run.stderr
+
+
 class WrongDigestSink(BaseHTTPRequestHandler):
     """An upload sink that counts right and hashes wrong, as a corrupting proxy would look."""
 

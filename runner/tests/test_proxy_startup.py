@@ -7,6 +7,7 @@ import subprocess
 import pytest
 import requests
 
+from conftest import wait_until
 from ktor_lab import proxy
 from ktor_lab.paths import PROXY_JAR
 from ktor_lab.processes import free_port
@@ -54,6 +55,8 @@ def test_effective_settings_are_printed_and_the_access_log_switches_on(tmp_path,
     )
     try:
         requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
+        # The access log line is written after the response is sent.
+        wait_until(lambda: "/files/tiny.txt" in service.tail(100), timeout=5)
         log = service.tail(100)
     finally:
         service.stop()
@@ -68,7 +71,8 @@ def test_access_log_is_off_by_default(tmp_path, upstream):
     service = proxy.start(tmp_path, proxy.case_env("singleton-cio", upstream.url, port))
     try:
         requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
-        log = service.tail(100)
+        # Give a (wrongly) enabled access log the time it would need to write its line.
+        logged = wait_until(lambda: "/files/tiny.txt" in service.tail(100), timeout=2)
     finally:
         service.stop()
-    assert "/files/tiny.txt" not in log
+    assert not logged
