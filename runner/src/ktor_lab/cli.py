@@ -94,7 +94,8 @@ def add_stack_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--java-opts",
         default=os.environ.get("JAVA_OPTS", "-Xmx512m"),
-        help="JVM options of the proxy (env JAVA_OPTS, default %(default)s)",
+        help="JVM options of the proxy, written as --java-opts='-Xmx256m -XX:+UseParallelGC' "
+        "(env JAVA_OPTS, default %(default)s)",
     )
     p.add_argument(
         "--run-dir",
@@ -140,7 +141,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, on_signal)
+    # Our own handlers: a process started in the background inherits SIGINT as ignored,
+    # and Ctrl-C must stop everything however `lab up` was started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     try:
         services.append(nginx.start(d, nginx.NginxPorts(args.nginx_port, args.nginx_status_port)))
         upstream = f"http://127.0.0.1:{args.nginx_port}"

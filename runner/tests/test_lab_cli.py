@@ -1,0 +1,89 @@
+"""The `lab` command as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import wait_until
+from ktor_lab.processes import free_port
+
+
+def children_alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
+    nginx_port, status_port, proxy_port = free_port(), free_port(), free_port()
+    lab = Path(sys.executable).with_name("lab")
+    proc = subprocess.Popen(
+        [
+            str(lab),
+            "up",
+            "per-call-cio",
+            "--nginx-port",
+            str(nginx_port),
+            "--nginx-status-port",
+            str(status_port),
+            "--proxy-port",
+            str(proxy_port),
+            "--java-opts=-Xmx128m",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # As a shell's background job: SIGINT ignored on entry, which `lab up` must override.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        proxy = f"http://127.0.0.1:{proxy_port}"
+        wait_until(lambda: proc.poll() is not None or _ok(f"{proxy}/health"), timeout=60)
+        assert proc.poll() is None, proc.communicate()[0]
+        assert _ok(f"{proxy}/health"), "lab up did not come up"
+        assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
+        pids = [
+            int(p)
+            for p in subprocess.run(
+                ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+            ).stdout.split()
+        ]
+        assert len(pids) == 2  # nginx master and the proxy's JVM
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "lab: stopped" in out
+    assert wait_until(lambda: not children_alive(pids), timeout=10), children_alive(pids)
+    assert not _ok(f"http://127.0.0.1:{status_port}/health")
+
+
+def _ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_lab_up_names_the_valid_cases_for_a_bad_one():
+    lab = Path(sys.executable).with_name("lab")
+    r = subprocess.run([str(lab), "up", "singleton-netty"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "unknown case 'singleton-netty'; valid cases: singleton-cio" in r.stderr
