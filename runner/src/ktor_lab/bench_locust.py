@@ -7,6 +7,7 @@ wait 0), so the rate is the generator's ceiling. Prints rps and each process's p
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import time
@@ -16,13 +17,6 @@ import requests
 
 from . import loadgen, nginx
 from .processes import Service, free_port
-
-
-def _finished(web: str) -> bool:
-    try:
-        return requests.get(f"{web}/stats/requests", timeout=2).json()["state"] == "stopped"
-    except (requests.RequestException, ValueError, KeyError):
-        return False
 
 
 def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dict:
@@ -49,6 +43,8 @@ def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dic
         "--web-port",
         str(port),
     ]
+    csv_prefix = d / name.replace(" ", "-").replace("+", "and")
+    common += ["--csv", str(csv_prefix)]
     services = []
     try:
         if workers:
@@ -80,7 +76,7 @@ def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dic
         else:
             services.append(Service(name, loadgen.argv(*common), d / f"{name}.log"))
         deadline = time.monotonic() + seconds + 60
-        while not _finished(web) and time.monotonic() < deadline:
+        while not loadgen.run_finished(web) and time.monotonic() < deadline:
             time.sleep(0.5)
         stats = requests.get(f"{web}/stats/requests", timeout=5).json()
         metrics = requests.get(f"{web}/metrics", timeout=5).text
@@ -92,6 +88,10 @@ def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dic
     for line in metrics.splitlines():
         if line.startswith("locust_cpu_peak_percent{"):
             peaks[line.split('node="')[1].split('"')[0]] = float(line.split()[-1])
+    # Locust's own rate over the time between its first and last request, not over the
+    # nominal duration, which also holds spawning and the workers' last stats report.
+    with open(f"{csv_prefix}_stats.csv", newline="") as f:
+        aggregated = next(row for row in csv.DictReader(f) if row["Name"] == "Aggregated")
     r = {
         "setup": name,
         "users": users,
@@ -99,7 +99,7 @@ def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dic
         "seconds": seconds,
         "requests": total["num_requests"],
         "failures": total["num_failures"],
-        "rps": total["num_requests"] / seconds,
+        "rps": float(aggregated["Requests/s"]),
         "cpu_peak_percent": peaks,
     }
     print(
