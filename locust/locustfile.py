@@ -192,8 +192,22 @@ def broadcast_rate(environment) -> None:
 
 @events.test_start.add_listener
 def on_test_start(environment, **_):
-    if environment.parsed_options is not None:
-        load_settings(environment.parsed_options)
+    options = environment.parsed_options
+    if options is None:
+        return
+    runner = environment.runner
+    if (
+        not isinstance(runner, WorkerRunner)
+        and not options.user_classes
+        and options.scenario != settings["scenario"]
+    ):
+        # Changed in the web UI's custom parameters since the last run (fires before users spawn).
+        if options.scenario in SCENARIOS:
+            environment.user_classes[:] = [SCENARIOS[options.scenario]]
+        else:
+            log.error("lab: --scenario %r is not valid; keeping %s", options.scenario, settings["scenario"])
+            options.scenario = settings["scenario"]
+    load_settings(options)
     broadcast_rate(environment)
 
 

@@ -326,6 +326,44 @@ def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
         assert "Traceback" not in w.tail(200)
 
 
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
+def test_a_scenario_chosen_in_the_web_ui_is_the_one_that_runs(upstream, tmp_path):
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    svc = Service(
+        "locust-ui",
+        loadgen.argv("-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port)),
+        tmp_path / "ui.log",
+    )
+    try:
+        assert wait_until(lambda: answers(web) or not svc.alive(), timeout=30) and svc.alive(), svc.tail()
+        # What the UI's start form sends, with the lab's custom parameters changed.
+        form = {
+            "user_count": "4",
+            "spawn_rate": "4",
+            "host": upstream.url,
+            "scenario": "slow",
+            "delay_ms": "50",
+            "wait_min": "0",
+            "wait_max": "0.01",
+        }
+        assert requests.post(f"{web}/swarm", data=form, timeout=5).json()["success"]
+        assert wait_until(lambda: sample(scrape(web), "locust_requests_total", name="slow") >= 20, timeout=20)
+        requests.get(f"{web}/stop", timeout=5)
+        own = {e["name"] for e in requests.get(f"{web}/stats/requests", timeout=5).json()["stats"]}
+        samples = scrape(web)
+    finally:
+        svc.stop()
+    assert own == {"slow", "Aggregated"}
+    assert sample(samples, "locust_lab_info", scenario="slow", delay_ms="50") == 1
+
+
 def test_requirements_match_the_lab_package():
     pinned = {
         line.split("==")[0]: line.strip()
