@@ -1,0 +1,143 @@
+"""prometheus/: the config as compose uses it, and a real Prometheus scraping the real parts natively."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+import requests
+import yaml
+
+from conftest import wait_until
+from ktor_lab import loadgen
+from ktor_lab import prometheus as prom
+from ktor_lab.paths import REPO
+from ktor_lab.processes import Service, free_port
+
+
+def test_config_passes_promtool_as_compose_uses_it():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    r = subprocess.run(
+        [promtool, "check", "config", str(REPO / "prometheus" / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_config_scrapes_the_three_parts_often_enough_for_a_30s_run():
+    config = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text())
+    assert config["global"]["scrape_interval"] in ("1s", "2s", "5s")
+    targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in config["scrape_configs"]}
+    assert targets == {"proxy": ["proxy:8080"], "locust": ["locust:8089"], "nginx": ["nginx-exporter:9113"]}
+
+
+def test_render_moves_targets_and_refuses_unknown_jobs(tmp_path):
+    conf = yaml.safe_load(prom.render(tmp_path, {"proxy": "127.0.0.1:1"}, "1s").read_text())
+    assert [j["job_name"] for j in conf["scrape_configs"]] == ["proxy"]
+    assert conf["scrape_configs"][0]["static_configs"] == [{"targets": ["127.0.0.1:1"]}]
+    assert conf["global"]["scrape_interval"] == "1s"
+    with pytest.raises(ValueError, match="no such job"):
+        prom.render(tmp_path, {"grafana": "127.0.0.1:1"})
+
+
+def query(base: str, q: str) -> list[dict]:
+    body = requests.get(f"{base}/api/v1/query", params={"query": q}, timeout=5).json()
+    assert body["status"] == "success", (q, body)
+    return body["data"]["result"]
+
+
+def value(base: str, q: str) -> float:
+    result = query(base, q)
+    assert result, f"empty result for {q}"
+    return float(result[0]["value"][1])
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_proxy_locust_and_nginx(upstream, start_proxy, tmp_path):
+    with start_proxy("singleton-cio", upstream.url) as proxy:
+        services: list[Service] = []
+        try:
+            exporter_port, locust_port, prom_port = free_port(), free_port(), free_port()
+            services.append(
+                prom.start_nginx_exporter(tmp_path, exporter_port, f"{upstream.status_url}/stub_status")
+            )
+            services.append(
+                Service(
+                    "locust",
+                    loadgen.argv(
+                        "--autostart",
+                        "--autoquit",
+                        "30",
+                        "-t",
+                        "25s",
+                        "-u",
+                        "20",
+                        "-r",
+                        "20",
+                        "--load-model",
+                        "rate",
+                        "--target-rps",
+                        "100",
+                        "-H",
+                        proxy.url,
+                        "--web-host",
+                        "127.0.0.1",
+                        "--web-port",
+                        str(locust_port),
+                        "--lab-case",
+                        "singleton-cio",
+                    ),
+                    tmp_path / "locust.log",
+                )
+            )
+            targets = {
+                "proxy": proxy.url.removeprefix("http://"),
+                "locust": f"127.0.0.1:{locust_port}",
+                "nginx": f"127.0.0.1:{exporter_port}",
+            }
+            services.append(prom.start(tmp_path, prom_port, targets, scrape_interval="1s"))
+            base = f"http://127.0.0.1:{prom_port}"
+
+            assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=30), query(base, "up")
+            assert wait_until(lambda: bool(query(base, "rate(locust_requests_total[10s]) > 50")), timeout=30)
+            time.sleep(10)  # a full 10 s window of steady load
+
+            # What the dashboards will ask for: every query answers, with data.
+            for q in [
+                "sum by (engine, lifetime) "
+                '(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))',
+                "histogram_quantile(0.95, sum by (le) (rate(ktor_http_server_requests_seconds_bucket[10s])))",
+                "histogram_quantile(0.99, sum by (le, engine, outcome) "
+                '(rate(lab_upstream_requests_seconds_bucket{outcome="success"}[10s])))',
+                "histogram_quantile(0.5, sum by (le) (rate(locust_response_time_seconds_bucket[10s])))",
+                "lab_threads_active_unparked",
+                "jvm_threads_live_threads",
+                'jvm_threads_states_threads{state="runnable"}',
+                "rate(process_cpu_time_ns_total[10s])",
+                "process_files_open_files",
+                'sum(jvm_memory_used_bytes{area="heap"})',
+                "lab_clients_opened_total",
+                "lab_proxy_info",
+                "locust_users",
+                "locust_cpu_percent",
+                "locust_lab_generator_saturated",
+                "locust_lab_info",
+                "nginx_connections_active",
+                "rate(nginx_http_requests_total[10s])",
+            ]:
+                assert query(base, q), f"no data for {q}"
+
+            # The generator's rate and the proxy's, as Prometheus sees them, agree.
+            sent = value(base, "sum(rate(locust_requests_total[10s]))")
+            served = value(base, 'sum(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))')
+            assert 80 <= sent <= 120, sent
+            assert abs(served - sent) <= 0.15 * sent, (sent, served)
+            assert value(base, 'lab_proxy_info{case="singleton-cio"}') == 1
+        finally:
+            for s in reversed(services):
+                s.stop()
