@@ -22,7 +22,7 @@ setup: $(VENV)/.installed  ## Python venv with the lab command and test tools
 build:  ## build proxy-app/target/proxy-app.jar (runs the Kotlin unit tests)
 	cd proxy-app && $(MVN) package
 
-test: setup build  ## every test: Kotlin unit tests, then the Python suite against real nginx and proxies
+test: setup build  ## every test: Kotlin unit tests, then the Python suite with real nginx, proxies, Locust, Prometheus
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests
 

@@ -126,14 +126,12 @@ def _sample_cpu(environment, watch: CpuWatch) -> None:
     while True:
         gevent.sleep(1.0)
         cpu = process.cpu_percent()
+        watch.record(watch.node, cpu)
         if isinstance(runner, WorkerRunner):
-            watch.record(watch.node, cpu)
             try:
                 runner.send_message("lab_cpu", {"id": runner.client_id, "cpu": cpu})
             except Exception:  # noqa: BLE001 - the master may be gone; keep sampling
                 pass
-        else:
-            watch.record(watch.node, cpu)
 
 
 def _summary(watch: CpuWatch) -> None:

@@ -41,6 +41,32 @@ def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
     return ok
 
 
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """Samples from `url`/metrics, parsed by prometheus_client, as {(name, sorted labels): value}."""
+    out = {}
+    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples: dict, metric: str, **labels: str) -> float:
+    """Sum of the samples of `metric` whose labels include `labels`."""
+    return sum(
+        v
+        for (n, ls), v in samples.items()
+        if n == metric and all(dict(ls).get(k) == w for k, w in labels.items())
+    )
+
+
+def answers(url: str) -> bool:
+    """True when `url` answers 2xx within a second; false on any connection error."""
+    try:
+        return requests.get(url, timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
 def sha256_of_stream(response: requests.Response) -> tuple[int, str]:
     h = hashlib.sha256()
     n = 0
@@ -81,13 +107,8 @@ class Proxy:
     service: Service
 
     def metrics(self) -> dict[tuple[str, tuple], float]:
-        """Samples from /metrics as {(name, sorted label items): value}."""
-        text = requests.get(f"{self.url}/metrics", timeout=10).text
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
+        """Samples from the proxy's /metrics (see scrape)."""
+        return scrape(self.url)
 
     def open_clients(self) -> float:
         """Clients created and not yet closed, once the counts have settled (10 s at most)."""
@@ -96,12 +117,8 @@ class Proxy:
         return self.metric("lab_clients_open")
 
     def metric(self, name: str, **labels: str) -> float:
-        """Sum of the samples of `name` whose labels include `labels`."""
-        return sum(
-            v
-            for (n, ls), v in self.metrics().items()
-            if n == name and all(dict(ls).get(k) == val for k, val in labels.items())
-        )
+        """Sum of the proxy's samples of `name` whose labels include `labels`."""
+        return sample(self.metrics(), name, **labels)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import wait_until
+from conftest import answers, wait_until
 from ktor_lab.processes import free_port
 
 
@@ -53,9 +53,9 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
     )
     try:
         proxy = f"http://127.0.0.1:{proxy_port}"
-        wait_until(lambda: proc.poll() is not None or _ok(f"{proxy}/health"), timeout=60)
+        wait_until(lambda: proc.poll() is not None or answers(f"{proxy}/health"), timeout=60)
         assert proc.poll() is None, proc.communicate()[0]
-        assert _ok(f"{proxy}/health"), "lab up did not come up"
+        assert answers(f"{proxy}/health"), "lab up did not come up"
         assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
         pids = [
             int(p)
@@ -72,14 +72,7 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
     assert proc.returncode == 0, out
     assert "lab: stopped" in out
     assert wait_until(lambda: not children_alive(pids), timeout=10), children_alive(pids)
-    assert not _ok(f"http://127.0.0.1:{status_port}/health")
-
-
-def _ok(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=1).status_code == 200
-    except requests.RequestException:
-        return False
+    assert not answers(f"http://127.0.0.1:{status_port}/health")
 
 
 def test_lab_up_names_the_valid_cases_for_a_bad_one():

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import wait_until
+from conftest import answers, sample, scrape, wait_until
 from ktor_lab import loadgen
 from ktor_lab.paths import LOCUST_DIR, REPO
 from ktor_lab.processes import Service, free_port
@@ -190,23 +189,6 @@ def test_bad_settings_give_a_clear_error(options, message):
     assert message in run.stderr
 
 
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    out = {}
-    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=5).text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def sample(samples: dict, metric: str, **labels: str) -> float:
-    """Sum of the samples of `metric` whose labels include `labels`."""
-    return sum(
-        v
-        for (n, ls), v in samples.items()
-        if n == metric and all(dict(ls).get(k) == w for k, w in labels.items())
-    )
-
-
 def test_export_parses_and_equals_locusts_own_stats(upstream, tmp_path):
     port = free_port()
     web = f"http://127.0.0.1:{port}"
@@ -324,13 +306,6 @@ def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
     assert sample(samples, "locust_requests_total", name="upload") == n
     for w in workers:
         assert "Traceback" not in w.tail(200)
-
-
-def answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=1).ok
-    except requests.RequestException:
-        return False
 
 
 def test_a_scenario_chosen_in_the_web_ui_is_the_one_that_runs(upstream, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -15,8 +16,6 @@ from ktor_lab.processes import free_port
 
 def run_with(env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {"HOST": "127.0.0.1", "PORT": str(free_port()), "UPSTREAM_URL": "http://127.0.0.1:9"}
-    import os
-
     return subprocess.run(
         [proxy.java(), "-jar", str(PROXY_JAR)],
         env={**os.environ, **base, **env},

@@ -126,10 +126,13 @@ def preflight() -> list[str]:
 def cmd_up(args: argparse.Namespace) -> int:
     try:
         split_case(args.case)
-        extra = dict(kv.split("=", 1) for kv in args.set)
     except ValueError as e:
-        print(f"lab: {e if 'case' in str(e) else '--set takes NAME=VALUE'}", file=sys.stderr)
+        print(f"lab: {e}", file=sys.stderr)
         return 2
+    if bad := [kv for kv in args.set if "=" not in kv]:
+        print(f"lab: --set takes NAME=VALUE, not {bad[0]!r}", file=sys.stderr)
+        return 2
+    extra = dict(kv.split("=", 1) for kv in args.set)
     if problems := preflight():
         print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
