@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import requests
 import yaml
 
 from conftest import wait_until
-from ktor_lab import loadgen
+from ktor_lab import grafana, loadgen
 from ktor_lab import prometheus as prom
 from ktor_lab.paths import REPO
 from ktor_lab.processes import Service, free_port
@@ -45,26 +49,39 @@ def test_render_moves_targets_and_refuses_unknown_jobs(tmp_path):
         prom.render(tmp_path, {"grafana": "127.0.0.1:1"})
 
 
-def query(base: str, q: str) -> list[dict]:
-    body = requests.get(f"{base}/api/v1/query", params={"query": q}, timeout=5).json()
+def query(base: str, q: str, at: float | None = None) -> list[dict]:
+    params = {"query": q} if at is None else {"query": q, "time": f"{at:.3f}"}
+    body = requests.get(f"{base}/api/v1/query", params=params, timeout=5).json()
     assert body["status"] == "success", (q, body)
     return body["data"]["result"]
 
 
-def value(base: str, q: str) -> float:
-    result = query(base, q)
+def value(base: str, q: str, at: float | None = None) -> float:
+    result = query(base, q, at)
     assert result, f"empty result for {q}"
     return float(result[0]["value"][1])
 
 
-@pytest.mark.slow
-def test_prometheus_scrapes_proxy_locust_and_nginx(upstream, start_proxy, tmp_path):
+@dataclass
+class Observed:
+    """A Prometheus that scraped the proxy, Locust and nginx's exporter under steady load.
+
+    `at` is a moment with a full 10 s of steady load before it: queries are evaluated there.
+    """
+
+    base: str
+    at: float
+
+
+@pytest.fixture(scope="module")
+def observed(upstream, start_proxy, tmp_path_factory) -> Iterator[Observed]:
+    run = tmp_path_factory.mktemp("observed")
     with start_proxy("singleton-cio", upstream.url) as proxy:
         services: list[Service] = []
         try:
             exporter_port, locust_port, prom_port = free_port(), free_port(), free_port()
             services.append(
-                prom.start_nginx_exporter(tmp_path, exporter_port, f"{upstream.status_url}/stub_status")
+                prom.start_nginx_exporter(run, exporter_port, f"{upstream.status_url}/stub_status")
             )
             services.append(
                 Service(
@@ -72,9 +89,9 @@ def test_prometheus_scrapes_proxy_locust_and_nginx(upstream, start_proxy, tmp_pa
                     loadgen.argv(
                         "--autostart",
                         "--autoquit",
-                        "30",
+                        "60",
                         "-t",
-                        "25s",
+                        "40s",
                         "-u",
                         "20",
                         "-r",
@@ -92,7 +109,7 @@ def test_prometheus_scrapes_proxy_locust_and_nginx(upstream, start_proxy, tmp_pa
                         "--lab-case",
                         "singleton-cio",
                     ),
-                    tmp_path / "locust.log",
+                    run / "locust.log",
                 )
             )
             targets = {
@@ -100,44 +117,81 @@ def test_prometheus_scrapes_proxy_locust_and_nginx(upstream, start_proxy, tmp_pa
                 "locust": f"127.0.0.1:{locust_port}",
                 "nginx": f"127.0.0.1:{exporter_port}",
             }
-            services.append(prom.start(tmp_path, prom_port, targets, scrape_interval="1s"))
+            services.append(prom.start(run, prom_port, targets, scrape_interval="1s"))
             base = f"http://127.0.0.1:{prom_port}"
 
             assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=30), query(base, "up")
             assert wait_until(lambda: bool(query(base, "rate(locust_requests_total[10s]) > 50")), timeout=30)
-            time.sleep(10)  # a full 10 s window of steady load
-
-            # What the dashboards will ask for: every query answers, with data.
-            for q in [
-                "sum by (engine, lifetime) "
-                '(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))',
-                "histogram_quantile(0.95, sum by (le) (rate(ktor_http_server_requests_seconds_bucket[10s])))",
-                "histogram_quantile(0.99, sum by (le, engine, outcome) "
-                '(rate(lab_upstream_requests_seconds_bucket{outcome="success"}[10s])))',
-                "histogram_quantile(0.5, sum by (le) (rate(locust_response_time_seconds_bucket[10s])))",
-                "lab_threads_active_unparked",
-                "jvm_threads_live_threads",
-                'jvm_threads_states_threads{state="runnable"}',
-                "rate(process_cpu_time_ns_total[10s])",
-                "process_files_open_files",
-                'sum(jvm_memory_used_bytes{area="heap"})',
-                "lab_clients_opened_total",
-                "lab_proxy_info",
-                "locust_users",
-                "locust_cpu_percent",
-                "locust_lab_generator_saturated",
-                "locust_lab_info",
-                "nginx_connections_active",
-                "rate(nginx_http_requests_total[10s])",
-            ]:
-                assert query(base, q), f"no data for {q}"
-
-            # The generator's rate and the proxy's, as Prometheus sees them, agree.
-            sent = value(base, "sum(rate(locust_requests_total[10s]))")
-            served = value(base, 'sum(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))')
-            assert 80 <= sent <= 120, sent
-            assert abs(served - sent) <= 0.15 * sent, (sent, served)
-            assert value(base, 'lab_proxy_info{case="singleton-cio"}') == 1
+            time.sleep(12)  # a full 10 s window of steady load, plus a scrape
+            yield Observed(base, time.time() - 1)
         finally:
             for s in reversed(services):
                 s.stop()
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_proxy_locust_and_nginx(observed):
+    base, at = observed.base, observed.at
+    # What the dashboards ask for, in short: every query answers, with data.
+    for q in [
+        'sum by (engine, lifetime) (rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))',
+        "histogram_quantile(0.95, sum by (le) (rate(ktor_http_server_requests_seconds_bucket[10s])))",
+        "histogram_quantile(0.99, sum by (le, engine, outcome) "
+        '(rate(lab_upstream_requests_seconds_bucket{outcome="success"}[10s])))',
+        "histogram_quantile(0.5, sum by (le) (rate(locust_response_time_seconds_bucket[10s])))",
+        "lab_threads_active_unparked",
+        "jvm_threads_live_threads",
+        'jvm_threads_states_threads{state="runnable"}',
+        "rate(process_cpu_time_ns_total[10s])",
+        "process_files_open_files",
+        'sum(jvm_memory_used_bytes{area="heap"})',
+        "lab_clients_opened_total",
+        "lab_proxy_info",
+        "locust_users",
+        "locust_cpu_percent",
+        "locust_lab_generator_saturated",
+        "locust_lab_info",
+        "nginx_connections_active",
+        "rate(nginx_http_requests_total[10s])",
+    ]:
+        assert query(base, q, at), f"no data for {q}"
+
+    # The generator's rate and the proxy's, as Prometheus sees them, agree.
+    sent = value(base, "sum(rate(locust_requests_total[10s]))", at)
+    served = value(base, 'sum(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))', at)
+    assert 80 <= sent <= 120, sent
+    assert abs(served - sent) <= 0.15 * sent, (sent, served)
+    assert value(base, 'lab_proxy_info{case="singleton-cio"}', at) == 1
+
+
+def variable_values(base: str, variable: dict) -> list[str]:
+    """The values Grafana offers for a `label_values(metric, label)` variable."""
+    m = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["definition"])
+    assert m, f"variable {variable['name']}: unsupported query {variable['definition']}"
+    body = requests.get(f"{base}/api/v1/label/{m[2]}/values", params={"match[]": m[1]}, timeout=5).json()
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", grafana.dashboards(), ids=lambda p: p.name)
+def test_every_dashboard_panel_query_returns_data(observed, path):
+    dashboard = grafana.dashboards()[path]
+    variables = dashboard["templating"]["list"]
+    offered = {v["name"]: variable_values(observed.base, v) for v in variables}
+    assert offered == {"engine": ["cio"], "lifetime": ["singleton"]}
+    # Each variable as one value, then as "All" (the allValue regex).
+    choices = [
+        {name: values[0] for name, values in offered.items()},
+        {v["name"]: v["allValue"] for v in variables},
+    ]
+    # Grafana's $__rate_interval for a 1 s scrape is 4 s at least; 10 s gives every rate 10 points.
+    queries = grafana.panel_queries(dashboard)
+    assert len(queries) >= 30
+    for values in choices:
+        for q in queries:
+            expr = grafana.substitute(q.expr, values, "10s")
+            result = query(observed.base, expr, observed.at)
+            assert result, f"{q.panel} {q.ref_id}: no data for {expr}"
+            numbers = [float(r["value"][1]) for r in result]
+            assert any(math.isfinite(n) for n in numbers), f"{q.panel} {q.ref_id}: only NaN for {expr}"

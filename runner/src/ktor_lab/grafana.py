@@ -1,0 +1,112 @@
+"""Grafana's provisioning and dashboards (grafana/), read for tests and rendered for `lab up`.
+
+Grafana itself is optional natively: `lab up` starts it only when a `grafana` binary
+is installed. The dashboards are checked without it by running every panel's query
+against a real Prometheus (see `panel_queries` and `substitute`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .paths import REPO
+
+GRAFANA_DIR = REPO / "grafana"
+PROVISIONING = GRAFANA_DIR / "provisioning"
+DASHBOARDS = GRAFANA_DIR / "dashboards"
+DATASOURCE_FILE = PROVISIONING / "datasources" / "lab.yml"
+PROVIDER_FILE = PROVISIONING / "dashboards" / "lab.yml"
+INI = GRAFANA_DIR / "grafana.ini"
+
+# $var, ${var} and ${var:format}; Grafana's own ($__rate_interval, ...) start with two underscores.
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str
+    panel: str
+    ref_id: str
+    expr: str
+
+
+def datasources() -> list[dict]:
+    return yaml.safe_load(DATASOURCE_FILE.read_text())["datasources"]
+
+
+def dashboards() -> dict[Path, dict]:
+    """Every dashboard JSON file, parsed, by path."""
+    return {path: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def panels(dashboard: dict) -> list[dict]:
+    """All panels, including those nested in collapsed rows; rows themselves are left out."""
+    out = []
+    for panel in dashboard.get("panels", []):
+        if panel.get("type") == "row":
+            out.extend(panel.get("panels", []))
+        else:
+            out.append(panel)
+    return out
+
+
+def panel_queries(dashboard: dict) -> list[PanelQuery]:
+    return [
+        PanelQuery(dashboard["uid"], panel["title"], target["refId"], target["expr"])
+        for panel in panels(dashboard)
+        for target in panel.get("targets", [])
+    ]
+
+
+def variables_used(expr: str) -> set[str]:
+    return {a or b for a, b in VARIABLE.findall(expr) if not (a or b).startswith("__")}
+
+
+def substitute(expr: str, values: dict[str, str], rate_interval: str) -> str:
+    """`expr` as Grafana sends it: dashboard variables replaced by `values`, $__rate_interval by
+    `rate_interval` (Grafana uses max(4 x scrape interval, step + scrape interval)).
+    KeyError for a variable without a value."""
+    expr = expr.replace("$__rate_interval", rate_interval).replace("${__rate_interval}", rate_interval)
+    return VARIABLE.sub(lambda m: values[m.group(1) or m.group(2)], expr)
+
+
+def render(run_dir: Path, prometheus_url: str, port: int) -> Path:
+    """Config for a native Grafana on 127.0.0.1:`port`: grafana.ini with paths into `run_dir`,
+    the datasource at `prometheus_url`, the dashboards read from the repository. Returns the ini."""
+    out = run_dir / "grafana"
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(PROVISIONING, out / "provisioning")
+    ds = yaml.safe_load(DATASOURCE_FILE.read_text())
+    for source in ds["datasources"]:
+        source["url"] = prometheus_url
+    (out / "provisioning" / "datasources" / DATASOURCE_FILE.name).write_text(
+        yaml.safe_dump(ds, sort_keys=False)
+    )
+    providers = yaml.safe_load(PROVIDER_FILE.read_text())
+    for provider in providers["providers"]:
+        provider["options"]["path"] = str(DASHBOARDS)
+    (out / "provisioning" / "dashboards" / PROVIDER_FILE.name).write_text(
+        yaml.safe_dump(providers, sort_keys=False)
+    )
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(INI)
+    home = Path(ini["dashboards"]["default_home_dashboard_path"])
+    ini["dashboards"]["default_home_dashboard_path"] = str(DASHBOARDS / home.name)
+    ini["paths"] = {
+        "data": str(out / "data"),
+        "logs": str(out / "logs"),
+        "plugins": str(out / "plugins"),
+        "provisioning": str(out / "provisioning"),
+    }
+    ini["server"] = {"http_addr": "127.0.0.1", "http_port": str(port)}
+    with open(out / "grafana.ini", "w") as f:
+        ini.write(f)
+    return out / "grafana.ini"
