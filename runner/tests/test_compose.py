@@ -1,0 +1,287 @@
+"""The compose stack, rendered by compose-go (the loader of `docker compose`) since no Docker
+engine runs here: the effective config of the base and of every overlay is what users get."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ktor_lab import compose, loadgen, proxy
+from ktor_lab.compose import ComposeError
+from ktor_lab.paths import CASES, ENGINES, LIFETIMES, PROXY_JAR, REPO, split_case
+from ktor_lab.processes import free_port
+
+PASSWORD = {"GRAFANA_ADMIN_PASSWORD": "not-admin"}
+DOTENV = compose.dotenv()
+EXTRAS = ("distributed", "headless")
+HEALTHCHECKED = ("nginx", "proxy", "locust", "prometheus", "grafana")
+PORTS = {
+    "proxy": (8080, 8080),
+    "nginx": (8088, 80),
+    "locust": (8089, 8089),
+    "prometheus": (9090, 9090),
+    "grafana": (3000, 3000),
+}
+
+
+def render(*overlays: str, **env: str) -> dict:
+    return compose.render(*overlays, env={**PASSWORD, **env}, inherit_env=False)
+
+
+def accepted_by_proxy(variable: str) -> list[str]:
+    """The values the proxy jar lists as valid for `variable` when given a bad one."""
+    r = subprocess.run(
+        [proxy.java(), "-jar", str(PROXY_JAR)],
+        env={**os.environ, "HOST": "127.0.0.1", "PORT": str(free_port()), variable: "bogus"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    m = re.search(rf"{variable}='bogus' is not valid; valid values: (.+)", r.stderr)
+    assert m, r.stderr
+    return m[1].strip().split(", ")
+
+
+def test_one_overlay_per_case_the_proxy_accepts():
+    engines, lifetimes = accepted_by_proxy("CLIENT_ENGINE"), accepted_by_proxy("CLIENT_LIFETIME")
+    assert (tuple(engines), tuple(lifetimes)) == (ENGINES, LIFETIMES)
+    expected = {f"{lifetime}-{engine}" for lifetime in lifetimes for engine in engines}
+    present = {p.stem for p in compose.OVERLAYS.glob("*.yml")} - set(EXTRAS)
+    assert present == expected == set(CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case_overlay_sets_the_proxy_engine_and_lifetime(case):
+    lifetime, engine = split_case(case)
+    services = render(case)["services"]
+    env = services["proxy"]["environment"]
+    assert (env["CLIENT_ENGINE"], env["CLIENT_LIFETIME"]) == (engine, lifetime)
+    assert services["locust"]["environment"]["LAB_CASE"] == case
+    # Only the delta, with a first line that says what it changes.
+    text = compose.overlay(case).read_text()
+    assert text.startswith(f"# {case}: ")
+    raw = yaml.safe_load(text)
+    assert raw == {
+        "services": {
+            "proxy": {"environment": {"CLIENT_ENGINE": engine, "CLIENT_LIFETIME": lifetime}},
+            "locust": {"environment": {"LAB_CASE": case}},
+        }
+    }
+
+
+def test_base_alone_runs_singleton_cio_with_every_part():
+    services = render()["services"]
+    assert set(services) == {"nginx", "nginx-exporter", "proxy", "locust", "prometheus", "grafana"}
+    env = services["proxy"]["environment"]
+    assert (env["CLIENT_ENGINE"], env["CLIENT_LIFETIME"], env["UPSTREAM_URL"]) == (
+        "cio",
+        "singleton",
+        "http://nginx:80",
+    )
+    assert env["JAVA_OPTS"] == DOTENV["PROXY_JAVA_OPTS"]
+    assert services["locust"]["environment"]["LAB_CASE"] == "singleton-cio"
+    assert services["locust"]["environment"]["LOCUST_HOST"] == "http://proxy:8080"
+
+
+def all_renderings() -> list[tuple[str, ...]]:
+    return [
+        (),
+        *[(c,) for c in CASES],
+        ("singleton-cio", "distributed"),
+        ("singleton-cio", "headless"),
+        ("per-call-okhttp", "distributed", "headless"),
+    ]
+
+
+@pytest.mark.parametrize("overlays", all_renderings(), ids=lambda o: "+".join(o) or "base")
+def test_every_mounted_path_exists_in_the_repository(overlays):
+    for name, service in render(*overlays)["services"].items():
+        for volume in service.get("volumes", []):
+            assert volume["type"] == "bind", (name, volume)
+            source = Path(volume["source"])
+            assert source.exists(), f"{name}: {source} is not in the repository"
+            assert REPO in source.parents, (name, source)
+        if build := service.get("build"):
+            assert (Path(build["context"]) / build.get("dockerfile", "Dockerfile")).exists(), name
+
+
+def test_entrypoint_script_is_executable_and_template_variables_are_set():
+    """The nginx image runs /docker-entrypoint.d/*.sh only when executable, and envsubst replaces
+    only variables that are set: every ${VAR} of the template must be in the service's environment."""
+    script = REPO / "nginx" / "docker-entrypoint.d" / "40-lab-files.sh"
+    assert script.stat().st_mode & stat.S_IXUSR
+    mode = subprocess.run(["git", "ls-files", "-s", str(script)], cwd=REPO, capture_output=True, text=True)
+    assert mode.stdout.startswith("100755"), mode.stdout
+    env = render()["services"]["nginx"]["environment"]
+    template = (REPO / "nginx" / "templates" / "lab.conf.template").read_text()
+    used = set(re.findall(r"\$\{(\w+)\}", template))
+    assert used <= set(env), used - set(env)
+
+
+@pytest.mark.parametrize("overlays", all_renderings(), ids=lambda o: "+".join(o) or "base")
+def test_healthchecks_and_dependencies(overlays):
+    services = render(*overlays)["services"]
+    for name in HEALTHCHECKED:
+        check = services[name]["healthcheck"]
+        assert check["test"][0] == "CMD", name
+        for key in ("start_period", "interval", "timeout", "retries"):
+            assert check.get(key), (name, key)
+    for name, service in services.items():
+        for dependency, how in service.get("depends_on", {}).items():
+            # A dependency with a healthcheck is waited for until healthy; the exporter's image
+            # has no shell or HTTP client, so it can only be started.
+            expected = "service_healthy" if "healthcheck" in services[dependency] else "service_started"
+            assert how["condition"] == expected, (name, dependency)
+    assert services["proxy"]["depends_on"]["nginx"]["condition"] == "service_healthy"
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
+def test_healthcheck_commands_use_what_each_image_has():
+    services = render()["services"]
+    # nginx (Debian) and eclipse-temurin (Ubuntu) have curl; Prometheus and Grafana busybox wget.
+    tools = {"nginx": "curl", "proxy": "curl", "locust": "python", "prometheus": "wget", "grafana": "wget"}
+    for name, tool in tools.items():
+        assert services[name]["healthcheck"]["test"][1] == tool, name
+    assert not DOTENV["NGINX_IMAGE"].split(":")[1].endswith("alpine")
+
+
+@pytest.mark.parametrize("case", ["singleton-cio", "per-call-java"])
+def test_proxy_and_nginx_get_the_same_limits_in_every_case(case):
+    services = render(case)["services"]
+    assert services["proxy"]["cpus"] == float(DOTENV["PROXY_CPUS"])
+    assert services["nginx"]["cpus"] == float(DOTENV["NGINX_CPUS"])
+    assert int(services["proxy"]["mem_limit"]) == parse_bytes(DOTENV["PROXY_MEMORY"])
+    assert int(services["nginx"]["mem_limit"]) == parse_bytes(DOTENV["NGINX_MEMORY"])
+    env = services["proxy"]["environment"]
+    assert env["CLIENT_MAX_CONNECTIONS"] == DOTENV["CLIENT_MAX_CONNECTIONS"]
+
+
+def parse_bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(text[:-1]) * units[text[-1].lower()] if text[-1].lower() in units else int(text)
+
+
+def test_limits_follow_env_overrides():
+    services = render(PROXY_CPUS="1.5", PROXY_MEMORY="768m")["services"]
+    assert (services["proxy"]["cpus"], int(services["proxy"]["mem_limit"])) == (1.5, 768 << 20)
+
+
+def test_documented_ports_on_loopback():
+    services = render()["services"]
+    for name, (published, target) in PORTS.items():
+        [port] = services[name]["ports"]
+        assert (port["host_ip"], int(port["published"]), port["target"]) == (
+            "127.0.0.1",
+            published,
+            target,
+        ), name
+    assert "ports" not in services["nginx-exporter"]
+
+
+def test_prometheus_and_grafana_point_at_compose_services():
+    services = render()["services"]
+    prom = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text())
+    for job in prom["scrape_configs"]:
+        [target] = job["static_configs"][0]["targets"]
+        host, port = target.split(":")
+        assert host in services, target
+        listening = {
+            "proxy": services["proxy"]["environment"]["PORT"],
+            "locust": "8089",
+            "nginx-exporter": re.search(r":(\d+)$", " ".join(services["nginx-exporter"]["command"]))[1],
+        }
+        assert listening[host] == port, target
+    assert "http://nginx:8081/stub_status" in " ".join(services["nginx-exporter"]["command"])
+    datasource = yaml.safe_load((REPO / "grafana" / "provisioning" / "datasources" / "lab.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def test_images_are_pinned():
+    for key, image in DOTENV.items():
+        if key.endswith("_IMAGE"):
+            name, _, tag = image.rpartition(":")
+            assert name and tag and tag != "latest" and re.search(r"\d", tag), (key, image)
+    for name, service in render("distributed")["services"].items():
+        image = service["image"]
+        assert image in DOTENV.values() or image.endswith(":local"), (name, image)
+    for dockerfile in (REPO / "proxy-app" / "Dockerfile", REPO / "locust" / "Dockerfile"):
+        for line in dockerfile.read_text().splitlines():
+            if line.startswith("ARG") and "IMAGE=" in line:
+                assert re.search(r":\S*\d", line) and ":latest" not in line, line
+
+
+def test_grafana_refuses_to_start_without_an_admin_password():
+    with pytest.raises(ComposeError, match="GRAFANA_ADMIN_PASSWORD"):
+        compose.render(env={}, inherit_env=False)
+    services = render()["services"]
+    assert services["grafana"]["environment"]["GRAFANA_ADMIN_PASSWORD"] == "not-admin"
+
+
+def test_distributed_adds_workers_that_follow_the_master():
+    services = render("singleton-cio", "distributed", LOCUST_WORKERS="3")["services"]
+    master, worker = services["locust"], services["locust-worker"]
+    assert master["environment"]["LOCUST_MODE_MASTER"] == "true"
+    assert master["environment"]["LOCUST_EXPECT_WORKERS"] == "3"
+    assert worker["environment"]["LOCUST_MODE_WORKER"] == "true"
+    assert worker["environment"]["LOCUST_MASTER_NODE_HOST"] == "locust"
+    assert worker["deploy"]["replicas"] == 3
+    assert "ports" not in worker  # --scale needs no fixed host port
+    assert worker["image"] == master["image"]
+    assert master["environment"]["LAB_CASE"] == "singleton-cio"
+
+
+def test_dockerfile_builds_with_the_commands_the_tests_use():
+    """A green `make build` means a green image build: the same Maven invocation."""
+    makefile = (REPO / "Makefile").read_text()
+    mvn = re.search(r"^MVN := (.+)$", makefile, re.M)[1]
+    build = re.search(r"^build:.*\n\t(.+)$", makefile, re.M)[1]
+    assert build == "cd proxy-app && $(MVN) package"
+    runs = [
+        line.removeprefix("RUN ").strip()
+        for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()
+        if line.startswith("RUN ")
+    ]
+    assert f"{mvn} package" in runs
+    # Locust's image installs the same pinned requirements the venv does (pins kept equal in test_locust).
+    assert "-r /tmp/lab-requirements.txt" in (REPO / "locust" / "Dockerfile").read_text()
+
+
+@pytest.mark.slow
+def test_headless_overlay_runs_locust_for_the_time_and_writes_csv_and_html(upstream, tmp_path):
+    """Runs the rendered headless Locust command (entrypoint, command, environment) as a host
+    process, with /results and /home/locust moved to this machine: it must stop by itself and
+    leave CSV and HTML in a folder named after the case."""
+    # LOCUST_USERS from the shell reaches the container (50 users would make about 150 requests).
+    locust = render("per-call-okhttp", "headless", LOCUST_RUN_TIME="4s", LOCUST_USERS="10")["services"][
+        "locust"
+    ]
+    results = tmp_path / "results"
+    results.mkdir()
+    script = locust["entrypoint"][2].replace("/results", str(results))
+    argv = ["sh", "-c", script, *locust["entrypoint"][3:], *locust["command"]]
+    env = {
+        **os.environ,
+        **{k: v for k, v in locust["environment"].items() if v is not None},  # None: not set in the shell
+        "LOCUST_HOST": upstream.url,  # nginx itself: this checks Locust's side only
+        "LOCUST_WEB_HOST": "127.0.0.1",
+        "LOCUST_WEB_PORT": str(free_port()),
+        "PATH": f"{Path(loadgen.locust_bin()).parent}:{os.environ['PATH']}",
+    }
+    started = time.monotonic()
+    r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    [folder] = results.iterdir()
+    assert re.fullmatch(r"compose-\d{8}T\d{6}Z-per-call-okhttp", folder.name)
+    rows = {row["Name"]: row for row in csv.DictReader((folder / "locust_stats.csv").open())}
+    assert 5 <= int(rows["static-small"]["Request Count"]) <= 80  # 10 users waiting 1-2 s for 4 s
+    assert rows["static-small"]["Failure Count"] == "0"
+    assert (folder / "locust.html").read_text().lstrip().lower().startswith("<!doctype html")
