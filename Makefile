@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
 
-.PHONY: help setup build test test-fast run bench bench-locust lint clean
+.PHONY: help setup build test test-fast run verify matrix bench bench-locust lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,8 +29,14 @@ test: setup build  ## every test: Kotlin unit tests, then the Python suite with 
 test-fast: setup build  ## the suite without the 100 MB transfers and timeout waits
 	$(VENV)/bin/pytest runner/tests -m "not slow"
 
-run: setup build  ## nginx and the proxy for CASE (default singleton-cio) on 127.0.0.1 until Ctrl-C
+run: setup build  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)
+
+verify: setup build  ## start the native stack on free ports, check every endpoint and dashboard query, stop
+	$(VENV)/bin/lab verify $(CASE)
+
+matrix: setup build  ## all 10 cases headless (lab run), then report.md and report.html in results/<timestamp>/
+	$(VENV)/bin/lab run
 
 bench: setup build  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
 	$(VENV)/bin/lab bench
@@ -43,4 +49,4 @@ lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff format --check runner locust
 
 clean:  ## remove build output and run folders
-	rm -rf proxy-app/target runs
+	rm -rf proxy-app/target runs tools/compose-config/compose-config

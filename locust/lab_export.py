@@ -13,6 +13,7 @@ monitor samples every 10 s); workers send theirs to the master. A process at or 
 from __future__ import annotations
 
 import logging
+import time
 
 import gevent
 import psutil
@@ -106,6 +107,8 @@ def install(environment, settings: dict, target: dict) -> None:
                 lambda msg, **_: watch.record(f"worker-{msg.data['id']}", msg.data["cpu"]),
             )
     environment.events.test_start.add_listener(lambda **_: watch.reset_peaks())
+    # Locust's "reset stats" (web UI or /stats/reset) starts a new window for the peaks too.
+    environment.events.reset_stats.add_listener(lambda **_: watch.reset_peaks())
     environment.events.test_stop.add_listener(lambda **_: _summary(watch))
     environment.lab_cpu_watch = watch  # for tests and other plugins
 
@@ -117,6 +120,41 @@ def install(environment, settings: dict, target: dict) -> None:
     @environment.web_ui.app.route("/metrics")
     def metrics():
         return generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST}
+
+    @environment.web_ui.app.route("/lab/stats")
+    def lab_stats():
+        return window_stats(environment, settings, target, watch)
+
+
+def window_stats(environment, settings: dict, target: dict, watch: CpuWatch) -> dict:
+    """Totals since the run started or the stats were last reset, for `lab run`: exact
+    percentiles from Locust's per-millisecond counts, the window's bounds, and the generator's
+    CPU peaks in it."""
+    runner = environment.runner
+    total = runner.stats.total
+    return {
+        "state": runner.state,
+        "now": time.time(),
+        "start_time": total.start_time,
+        "last_request_timestamp": total.last_request_timestamp,
+        "requests": total.num_requests,
+        "failures": total.num_failures,
+        "p50_ms": total.get_response_time_percentile(0.5) if total.num_requests else None,
+        "p95_ms": total.get_response_time_percentile(0.95) if total.num_requests else None,
+        "p99_ms": total.get_response_time_percentile(0.99) if total.num_requests else None,
+        "max_ms": total.max_response_time if total.num_requests else None,
+        "avg_ms": total.avg_response_time if total.num_requests else None,
+        "users": runner.user_count,
+        "workers": runner.worker_count if isinstance(runner, MasterRunner) else 0,
+        "target_rps": target["rps"] if settings.get("load_model") != "closed" else 0,
+        "cpu_peak_percent": dict(watch.peak),
+        "saturated": watch.saturated,
+        "settings": {k: v for k, v in settings.items() if isinstance(v, (str, int, float, bool))},
+        "errors": [
+            {"method": e.method, "name": e.name, "error": str(e.error), "occurrences": e.occurrences}
+            for e in runner.stats.errors.values()
+        ][:20],
+    }
 
 
 def _sample_cpu(environment, watch: CpuWatch) -> None:

@@ -29,6 +29,7 @@ def children_alive(pids: list[int]) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
     nginx_port, status_port, proxy_port = free_port(), free_port(), free_port()
+    locust_port, prom_port, exporter_port = free_port(), free_port(), free_port()
     lab = Path(sys.executable).with_name("lab")
     proc = subprocess.Popen(
         [
@@ -41,6 +42,12 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
             str(status_port),
             "--proxy-port",
             str(proxy_port),
+            "--locust-port",
+            str(locust_port),
+            "--prometheus-port",
+            str(prom_port),
+            "--exporter-port",
+            str(exporter_port),
             "--java-opts=-Xmx128m",
             "--run-dir",
             str(tmp_path),
@@ -53,17 +60,21 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
     )
     try:
         proxy = f"http://127.0.0.1:{proxy_port}"
-        wait_until(lambda: proc.poll() is not None or answers(f"{proxy}/health"), timeout=60)
+        locust = f"http://127.0.0.1:{locust_port}"
+        wait_until(lambda: proc.poll() is not None or answers(f"{locust}/metrics"), timeout=90)
         assert proc.poll() is None, proc.communicate()[0]
         assert answers(f"{proxy}/health"), "lab up did not come up"
         assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
+        assert answers(f"http://127.0.0.1:{prom_port}/-/ready")
+        assert answers(f"http://127.0.0.1:{exporter_port}/metrics")
+        assert "Locust" in requests.get(locust, timeout=5).text
         pids = [
             int(p)
             for p in subprocess.run(
                 ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
             ).stdout.split()
         ]
-        assert len(pids) == 2  # nginx master and the proxy's JVM
+        assert len(pids) == 5  # nginx master, the exporter, the proxy's JVM, Prometheus, Locust
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -72,7 +83,8 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
     assert proc.returncode == 0, out
     assert "lab: stopped" in out
     assert wait_until(lambda: not children_alive(pids), timeout=10), children_alive(pids)
-    assert not answers(f"http://127.0.0.1:{status_port}/health")
+    for port in (status_port, proxy_port, locust_port, prom_port, exporter_port):
+        assert not answers(f"http://127.0.0.1:{port}/"), port
 
 
 def test_lab_up_names_the_valid_cases_for_a_bad_one():

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import requests
 
 from .paths import LOCUST_DIR
+from .processes import Service, free_port
 
 
 def locust_bin() -> str:
@@ -27,3 +29,102 @@ def run_finished(web: str) -> bool:
         return requests.get(f"{web}/stats/requests", timeout=2).json()["state"] == "stopped"
     except (requests.RequestException, ValueError, KeyError):
         return False
+
+
+def start(
+    run_dir: Path,
+    name: str,
+    web_port: int,
+    options: list[str],
+    workers: int = 0,
+    sweep: bool = False,
+) -> list[Service]:
+    """Locust with its web UI (and the lab's export) on 127.0.0.1:`web_port`: one process, or a
+    master with `workers` workers, which take the master's options. Returns the processes,
+    master first; waits until the web UI answers (and, with workers, until all are connected)."""
+    web = ["--web-host", "127.0.0.1", "--web-port", str(web_port)]
+    services = []
+    try:
+        if workers:
+            master_port = free_port()
+            services.append(
+                Service(
+                    f"{name}-master",
+                    argv(
+                        "--master",
+                        "--master-bind-host",
+                        "127.0.0.1",
+                        "--master-bind-port",
+                        str(master_port),
+                        "--expect-workers",
+                        str(workers),
+                        *web,
+                        *options,
+                        sweep=sweep,
+                    ),
+                    run_dir / f"{name}-master.log",
+                )
+            )
+            for i in range(workers):
+                services.append(
+                    Service(
+                        f"{name}-worker-{i}",
+                        argv(
+                            "--worker",
+                            "--master-host",
+                            "127.0.0.1",
+                            "--master-port",
+                            str(master_port),
+                            sweep=sweep,
+                        ),
+                        run_dir / f"{name}-worker-{i}.log",
+                    )
+                )
+        else:
+            services.append(Service(name, argv(*web, *options, sweep=sweep), run_dir / f"{name}.log"))
+        services[0].wait_http(f"http://127.0.0.1:{web_port}/metrics", timeout=60)
+        if workers:
+            client = LocustWeb(f"http://127.0.0.1:{web_port}")
+            deadline = time.monotonic() + 60
+            while client.stats()["workers"] < workers:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"only {client.stats()['workers']} of {workers} Locust workers connected"
+                    )
+                time.sleep(0.2)
+        return services
+    except BaseException:
+        for s in reversed(services):
+            s.stop()
+        raise
+
+
+class LocustWeb:
+    """Locust's web API (and the lab's /lab/stats) for a process started with its web UI."""
+
+    def __init__(self, base: str):
+        self.base = base.rstrip("/")
+
+    def swarm(self, host: str, users: int, spawn_rate: float, **custom: str | float | int) -> None:
+        """Starts (or changes) a run; `custom` are the locustfile's options (scenario=..., load_model=...)."""
+        form = {"host": host, "user_count": users, "spawn_rate": spawn_rate, **custom}
+        r = requests.post(f"{self.base}/swarm", data=form, timeout=10)
+        r.raise_for_status()
+        body = r.json()
+        if not body.get("success"):
+            raise RuntimeError(f"Locust refused the run: {body.get('message')}")
+
+    def stop(self) -> None:
+        requests.post(f"{self.base}/stop", timeout=10).raise_for_status()
+        deadline = time.monotonic() + 30
+        while self.stats()["state"] not in ("stopped", "ready") and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def reset(self) -> None:
+        requests.post(f"{self.base}/stats/reset", timeout=10).raise_for_status()
+
+    def stats(self) -> dict:
+        """Totals since the last reset (see locust/lab_export.py, window_stats)."""
+        r = requests.get(f"{self.base}/lab/stats", timeout=10)
+        r.raise_for_status()
+        return r.json()

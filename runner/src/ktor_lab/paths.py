@@ -14,6 +14,8 @@ LOCUST_DIR = REPO / "locust"
 ENGINES = ("cio", "apache", "apache5", "okhttp", "java")
 LIFETIMES = ("singleton", "per-call")
 CASES = tuple(f"{lifetime}-{engine}" for lifetime in LIFETIMES for engine in ENGINES)
+# The locustfile's --scenario values (a test keeps them equal).
+SCENARIOS = ("static-small", "static-large", "upload", "slow", "mix")
 
 
 def split_case(case: str) -> tuple[str, str]:

@@ -1,0 +1,61 @@
+"""What set a run's rate: the engine, or something the report must not pass off as the engine.
+
+The rules, in order (a run can earn several flags; `capacity` is true only with none):
+
+- `generator-saturated`: a Locust process reached 90% CPU in the window. The rate is
+  the generator's; nothing about the proxy's capacity follows from it.
+- `load-model`: closed loop with a think time. Each user waits `wait` between requests,
+  so the rate is users / (wait + latency) by construction (Little's law). When the wait
+  is at least half of that cycle, the rate says more about the users and their wait than
+  about the engine (the earlier compose lab: 1000 users, 1-2 s wait).
+- `target`: the rate model reached its target (within 5%). The engine kept up; its
+  capacity is higher than the rate shown. Latency, CPU and threads at that rate still count.
+- `errors`: more than 1% of the requests failed.
+- `not-warm`: the warm-up ended before the rate was stable and the JIT quiet; the
+  figures may still climb.
+
+A run without flags ran the proxy at the limit of what it does with that concurrency: its
+rate is presented as the case's capacity.
+"""
+
+from __future__ import annotations
+
+SATURATION_CPU_PERCENT = 90.0
+WAIT_SHARE_LIMIT = 0.5
+TARGET_TOLERANCE = 0.05
+ERROR_RATIO_LIMIT = 0.01
+
+
+def judge(run: dict) -> dict:
+    """`run` as stored in results.json; returns {"flags": [...], "capacity": bool, "reasons": [...]}."""
+    load, locust = run["load"], run["locust"]
+    flags, reasons = [], []
+    peak = max(locust.get("cpu_peak_percent", {}).values(), default=0.0)
+    if locust.get("saturated") or peak >= SATURATION_CPU_PERCENT:
+        flags.append("generator-saturated")
+        reasons.append(f"Locust reached {peak:.0f}% CPU: the rate is the generator's")
+    rps = locust.get("rps") or 0.0
+    latency_s = (locust.get("avg_ms") or 0.0) / 1000
+    if load["model"] == "closed" and load.get("wait_max", 0) > 0:
+        wait = (load["wait_min"] + load["wait_max"]) / 2
+        share = wait / (wait + latency_s)
+        model_rps = load["users"] / (wait + latency_s)
+        if share >= WAIT_SHARE_LIMIT:
+            flags.append("load-model")
+            reasons.append(
+                f"closed loop: {load['users']} users / ({wait:g} s wait + {latency_s * 1000:.0f} ms) = "
+                f"{model_rps:.0f} rps, measured {rps:.0f}: the wait sets the rate"
+            )
+    if load["model"] == "rate" and load.get("target_rps"):
+        if rps >= (1 - TARGET_TOLERANCE) * load["target_rps"]:
+            flags.append("target")
+            reasons.append(f"reached its target of {load['target_rps']:g} rps: capacity is higher")
+    requests = locust.get("requests") or 0
+    if requests and (locust.get("failures") or 0) / requests > ERROR_RATIO_LIMIT:
+        flags.append("errors")
+        reasons.append(f"{locust['failures']} of {requests} requests failed")
+    warm = run.get("warmup", {})
+    if warm and not warm.get("settled", True):
+        flags.append("not-warm")
+        reasons.append(f"not warm after {warm.get('seconds', 0):.0f} s of warm-up: figures may still climb")
+    return {"flags": flags, "capacity": not flags, "reasons": reasons}

@@ -1,0 +1,143 @@
+"""`lab verify`: bring the native stack up on free ports, check that every endpoint and every
+metric the dashboards use answers, tear it down. A smoke test users can run (about a minute)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from argparse import Namespace
+from datetime import datetime
+
+import requests
+
+from . import grafana, stack
+from .loadgen import LocustWeb
+from .paths import REPO, split_case
+
+LOAD_SECONDS = 15
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def check(self, what: str, ok: bool, detail: str = "") -> bool:
+        print(
+            f"  {'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""), flush=True
+        )
+        if not ok:
+            self.failed.append(what)
+        return ok
+
+
+def get(url: str) -> requests.Response | None:
+    try:
+        return requests.get(url, timeout=5)
+    except requests.RequestException:
+        return None
+
+
+def prom(base: str, query: str) -> list[dict]:
+    body = requests.get(f"{base}/api/v1/query", params={"query": query}, timeout=10).json()
+    if body.get("status") != "success":
+        raise RuntimeError(body.get("error", "query failed"))
+    return body["data"]["result"]
+
+
+def wait_for(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return True
+        except (requests.RequestException, RuntimeError, ValueError):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def cmd_verify(args: Namespace) -> int:
+    try:
+        lifetime, engine = split_case(args.case)
+    except ValueError as e:
+        print(f"lab: {e}", file=sys.stderr)
+        return 2
+    if problems := stack.preflight():
+        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    d = args.run_dir or REPO / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-verify"
+    d.mkdir(parents=True, exist_ok=True)
+    lab = stack.NativeStack(d, stack.free_ports(), args.java_opts.split(), scrape_interval="1s")
+    c = Checks()
+    print(f"lab verify: {args.case} on free loopback ports (logs in {d})", flush=True)
+    try:
+        lab.start_upstream()
+        lab.start_proxy(args.case)
+        lab.start_prometheus()
+        lab.start_locust(args.case)
+        why_no_grafana = lab.start_grafana()
+
+        r = get(f"{lab.upstream_url}/files/tiny.txt")
+        c.check("nginx serves /files/tiny.txt", r is not None and r.text == "Success!\n")
+        r = get(f"{lab.upstream_url}/files/manifest.json")
+        c.check("nginx serves the manifest of its files", r is not None and "100m.bin" in r.text)
+        r = get(f"http://127.0.0.1:{lab.ports.nginx_status}/stub_status")
+        c.check("nginx stub_status answers", r is not None and "Active connections" in r.text)
+        r = get(f"http://127.0.0.1:{lab.ports.exporter}/metrics")
+        c.check("nginx exporter reads stub_status", r is not None and "nginx_up 1" in r.text)
+        r = get(f"{lab.proxy_url}/health")
+        c.check("proxy /health", r is not None and r.ok)
+        r = get(f"{lab.proxy_url}/files/tiny.txt")
+        c.check(f"proxy forwards through {engine} ({lifetime})", r is not None and r.text == "Success!\n")
+        r = get(f"{lab.proxy_url}/metrics")
+        c.check(
+            "proxy /metrics has lab_proxy_info for the case",
+            r is not None and f'case="{args.case}"' in r.text,
+        )
+
+        web = LocustWeb(lab.locust_url)
+        web.swarm(lab.proxy_url, 10, 10, load_model="rate", target_rps=50, scenario="static-small")
+        time.sleep(LOAD_SECONDS)
+        stats = web.stats()
+        c.check(
+            f"Locust ran {LOAD_SECONDS} s at 50 rps without failures",
+            stats["requests"] > 10 * LOAD_SECONDS and stats["failures"] == 0,
+            f"{stats['requests']} requests, {stats['failures']} failures",
+        )
+        r = get(f"{lab.locust_url}/metrics")
+        c.check("Locust exports its stats at /metrics", r is not None and "locust_requests_total" in r.text)
+
+        base = lab.prometheus_url
+        c.check(
+            "Prometheus scrapes proxy, Locust and the nginx exporter",
+            wait_for(lambda: len(prom(base, "up == 1")) == 3, 30),
+            str(prom(base, "up")),
+        )
+        values = {"engine": engine, "lifetime": lifetime}
+        for path, dashboard in grafana.dashboards().items():
+            empty = []
+            for q in grafana.panel_queries(dashboard):
+                expr = grafana.substitute(q.expr, values, "10s")
+                result = prom(base, expr)
+                if not any(math.isfinite(float(x["value"][1])) for x in result):
+                    empty.append(f"{q.panel} {q.ref_id}")
+            c.check(f"every panel of {path.name} has data", not empty, "; ".join(empty))
+        web.stop()
+
+        if why_no_grafana:
+            print(f"  skip Grafana: {why_no_grafana}")
+        else:
+            r = get(f"{lab.grafana_url}/api/dashboards/uid/ktor-lab-overview")
+            c.check("Grafana shows Lab overview without a login", r is not None and r.ok)
+    except (RuntimeError, TimeoutError, OSError, requests.RequestException) as e:
+        c.check("the stack starts and answers", False, str(e))
+    except KeyboardInterrupt:
+        c.check("not interrupted", False)
+    finally:
+        lab.stop()
+    if c.failed:
+        print(f"lab verify: {len(c.failed)} check(s) failed; logs in {d}", file=sys.stderr)
+        return 1
+    print("lab verify: everything answers")
+    return 0

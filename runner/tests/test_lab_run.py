@@ -1,0 +1,279 @@
+"""`lab run`, `lab report` and `lab verify`: option parsing, verdict rules, the report from a
+stored result, and a real two-case matrix against the real parts."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from ktor_lab import matrix, report, verdict
+from ktor_lab.cli import main
+from ktor_lab.paths import LOCUST_DIR, SCENARIOS
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results-small"
+LAB = str(Path(sys.executable).with_name("lab"))
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,load",
+    [
+        ("closed/50/0", matrix.Load("closed", 50)),
+        ("closed/1000/1-2", matrix.Load("closed", 1000, 1.0, 2.0)),
+        ("rate/500", matrix.Load("rate", 50, target_rps=500.0)),
+        ("rate/20", matrix.Load("rate", 10, target_rps=20.0)),
+        ("rate/500/200", matrix.Load("rate", 200, target_rps=500.0)),
+    ],
+)
+def test_load_levels_parse(text, load):
+    assert matrix.parse_load(text) == load
+    assert matrix.parse_load(load.label) == load
+
+
+@pytest.mark.parametrize(
+    "text", ["closed/50", "closed/0/0", "closed/50/2-1", "rate/0", "rate/x", "open/5", ""]
+)
+def test_bad_load_levels_name_the_accepted_forms(text):
+    with pytest.raises(ValueError, match=re.escape("closed/USERS/WAIT")):
+        matrix.parse_load(text)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--cases", "singleton-netty"], "unknown case 'singleton-netty'; valid cases: singleton-cio"),
+        (["--scenarios", "huge"], "unknown scenario 'huge'; valid scenarios: static-small"),
+        (["--loads", "closed/x/1"], "load level 'closed/x/1' is not valid"),
+        (["--repeats", "0"], "repeats and duration must be at least 1"),
+        (["--set", "NOEQUALS"], "--set takes NAME=VALUE"),
+    ],
+)
+def test_bad_run_options_stop_with_a_message(argv, message, capsys):
+    assert main(["run", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_needs_docker_for_the_compose_backend(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["run", "--backend", "compose", "--cases", "singleton-cio"]) == 2
+    assert "docker is missing" in capsys.readouterr().err
+
+
+def test_repeats_are_interleaved_across_cases():
+    plan = matrix.Plan(
+        ["singleton-cio", "per-call-cio"], ["static-small"], [matrix.parse_load("rate/10")], repeats=2
+    )
+    order = [(r["case"], r["repeat"]) for r in plan.runs()]
+    assert order == [("singleton-cio", 1), ("per-call-cio", 1), ("singleton-cio", 2), ("per-call-cio", 2)]
+
+
+def test_scenarios_are_the_locustfiles():
+    text = (LOCUST_DIR / "locustfile.py").read_text()
+    assert tuple(re.findall(r'@scenario\("([\w-]+)"\)', text)) == SCENARIOS
+
+
+# --- verdicts --------------------------------------------------------------------------------
+
+
+def a_run(model="closed", users=50, wait=(0.0, 0.0), target=0.0, rps=1000.0, avg_ms=20.0, cpu=40.0, fails=0):
+    return {
+        "load": {
+            "model": model,
+            "users": users,
+            "wait_min": wait[0],
+            "wait_max": wait[1],
+            "target_rps": target,
+        },
+        "locust": {
+            "rps": rps,
+            "avg_ms": avg_ms,
+            "requests": int(rps * 30),
+            "failures": fails,
+            "cpu_peak_percent": {"local": cpu},
+            "saturated": cpu >= 90,
+        },
+        "warmup": {"seconds": 20, "settled": True},
+    }
+
+
+def test_the_earlier_compose_labs_setup_is_flagged_as_load_model_bound():
+    # 1000 users, 1-2 s wait: singleton CIO ~600 rps at 100 ms, per-call Apache ~150 rps at 5 s.
+    fast = verdict.judge(a_run(users=1000, wait=(1, 2), rps=600, avg_ms=100))
+    assert fast["flags"] == ["load-model"] and not fast["capacity"]
+    assert "1000 users / (1.5 s wait + 100 ms) = 625 rps, measured 600" in fast["reasons"][0]
+    # With 5 s latency the wait no longer dominates the cycle: the rate is not the wait's.
+    slow = verdict.judge(a_run(users=1000, wait=(1, 2), rps=150, avg_ms=5000))
+    assert "load-model" not in slow["flags"]
+
+
+def test_a_saturated_generator_is_flagged_whatever_the_model():
+    v = verdict.judge(a_run(cpu=97))
+    assert v["flags"] == ["generator-saturated"] and not v["capacity"]
+    assert "97%" in v["reasons"][0]
+
+
+def test_rate_model_that_reached_its_target_is_not_capacity():
+    assert verdict.judge(a_run("rate", 50, target=500, rps=498))["flags"] == ["target"]
+    fell_short = verdict.judge(a_run("rate", 50, target=5000, rps=2100))
+    assert fell_short["capacity"], fell_short
+
+
+def test_no_wait_and_an_idle_generator_is_capacity():
+    assert verdict.judge(a_run()) == {"flags": [], "capacity": True, "reasons": []}
+
+
+def test_errors_and_a_short_warm_up_are_flagged():
+    run = a_run(fails=500)
+    run["warmup"]["settled"] = False
+    assert verdict.judge(run)["flags"] == ["errors", "not-warm"]
+
+
+# --- the report from a stored result -----------------------------------------------------------
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+        self.cells: list[str] = []
+        self._in_td = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self._in_td = tag == "td"
+
+    def handle_endtag(self, tag):
+        self._in_td = False
+
+    def handle_data(self, data):
+        if self._in_td:
+            self.cells.append(data)
+
+
+def test_report_from_a_stored_result(tmp_path):
+    for f in FIXTURE.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    results = json.loads((FIXTURE / "results.json").read_text())
+    assert main(["report", str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    page = (tmp_path / "report.html").read_text()
+
+    # One table per scenario and load, one row per case, the figures the issue lists.
+    assert "## static-small, closed model, 1000 users, 1-2 s wait" in md
+    assert "| case | rps | p50 ms | p95 ms | p99 ms | errors | CPU s / 1000 req | threads max |" in md
+    for case in results["plan"]["cases"]:
+        assert re.search(rf"^\| {case} \| ", md, re.M), case
+    # The earlier lab's setup is flagged, and its rps is not shown as capacity.
+    earlier = [ln for ln in md.splitlines() if ln.startswith("| ") and "load-model" in ln]
+    assert len(earlier) == len(results["plan"]["cases"]), md
+    assert all("*not capacity*" in ln for ln in earlier)
+    # Medians and the spread over the two repeats.
+    singleton = [r for r in results["runs"] if r["case"] == "singleton-cio" and r["load"]["model"] == "rate"]
+    rps = sorted(r["locust"]["rps"] for r in singleton)
+    assert f"{sum(rps) / 2:,.0f} ({rps[0]:,.0f}-{rps[1]:,.0f})" in md
+    # Settings beside the numbers.
+    assert results["environment"]["commit"][:12] in md
+    assert "max_connections=1000" in md and "JAVA_OPTS" in md
+
+    parser = Page()
+    parser.feed(page)
+    assert page.startswith("<!doctype html>")
+    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * len(report.CHARTS)
+    assert "<script" not in page and "http://" not in page.split("<pre>")[0].replace('xmlns="http://', "")
+    assert "singleton-cio" in parser.cells and "load-model" in " ".join(parser.cells)
+
+
+def test_report_of_a_folder_without_results_says_so(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "results.json does not exist" in capsys.readouterr().err
+
+
+def test_report_recomputes_verdicts_with_todays_rules():
+    results = json.loads((FIXTURE / "results.json").read_text())
+    changed = copy.deepcopy(results)
+    for run in changed["runs"]:
+        run["verdict"] = {"flags": [], "capacity": True, "reasons": []}  # as if stored by older rules
+    assert report.markdown(changed) == report.markdown(results)
+
+
+# --- real parts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [
+            LAB,
+            "run",
+            "--cases",
+            "singleton-cio,per-call-java",
+            "--loads",
+            "rate/200",
+            "--warmup",
+            "5",
+            "--duration",
+            "6",
+            "--java-opts=-Xmx128m",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [run["case"] for run in results["runs"]] == ["singleton-cio", "per-call-java"]
+    for run in results["runs"]:
+        sent, counted = run["locust"]["requests"], run["proxy"]["upstream_requests"]
+        assert sent > 6 * 200 * 0.8, run["locust"]
+        assert abs(sent - counted) <= 0.02 * counted, (run["case"], sent, counted)
+        assert run["locust"]["failures"] == 0
+        # From Prometheus over the window: every figure the report shows.
+        prom = run["prometheus"]
+        for key in (
+            "threads_live_max",
+            "threads_active_unparked_max",
+            "heap_max_bytes",
+            "open_fds_max",
+            "generator_cpu_max_percent",
+        ):
+            assert prom[key] is not None and prom[key] > 0, (run["case"], key, prom)
+        assert abs(prom["upstream_requests"] - counted) <= 0.15 * counted, (prom, counted)
+        # CPU per request from the proxy's own counters; Prometheus' view of the same agrees.
+        assert run["proxy"]["cpu_seconds_per_1000_requests"] > 0
+        assert prom["cpu_seconds"] == pytest.approx(run["proxy"]["cpu_seconds"], rel=0.3)
+        assert run["proxy"]["settings"]["case"] == run["case"]
+    singleton, per_call = results["runs"]
+    assert singleton["proxy"]["clients_opened"] == 0
+    assert per_call["proxy"]["clients_opened"] == pytest.approx(
+        per_call["proxy"]["upstream_requests"], abs=60
+    )
+    # The report was written, states its verdicts, and its rps is Locust's.
+    md = (out / "report.md").read_text()
+    assert "target" in md  # 200 rps is far below capacity: flagged, not presented as capacity
+    for run in results["runs"]:
+        assert f"{run['locust']['rps']:,.0f} *not capacity*" in md
+
+
+@pytest.mark.slow
+def test_verify_checks_the_whole_stack(tmp_path):
+    r = subprocess.run(
+        [LAB, "verify", "per-call-okhttp", "--java-opts=-Xmx128m", "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok   every panel of lab-overview.json has data" in r.stdout
+    assert "FAIL" not in r.stdout
