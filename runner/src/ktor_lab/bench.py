@@ -22,7 +22,7 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from . import nginx, proxy
+from . import nginx, proxy, stack
 from .processes import Service, free_port
 
 # wrk calls done() once at the end; this prints one JSON line with what the table needs.
@@ -157,8 +157,7 @@ def cmd_bench(args: Namespace) -> int:
     if shutil.which("wrk") is None:
         print("lab: wrk is missing: apt-get install wrk", file=sys.stderr)
         return 2
-    if problems := preflight():
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if stack.cannot_start(preflight()):
         return 2
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     d = run_dir(args, "bench")

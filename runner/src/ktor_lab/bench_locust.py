@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import time
 from argparse import Namespace
 
 import requests
 
-from . import loadgen, nginx
+from . import loadgen, nginx, stack
 from .processes import Service, free_port
 
 
@@ -113,8 +112,7 @@ def _run(name: str, d, host: str, users: int, seconds: int, workers: int) -> dic
 def cmd_bench_locust(args: Namespace) -> int:
     from .cli import preflight, run_dir
 
-    if problems := [p for p in preflight() if "proxy-app" not in p]:
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if stack.cannot_start([p for p in preflight() if "proxy-app" not in p]):
         return 2
     d = run_dir(args, "bench-locust")
     ports = nginx.NginxPorts(args.nginx_port, args.nginx_status_port)

@@ -223,8 +223,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 2
-    if problems := stack.preflight():
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if stack.cannot_start(stack.preflight()):
         return 2
     d = run_dir(args, args.case)
     ports = Ports(
@@ -292,9 +291,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 2
-    problems = stack.preflight() if args.backend == "native" else ComposeBackend.preflight()
-    if problems:
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if stack.cannot_start(stack.preflight() if args.backend == "native" else ComposeBackend.preflight()):
         return 2
     out = args.out or REPO / "results" / f"{datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 import requests
 
 from . import verdict
-from .bench import jit_cpu_seconds
+from .bench import _version, jit_cpu_seconds
 from .loadgen import LocustWeb
 from .paths import REPO, SCENARIOS, split_case
 
@@ -153,14 +153,6 @@ def format_seconds(s: float) -> str:
 def environment() -> dict:
     """Commit, versions and machine, recorded beside the numbers."""
 
-    def first_line(argv: list[str]) -> str:
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-            text = (r.stdout + r.stderr).strip()
-            return text.splitlines()[0] if text else "?"
-        except (OSError, subprocess.TimeoutExpired):
-            return "missing"
-
     def git(*args: str) -> str:
         r = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else "unknown"
@@ -194,11 +186,11 @@ def environment() -> dict:
             "hostname": platform.node(),
         },
         "versions": {
-            "java": first_line([java(), "-version"]),
+            "java": _version([java(), "-version"]),
             "locust": version("locust"),
             "python": platform.python_version(),
-            "nginx": first_line(["nginx", "-v"]),
-            "prometheus": first_line(["prometheus", "--version"]),
+            "nginx": _version(["nginx", "-v"]),
+            "prometheus": _version(["prometheus", "--version"]),
         },
     }
 

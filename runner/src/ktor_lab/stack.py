@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,13 @@ def preflight(need_prometheus: bool = True) -> list[str]:
         if not Path(prometheus.NGINX_EXPORTER).exists():
             problems.append("the nginx exporter is missing: apt-get install prometheus-nginx-exporter")
     return problems
+
+
+def cannot_start(problems: list[str]) -> bool:
+    """Prints the preflight's problems, if any, for the user; true when there were some."""
+    if problems:
+        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    return bool(problems)
 
 
 class NativeStack:

@@ -7,13 +7,12 @@ import math
 import sys
 import time
 from argparse import Namespace
-from datetime import datetime
 
 import requests
 
 from . import grafana, stack
 from .loadgen import LocustWeb
-from .paths import REPO, split_case
+from .paths import split_case
 
 LOAD_SECONDS = 15
 
@@ -58,16 +57,16 @@ def wait_for(condition, timeout: float) -> bool:
 
 
 def cmd_verify(args: Namespace) -> int:
+    from .cli import run_dir
+
     try:
         lifetime, engine = split_case(args.case)
     except ValueError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 2
-    if problems := stack.preflight():
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
+    if stack.cannot_start(stack.preflight()):
         return 2
-    d = args.run_dir or REPO / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-verify"
-    d.mkdir(parents=True, exist_ok=True)
+    d = run_dir(args, "verify")
     lab = stack.NativeStack(d, stack.free_ports(), args.java_opts.split(), scrape_interval="1s")
     c = Checks()
     print(f"lab verify: {args.case} on free loopback ports (logs in {d})", flush=True)
