@@ -6,6 +6,7 @@
  * earlier studies measured those defaults instead of the engines. Here one
  * `CLIENT_MAX_CONNECTIONS` and one pair of timeouts are set on each engine's own knobs;
  * [effectiveSettings] lists exactly what was set, for the start-up log and the info metric.
+ * `CLIENT_LIMITS=defaults` leaves the engine's limits alone, to replay those studies.
  */
 @file:Suppress("DEPRECATION") // ktor-client-apache (HttpClient 4) is deprecated, and under test
 
@@ -37,12 +38,27 @@ object ClientFactory {
 
     /** Call once at start-up, before any Java engine client exists. */
     fun prepareJvm(config: ProxyConfig) {
-        if (config.engine == Engine.JAVA) {
+        if (config.engine == Engine.JAVA && config.limits == Limits.FAIR) {
             System.setProperty(JAVA_POOL_PROPERTY, config.maxConnections.toString())
         }
     }
 
-    fun create(config: ProxyConfig): HttpClient {
+    fun create(config: ProxyConfig): HttpClient =
+        if (config.limits == Limits.DEFAULTS) createWithEngineDefaults(config) else createFair(config)
+
+    /** Only what every case shares (timeouts, no redirects, HTTP/1.1); the engine's own limits stay. */
+    private fun createWithEngineDefaults(config: ProxyConfig): HttpClient = when (config.engine) {
+        Engine.CIO -> HttpClient(CIO) { common(config) }
+        Engine.APACHE -> HttpClient(Apache) { common(config) }
+        Engine.APACHE5 -> HttpClient(Apache5) { common(config) }
+        Engine.OKHTTP -> HttpClient(OkHttp) { common(config) }
+        Engine.JAVA -> HttpClient(Java) {
+            engine { protocolVersion = java.net.http.HttpClient.Version.HTTP_1_1 }
+            common(config)
+        }
+    }
+
+    private fun createFair(config: ProxyConfig): HttpClient {
         val max = config.maxConnections
         val connectMs = config.connectTimeoutMs
         val requestMs = config.requestTimeoutMs
@@ -132,10 +148,12 @@ object ClientFactory {
     fun effectiveSettings(config: ProxyConfig): Map<String, String> {
         val max = config.maxConnections.toString()
         val common = linkedMapOf(
+            "limits" to config.limits.id,
             "connect_timeout_ms" to config.connectTimeoutMs.toString(),
             "request_timeout_ms" to config.requestTimeoutMs.toString(),
             "follow_redirects" to "false",
         )
+        if (config.limits == Limits.DEFAULTS) return engineDefaults(config.engine) + common
         val specific: Map<String, String> = when (config.engine) {
             Engine.CIO -> linkedMapOf(
                 "max_connections_total" to max,
@@ -169,5 +187,41 @@ object ClientFactory {
             )
         }
         return linkedMapOf("max_connections" to max) + specific + common
+    }
+
+    /**
+     * The limits each engine applies when nothing is set, read from the engines' own config
+     * objects where they expose them (the Apache engines set theirs inside Ktor, not readable).
+     */
+    private fun engineDefaults(engine: Engine): Map<String, String> {
+        val unset = "engine_default"
+        return when (engine) {
+            Engine.CIO -> {
+                val cio = io.ktor.client.engine.cio.CIOEngineConfig()
+                linkedMapOf(
+                    "max_connections_total" to cio.maxConnectionsCount.toString(),
+                    "max_connections_per_route" to cio.endpoint.maxConnectionsPerRoute.toString(),
+                )
+            }
+
+            Engine.OKHTTP -> {
+                val dispatcher = Dispatcher()
+                linkedMapOf(
+                    "dispatcher_max_requests" to dispatcher.maxRequests.toString(),
+                    "dispatcher_max_requests_per_host" to dispatcher.maxRequestsPerHost.toString(),
+                )
+            }
+
+            Engine.APACHE, Engine.APACHE5 -> linkedMapOf(
+                "max_connections_total" to unset,
+                "max_connections_per_route" to unset,
+            )
+
+            Engine.JAVA -> linkedMapOf(
+                "max_connections_total" to "unlimited",
+                "max_connections_per_route" to "unlimited",
+                "http_version" to "HTTP_1_1",
+            )
+        }
     }
 }

@@ -24,6 +24,16 @@ enum class Lifetime(val id: String) {
     PER_CALL("per-call"),
 }
 
+/**
+ * Which connection limits the client gets. [id] is the value of `CLIENT_LIMITS`.
+ * `fair` applies `CLIENT_MAX_CONNECTIONS` to every engine; `defaults` leaves each engine's own
+ * limits (CIO: 100 per route, OkHttp: 5 per host, ...), which is what earlier studies measured.
+ */
+enum class Limits(val id: String) {
+    FAIR("fair"),
+    DEFAULTS("defaults"),
+}
+
 class ConfigException(message: String) : RuntimeException(message)
 
 data class ProxyConfig(
@@ -38,6 +48,7 @@ data class ProxyConfig(
     val connectTimeoutMs: Long = 5_000,
     val requestTimeoutMs: Long = 30_000,
     val accessLog: Boolean = false,
+    val limits: Limits = Limits.FAIR,
 ) {
     /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
     val caseName: String get() = "${lifetime.id}-${engine.id}"
@@ -51,6 +62,7 @@ data class ProxyConfig(
             "HOST" to "an IP address or host name to listen on, e.g. 0.0.0.0 or 127.0.0.1",
             "PORT" to "an integer from 1 to 65535",
             "CLIENT_MAX_CONNECTIONS" to "an integer from 1 to 100000",
+            "CLIENT_LIMITS" to Limits.entries.joinToString(", ") { it.id },
             "CLIENT_CONNECT_TIMEOUT_MS" to "an integer from 1 to 3600000",
             "CLIENT_REQUEST_TIMEOUT_MS" to "an integer from 1 to 3600000",
             "ACCESS_LOG" to "on, off",
@@ -75,6 +87,9 @@ data class ProxyConfig(
                 port = value("PORT")?.let { intIn("PORT", it, 1..65535) } ?: defaults.port,
                 maxConnections = value("CLIENT_MAX_CONNECTIONS")
                     ?.let { intIn("CLIENT_MAX_CONNECTIONS", it, 1..100_000) } ?: defaults.maxConnections,
+                limits = value("CLIENT_LIMITS")?.let { v ->
+                    Limits.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_LIMITS", v)
+                } ?: defaults.limits,
                 connectTimeoutMs = value("CLIENT_CONNECT_TIMEOUT_MS")
                     ?.let { intIn("CLIENT_CONNECT_TIMEOUT_MS", it, 1..3_600_000).toLong() }
                     ?: defaults.connectTimeoutMs,

@@ -20,6 +20,7 @@ class ProxyConfigTest {
         assertEquals(5_000, config.connectTimeoutMs)
         assertEquals(30_000, config.requestTimeoutMs)
         assertEquals(false, config.accessLog)
+        assertEquals(Limits.FAIR, config.limits)
         assertEquals("singleton-cio", config.caseName)
     }
 
@@ -46,10 +47,13 @@ class ProxyConfigTest {
                 "CLIENT_ENGINE" to "okhttp", "CLIENT_LIFETIME" to "per-call", "UPSTREAM_URL" to "http://up:81/base/",
                 "HOST" to "127.0.0.1", "PORT" to "9000", "CLIENT_MAX_CONNECTIONS" to "64",
                 "CLIENT_CONNECT_TIMEOUT_MS" to "250", "CLIENT_REQUEST_TIMEOUT_MS" to "750", "ACCESS_LOG" to "on",
+                "CLIENT_LIMITS" to "Defaults",
             ),
         )
         assertEquals(
-            ProxyConfig(Engine.OKHTTP, Lifetime.PER_CALL, "http://up:81/base", "127.0.0.1", 9000, 64, 250, 750, true),
+            ProxyConfig(Engine.OKHTTP, Lifetime.PER_CALL, "http://up:81/base", "127.0.0.1", 9000, 64, 250, 750, true,
+                Limits.DEFAULTS,
+            ),
             config,
         )
     }
@@ -76,6 +80,7 @@ class ProxyConfigTest {
             "CLIENT_CONNECT_TIMEOUT_MS|0|an integer from 1 to 3600000",
             "CLIENT_REQUEST_TIMEOUT_MS|30s|an integer from 1 to 3600000",
             "ACCESS_LOG|yes|on, off",
+            "CLIENT_LIMITS|none|fair, defaults",
         ],
     )
     fun `a bad value names the variable and the valid values`(name: String, value: String, valid: String) {
@@ -91,7 +96,7 @@ class ProxyConfigTest {
         assertEquals(
             setOf(
                 "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
-                "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
+                "CLIENT_LIMITS", "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
             ),
             documented,
         )
