@@ -26,6 +26,7 @@ examples:
   lab report results/20261122-101500    report.md and report.html from a run's results.json
   lab bench                             wrk against nginx, nginx proxy_pass and every case
   lab bench-locust --workers 2          Locust's own ceiling against nginx directly
+  lab study threads                     threads per engine for 100/500/1000 requests in flight (docs/studies/)
 """
 
 
@@ -132,6 +133,10 @@ def main_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=2, help="workers in the distributed run (default: %(default)s)"
     )
     bl.add_argument("--duration", type=int, default=15, help="seconds per run (default: %(default)s)")
+
+    from . import studies
+
+    studies.add_parser(sub)
     return parser
 
 
@@ -343,6 +348,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = main_parser().parse_args(argv)
     if args.command == "up":
         return cmd_up(args)
@@ -362,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_locust import cmd_bench_locust
 
         return cmd_bench_locust(args)
+    if args.command == "study":
+        from .studies import cmd_study
+
+        return cmd_study(args, argv)
     return 2
 
 

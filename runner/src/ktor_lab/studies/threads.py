@@ -1,0 +1,295 @@
+"""`lab study threads`: how many threads each engine holds for N requests in flight.
+
+The thread-count study sent 500 requests at once to a server answering after 2 s and
+counted threads. Here: N requests at once through the proxy (singleton, one engine) to
+nginx's /delay; live and active-unparked threads read from the proxy's /metrics at 1 s
+(minus the idle figures read just before), the time until the last answer, and how many
+waves the answers came in (a wave = answers separated by less than half the delay).
+Each (engine, limits, N) gets a fresh proxy, once with the engines' own limits
+(CLIENT_LIMITS=defaults) and once with the lab's fair limit (CLIENT_MAX_CONNECTIONS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from pathlib import Path
+
+import requests
+
+from .. import nginx, proxy
+from ..paths import ENGINES
+from ..processes import free_port
+from . import common
+
+NAME = "threads"
+
+
+def raise_fd_limit() -> None:
+    """N sockets at once need more than the usual 1024 descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def thread_gauges(proxy_url: str) -> dict[str, float]:
+    """Live and active-unparked threads from the proxy's own /metrics."""
+    text = requests.get(f"{proxy_url}/metrics", timeout=30).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("jvm_threads_live_threads"):
+            out["live"] = float(line.split()[-1])
+        elif line.startswith("lab_threads_active_unparked"):
+            out["unparked"] = float(line.split()[-1])
+    return out
+
+
+async def one_request(host: str, port: int, path: str, deadline: float) -> tuple[int, float]:
+    """GET path with Connection: close; (status, seconds until the whole answer was read)."""
+    t0 = time.monotonic()
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), deadline)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(-1), max(0.1, deadline - (time.monotonic() - t0)))
+    finally:
+        writer.close()
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    return status, time.monotonic() - t0
+
+
+def waves(done_at: list[float], delay_s: float) -> int:
+    """Clusters of answer times: a new wave starts after a gap of more than half the delay."""
+    if not done_at:
+        return 0
+    ts = sorted(done_at)
+    return 1 + sum(1 for a, b in zip(ts, ts[1:], strict=False) if b - a > delay_s / 2)
+
+
+async def burst(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float) -> dict:
+    """N requests at once; threads sampled at `sample_at` s and every 0.25 s for the peak."""
+    host, port = proxy_url.removeprefix("http://").split(":")
+    path = f"/delay?ms={delay_ms}"
+    t0 = time.monotonic()
+    tasks = [asyncio.ensure_future(one_request(host, int(port), path, deadline)) for _ in range(n)]
+    at: dict[str, float] = {}
+    peak = {"live": 0.0, "unparked": 0.0}
+    sampled = False
+    while not all(t.done() for t in tasks) and time.monotonic() - t0 < deadline:
+        await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - t0
+        if not sampled and elapsed >= sample_at:
+            at = await asyncio.to_thread(thread_gauges, proxy_url)
+            at["at_s"] = round(time.monotonic() - t0, 2)
+            sampled = True
+            for k in peak:
+                peak[k] = max(peak[k], at.get(k, 0))
+        elif int(elapsed * 4) != int((elapsed - 0.05) * 4):
+            g = await asyncio.to_thread(thread_gauges, proxy_url)
+            for k in peak:
+                peak[k] = max(peak[k], g.get(k, 0))
+    for t in tasks:
+        t.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    done = [r for r in results if isinstance(r, tuple)]
+    ok = [r for r in done if r[0] == 200]
+    return {
+        "sent": n,
+        "ok": len(ok),
+        "failed": n - len(ok),
+        "statuses": sorted({r[0] for r in done}),
+        "finished": len(ok) == n,
+        "completion_s": round(max(r[1] for r in ok), 2) if ok else None,
+        "waves": waves([r[1] for r in ok], delay_ms / 1000),
+        "at": at,
+        "peak": peak,
+    }
+
+
+def run_one(run_dir: Path, upstream: str, engine: str, limits: str, n: int, args) -> dict:
+    port = free_port()
+    env = proxy.case_env(
+        f"singleton-{engine}",
+        upstream,
+        port,
+        CLIENT_LIMITS=limits,
+        CLIENT_MAX_CONNECTIONS=str(args.max_connections),
+        # Queued requests must wait, not time out: the completion time is the finding.
+        CLIENT_REQUEST_TIMEOUT_MS=str(int((args.deadline + 30) * 1000)),
+    )
+    service = proxy.start(run_dir, env, args.java_opts.split())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # Unmeasured: the first calls create the client, load classes and open a few connections.
+        for _ in range(5):
+            requests.get(f"{url}/delay?ms=0", timeout=30).raise_for_status()
+        time.sleep(0.5)
+        idle = thread_gauges(url)
+        result = asyncio.run(burst(url, n, args.delay_ms, args.sample_at, args.deadline))
+        settings = _info_labels(url)
+    finally:
+        service.stop()
+    at = result["at"]
+    return {
+        "engine": engine,
+        "limits": limits,
+        "n": n,
+        **{k: result[k] for k in ("ok", "failed", "statuses", "finished", "completion_s", "waves")},
+        "idle_live": idle.get("live"),
+        "idle_unparked": idle.get("unparked"),
+        "sampled_at_s": at.get("at_s"),
+        "live_at": at.get("live"),
+        "unparked_at": at.get("unparked"),
+        "live_added": _minus(at.get("live"), idle.get("live")),
+        "unparked_added": _minus(at.get("unparked"), idle.get("unparked")),
+        "live_peak": result["peak"]["live"],
+        "proxy_settings": settings,
+    }
+
+
+def _minus(a, b):
+    return None if a is None or b is None else a - b
+
+
+def _info_labels(url: str) -> dict:
+    from ..matrix import proxy_snapshot
+
+    return proxy_snapshot(url).get("settings", {})
+
+
+def columns(sample_at: float) -> list[common.Column]:
+    return [
+        common.Column("engine", lambda r: r["engine"]),
+        common.Column("limits", lambda r: r["limits"]),
+        common.Column("N", lambda r: r["n"]),
+        common.Column(
+            f"live threads at {sample_at:g} s (idle + added)",
+            lambda r: _plus_text(r["idle_live"], r["live_added"]),
+        ),
+        common.Column(
+            f"active unparked at {sample_at:g} s (idle + added)",
+            lambda r: _plus_text(r["idle_unparked"], r["unparked_added"]),
+        ),
+        common.Column("live peak", lambda r: r["live_peak"]),
+        common.Column("completion s", lambda r: _completion_text(r)),
+        common.Column("waves", lambda r: r["waves"]),
+        common.Column("errors", lambda r: r["failed"]),
+    ]
+
+
+def _plus_text(idle, added) -> str:
+    if idle is None or added is None:
+        return "-"
+    return f"{idle:.0f} + {added:.0f}"
+
+
+def _completion_text(r: dict) -> str:
+    if r["finished"]:
+        return f"{r['completion_s']:.1f}"
+    return f"> {r['deadline_s']:.0f} ({r['ok']} of {r['n']} done)"
+
+
+def run(args) -> Path:
+    started = time.time()
+    engines = args.engines.split(",")
+    ns = [int(x) for x in args.n.split(",")]
+    limits = args.limits.split(",")
+    d = common.out_dir(NAME, args.out)
+    raise_fd_limit()
+    ports = nginx.NginxPorts(free_port(), free_port())
+    upstream_service = nginx.start(d / "logs", ports)
+    upstream = f"http://127.0.0.1:{ports.http}"
+    rows = []
+    try:
+        total = len(engines) * len(limits) * len(ns)
+        for lim in limits:
+            for engine in engines:
+                for n in ns:
+                    row = run_one(d / "logs", upstream, engine, lim, n, args)
+                    row["deadline_s"] = args.deadline
+                    rows.append(row)
+                    print(
+                        f"[{len(rows)}/{total}] {engine} {lim} N={n}: +{row['unparked_added']:.0f} active "
+                        f"unparked, +{row['live_added']:.0f} live at {row['sampled_at_s']} s; "
+                        f"{_completion_text(row)} s, {row['waves']} waves, {row['failed']} errors",
+                        flush=True,
+                    )
+    finally:
+        upstream_service.stop()
+    settings = {
+        "lifetime": "singleton",
+        "delay_ms": args.delay_ms,
+        "N": args.n,
+        "sampled at s": args.sample_at,
+        "fair CLIENT_MAX_CONNECTIONS": args.max_connections,
+        "deadline s": args.deadline,
+        "proxy JVM options": args.java_opts,
+    }
+    charts = []
+    for lim in limits:
+        sub = [r for r in rows if r["limits"] == lim]
+        charts.append(
+            (
+                f"threads-unparked-{lim}.svg",
+                common.svg_grouped_bars(
+                    f"Active unparked threads added at {args.sample_at:g} s, {lim} limits",
+                    engines,
+                    {f"N={n}": [_find(sub, e, n, "unparked_added") for e in engines] for n in ns},
+                ),
+            )
+        )
+        charts.append(
+            (
+                f"threads-completion-{lim}.svg",
+                common.svg_grouped_bars(
+                    f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
+                    engines,
+                    {f"N={n}": [_find(sub, e, n, "completion_s") for e in engines] for n in ns},
+                    digits=1,
+                ),
+            )
+        )
+    return common.write(
+        d,
+        NAME,
+        "Threads per engine: N requests in flight to a slow upstream",
+        "lab study threads " + args.argv_text,
+        settings,
+        rows,
+        [
+            (f"{lim} limits", common.table(columns(args.sample_at), [r for r in rows if r["limits"] == lim]))
+            for lim in limits
+        ],
+        charts,
+        started,
+    )
+
+
+def _find(rows: list[dict], engine: str, n: int, key: str):
+    return next((r[key] for r in rows if r["engine"] == engine and r["n"] == n), None)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "threads",
+        help="N requests at once to a 2 s upstream per engine: threads at 1 s, completion, waves",
+    )
+    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all five)")
+    p.add_argument(
+        "--n", default="100,500,1000", help="requests in flight, comma-separated (default: %(default)s)"
+    )
+    p.add_argument("--limits", default="defaults,fair", help="defaults, fair or both (default: %(default)s)")
+    p.add_argument("--delay-ms", type=int, default=2000, help="upstream answer delay (default: %(default)s)")
+    p.add_argument("--sample-at", type=float, default=1.0, help="seconds after the burst to count threads")
+    p.add_argument("--max-connections", type=int, default=1000, help="the fair limit (default: %(default)s)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=120,
+        help="seconds a burst may take before it is cut short and reported unfinished (default: %(default)s)",
+    )
+    p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: results/study-threads-<time>)"
+    )
