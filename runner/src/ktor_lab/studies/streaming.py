@@ -1,0 +1,260 @@
+"""`lab study streaming`: large bodies up and down through the proxy, per engine.
+
+The upload study sent 15 MB to S3 and found OkHttp 5x slower than CIO. Here each engine
+(singleton, fair limits, a fresh proxy with a small heap) moves the upstream's 15 MB and
+100 MB files down (GET /files/N.bin) and up (PUT /upload, the same file from disk with its
+Content-Length), every body checked by SHA-256 against nginx's manifest or the sink's
+answer. The same transfers straight to nginx are the reference: they show what the
+measuring client itself manages. Per transfer: MB/s (10^6 bytes), the proxy's highest heap
+used (sampled every 100 ms from its /metrics) and its CPU seconds (process counter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from .. import nginx, proxy
+from ..paths import ENGINES
+from ..processes import free_port
+from . import common
+
+NAME = "streaming"
+DIRECT = "nginx direct"
+CHUNK = 1 << 20
+
+
+class ProxyProbe:
+    """Highest heap used while a transfer runs, and CPU seconds used by it."""
+
+    def __init__(self, url: str | None):
+        self.url = url
+        self.heap_max = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cpu_start = 0.0
+        self.cpu_seconds: float | None = None
+
+    def read(self) -> dict[str, float]:
+        out = {"heap": 0.0, "cpu": 0.0}
+        for line in requests.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith('jvm_memory_used_bytes{area="heap"'):
+                out["heap"] += float(line.split()[-1])
+            elif line.startswith("process_cpu_time_ns_total"):
+                out["cpu"] = float(line.split()[-1]) / 1e9
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            self.heap_max = max(self.heap_max, self.read()["heap"])
+
+    def __enter__(self) -> ProxyProbe:
+        if self.url:
+            first = self.read()
+            self.cpu_start, self.heap_max = first["cpu"], first["heap"]
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+            last = self.read()
+            self.heap_max = max(self.heap_max, last["heap"])
+            self.cpu_seconds = last["cpu"] - self.cpu_start
+
+
+def label(size: str) -> str:
+    """`15m` -> `15 MiB` (the upstream's files are binary sizes)."""
+    return size[:-1] + {"k": " KiB", "m": " MiB"}[size[-1]]
+
+
+def download(base: str, name: str) -> tuple[int, str, float]:
+    """(bytes, sha256, seconds) of GET /files/name, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    size = 0
+    t0 = time.perf_counter()
+    with requests.get(f"{base}/files/{name}", stream=True, timeout=120) as r:
+        r.raise_for_status()
+        for piece in r.iter_content(CHUNK):
+            h.update(piece)
+            size += len(piece)
+    return size, h.hexdigest(), time.perf_counter() - t0
+
+
+def upload(base: str, path: Path) -> tuple[int, str, float]:
+    """(bytes, sha256, seconds) of PUT /upload with the file as body; the sink's own count and hash."""
+    t0 = time.perf_counter()
+    with path.open("rb") as f:
+        r = requests.put(f"{base}/upload", data=f, timeout=120)
+    elapsed = time.perf_counter() - t0
+    r.raise_for_status()
+    answer = r.json()
+    return answer["bytes"], answer["sha256"], elapsed
+
+
+def measure_target(target: str, base: str, probe_url: str | None, files: Path, args) -> list[dict]:
+    manifest = json.loads((files / "manifest.json").read_text())
+    rows = []
+    for size in args.sizes.split(","):
+        name = f"{size}.bin"
+        if name not in manifest:
+            raise ValueError(f"--sizes: no {name} upstream; it serves {', '.join(sorted(manifest))}")
+        want = manifest[name]
+        for direction in ("download", "upload"):
+            runs = []
+            for _ in range(args.repeats):
+                with ProxyProbe(probe_url) as probe:
+                    if direction == "download":
+                        got, sha, secs = download(base, name)
+                    else:
+                        got, sha, secs = upload(base, files / name)
+                runs.append(
+                    {
+                        "seconds": secs,
+                        "mb_per_s": got / secs / 1e6,
+                        "intact": got == want["bytes"] and sha == want["sha256"],
+                        "heap_max_bytes": probe.heap_max if probe_url else None,
+                        "cpu_seconds": probe.cpu_seconds,
+                    }
+                )
+            rows.append(
+                {
+                    "target": target,
+                    "size": size,
+                    "bytes": want["bytes"],
+                    "direction": direction,
+                    "runs": runs,
+                    "mb_per_s": statistics.median(r["mb_per_s"] for r in runs),
+                    "mb_per_s_min": min(r["mb_per_s"] for r in runs),
+                    "mb_per_s_max": max(r["mb_per_s"] for r in runs),
+                    "intact": all(r["intact"] for r in runs),
+                    "heap_max_mib": max(r["heap_max_bytes"] / (1 << 20) for r in runs) if probe_url else None,
+                    "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs) if probe_url else None,
+                }
+            )
+            print(
+                f"{target:13} {direction:8} {size:>5}: {rows[-1]['mb_per_s']:7.1f} MB/s, "
+                f"intact {rows[-1]['intact']}",
+                flush=True,
+            )
+    return rows
+
+
+COLUMNS = [
+    common.Column("through", lambda r: r["target"]),
+    common.Column("MB/s (median)", lambda r: r["mb_per_s"], 1),
+    common.Column("range", lambda r: f"{r['mb_per_s_min']:,.0f}-{r['mb_per_s_max']:,.0f}"),
+    common.Column("of direct", lambda r: r.get("of_direct"), 2),
+    common.Column("proxy heap max MiB", lambda r: r["heap_max_mib"], 0),
+    common.Column("proxy CPU s", lambda r: r["cpu_seconds"], 2),
+    common.Column("checksums", lambda r: "all match" if r["intact"] else "MISMATCH"),
+]
+
+
+def run(args) -> Path:
+    started = time.time()
+    engines = args.engines.split(",")
+    d = common.out_dir(NAME, args.out)
+    logs = d / "logs"
+    ports = nginx.NginxPorts(free_port(), free_port())
+    upstream_service = nginx.start(logs, ports)
+    upstream = f"http://127.0.0.1:{ports.http}"
+    files = Path(nginx.env(logs, ports)["LAB_FILES_DIR"])
+    rows: list[dict] = []
+    try:
+        rows += measure_target(DIRECT, upstream, None, files, args)
+        for engine in engines:
+            port = free_port()
+            env = proxy.case_env(f"singleton-{engine}", upstream, port)
+            service = proxy.start(logs, env, args.java_opts.split())
+            try:
+                rows += measure_target(
+                    engine, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}", files, args
+                )
+            finally:
+                service.stop()
+    finally:
+        upstream_service.stop()
+    for r in rows:
+        ref = next(
+            x
+            for x in rows
+            if x["target"] == DIRECT and x["size"] == r["size"] and x["direction"] == r["direction"]
+        )
+        r["of_direct"] = r["mb_per_s"] / ref["mb_per_s"]
+    cells = [(size, direction) for size in args.sizes.split(",") for direction in ("download", "upload")]
+    targets = [DIRECT, *engines]
+    tables = [
+        (
+            f"{direction}, {label(size)}",
+            common.table(COLUMNS, [r for r in rows if (r["size"], r["direction"]) == (size, direction)]),
+        )
+        for size, direction in cells
+    ]
+    charts = [
+        (
+            f"streaming-{direction}.svg",
+            common.svg_grouped_bars(
+                f"MB/s per {direction} (median of {args.repeats})",
+                targets,
+                {
+                    label(size): [_find(rows, t, size, direction) for t in targets]
+                    for size in args.sizes.split(",")
+                },
+            ),
+        )
+        for direction in ("download", "upload")
+    ]
+    settings = {
+        "sizes": args.sizes,
+        "repeats": args.repeats,
+        "lifetime": "singleton",
+        "limits": "fair (CLIENT_MAX_CONNECTIONS=1000)",
+        "proxy JVM options": args.java_opts,
+        "client": "Python requests, 1 MiB reads, SHA-256 of every body",
+    }
+    return common.write(
+        d,
+        NAME,
+        "Streaming: large bodies up and down through the proxy",
+        "lab study streaming " + args.argv_text,
+        settings,
+        rows,
+        tables,
+        charts,
+        started,
+    )
+
+
+def _find(rows: list[dict], target: str, size: str, direction: str) -> float | None:
+    return next(
+        (
+            r["mb_per_s"]
+            for r in rows
+            if (r["target"], r["size"], r["direction"]) == (target, size, direction)
+        ),
+        None,
+    )
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "streaming", help="15 MB and 100 MB up and down per engine: MB/s, heap, CPU, checksums"
+    )
+    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all five)")
+    p.add_argument(
+        "--sizes", default="15m,100m", help="upstream files: 1k, 100k, 1m, 15m, 100m (default: %(default)s)"
+    )
+    p.add_argument("--repeats", type=int, default=3, help="transfers per cell (default: %(default)s)")
+    p.add_argument("--java-opts", default="-Xmx256m", help="proxy JVM options (default: %(default)s)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: results/study-streaming-<time>)"
+    )
