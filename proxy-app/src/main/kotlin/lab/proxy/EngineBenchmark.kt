@@ -1,0 +1,135 @@
+/**
+ * `lab study engines`' client side: one engine in this JVM, no proxy, against a local server.
+ *
+ * Ktor's own client benchmark ran 10 batches of 1000 requests "100 concurrent", but launched
+ * all 1000 at once, had no warm-up and reported rps only. Here a batch launches its requests
+ * behind a real limit (a semaphore of `--concurrency` permits; 0 = all at once, as published),
+ * unmeasured batches come first, and every request's latency is kept (from the moment it may
+ * start to its last body byte) for percentiles. The client is the proxy's, built by
+ * [ClientFactory] with the same settings. Prints one JSON object on stdout.
+ *
+ * java -cp proxy-app.jar lab.proxy.EngineBenchmarkKt --engine cio --url http://127.0.0.1:18080/files/tiny.txt
+ */
+package lab.proxy
+
+import io.ktor.client.HttpClient
+import io.ktor.client.request.prepareGet
+import io.ktor.client.statement.bodyAsChannel
+import io.ktor.utils.io.discard
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.coroutineScope
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.sync.Semaphore
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.system.exitProcess
+
+data class BenchmarkOptions(
+    val engine: Engine,
+    val url: String,
+    val batches: Int = 10,
+    val batchSize: Int = 1000,
+    val concurrency: Int = 100,
+    val warmupBatches: Int = 5,
+    val limits: Limits = Limits.FAIR,
+    val maxConnections: Int = 1000,
+) {
+    companion object {
+        private val usage = "usage: --engine ${Engine.entries.joinToString("|") { it.id }} --url URL " +
+            "[--batches 10] [--batch-size 1000] [--concurrency 100 (0 = all at once)] [--warmup-batches 5] " +
+            "[--limits fair|defaults] [--max-connections 1000]"
+
+        fun parse(args: Array<String>): BenchmarkOptions {
+            if (args.size % 2 != 0) throw ConfigException(usage)
+            val o = args.toList().chunked(2).associate { (k, v) -> k.removePrefix("--") to v }
+            fun int(name: String, default: Int, min: Int): Int =
+                o[name]?.let { v -> v.toIntOrNull()?.takeIf { it >= min } ?: throw ConfigException("--$name '$v': $usage") }
+                    ?: default
+            val unknown = o.keys - setOf(
+                "engine", "url", "batches", "batch-size", "concurrency", "warmup-batches", "limits", "max-connections",
+            )
+            if (unknown.isNotEmpty()) throw ConfigException("unknown option --${unknown.first()}: $usage")
+            return BenchmarkOptions(
+                engine = Engine.entries.firstOrNull { it.id == o["engine"] } ?: throw ConfigException(usage),
+                url = o["url"] ?: throw ConfigException(usage),
+                batches = int("batches", 10, 1),
+                batchSize = int("batch-size", 1000, 1),
+                concurrency = int("concurrency", 100, 0),
+                warmupBatches = int("warmup-batches", 5, 0),
+                limits = o["limits"]?.let { v -> Limits.entries.firstOrNull { it.id == v } ?: throw ConfigException(usage) }
+                    ?: Limits.FAIR,
+                maxConnections = int("max-connections", 1000, 1),
+            )
+        }
+    }
+}
+
+class BatchResult(val seconds: Double, val latenciesNs: LongArray, val failures: Int, val bytes: Long)
+
+/** One batch: [n] requests launched together, at most [concurrency] in flight (0 = no limit). */
+suspend fun runBatch(client: HttpClient, url: String, n: Int, concurrency: Int): BatchResult {
+    val latencies = LongArray(n)
+    val failures = AtomicInteger()
+    val bytes = java.util.concurrent.atomic.AtomicLong()
+    val permits = if (concurrency > 0) Semaphore(concurrency) else null
+    val t0 = System.nanoTime()
+    coroutineScope {
+        repeat(n) { i ->
+            launch {
+                permits?.acquire()
+                val start = System.nanoTime()
+                try {
+                    client.prepareGet(url).execute { response ->
+                        bytes.addAndGet(response.bodyAsChannel().discard())
+                        if (response.status.value != 200) failures.incrementAndGet()
+                    }
+                } catch (e: Exception) {
+                    failures.incrementAndGet()
+                } finally {
+                    latencies[i] = System.nanoTime() - start
+                    permits?.release()
+                }
+            }
+        }
+    }
+    return BatchResult((System.nanoTime() - t0) / 1e9, latencies, failures.get(), bytes.get())
+}
+
+fun benchmark(options: BenchmarkOptions): String {
+    val config = ProxyConfig(engine = options.engine, maxConnections = options.maxConnections, limits = options.limits)
+    ClientFactory.prepareJvm(config)
+    val client = ClientFactory.create(config)
+    val (warmup, measured) = client.use {
+        runBlocking(Dispatchers.Default) {
+            val w = (1..options.warmupBatches).map { runBatch(client, options.url, options.batchSize, options.concurrency) }
+            w to (1..options.batches).map { runBatch(client, options.url, options.batchSize, options.concurrency) }
+        }
+    }
+    val all = measured.flatMap { it.latenciesNs.asList() }.sorted()
+    fun pct(q: Double): Double = all[((q / 100 * all.size).toInt().coerceIn(1, all.size)) - 1] / 1e6
+    val seconds = measured.sumOf { it.seconds }
+    val requests = measured.sumOf { it.latenciesNs.size }
+    fun batches(list: List<BatchResult>) = list.joinToString(",", "[", "]") {
+        """{"seconds":${it.seconds},"rps":${it.latenciesNs.size / it.seconds},"failures":${it.failures}}"""
+    }
+    val settings = ClientFactory.effectiveSettings(config).entries
+        .joinToString(",", "{", "}") { (k, v) -> "\"$k\":\"$v\"" }
+    return """{"engine":"${options.engine.id}","concurrency":${options.concurrency},""" +
+        """"batch_size":${options.batchSize},"batches":${batches(measured)},""" +
+        """"warmup_batches":${batches(warmup)},"requests":$requests,""" +
+        """"failures":${measured.sumOf { it.failures }},"bytes":${measured.sumOf { it.bytes }},""" +
+        """"rps":${requests / seconds},"p50_ms":${pct(50.0)},"p90_ms":${pct(90.0)},""" +
+        """"p99_ms":${pct(99.0)},"max_ms":${all.last() / 1e6},""" +
+        """"ktor_version":"${ProxyMetrics.KTOR_VERSION}","java_version":"${System.getProperty("java.version")}",""" +
+        """"client_settings":$settings}"""
+}
+
+fun main(args: Array<String>) {
+    val options = try {
+        BenchmarkOptions.parse(args)
+    } catch (e: ConfigException) {
+        System.err.println("engine benchmark: ${e.message}")
+        exitProcess(2)
+    }
+    println(benchmark(options))
+}

@@ -1,0 +1,76 @@
+package lab.proxy
+
+import io.ktor.server.engine.embeddedServer
+import io.ktor.server.netty.Netty
+import io.ktor.server.response.respondText
+import io.ktor.server.routing.get
+import io.ktor.server.routing.routing
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.runBlocking
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.test.Test
+import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
+import kotlin.test.assertTrue
+
+class EngineBenchmarkTest {
+    /** A real server that answers after 50 ms and remembers the most requests it held at once. */
+    private fun withCountingServer(block: (url: String, maxInFlight: () -> Int) -> Unit) {
+        val inFlight = AtomicInteger()
+        val max = AtomicInteger()
+        val server = embeddedServer(Netty, port = 0, host = "127.0.0.1") {
+            routing {
+                get("/slow") {
+                    max.accumulateAndGet(inFlight.incrementAndGet(), ::maxOf)
+                    delay(50)
+                    inFlight.decrementAndGet()
+                    call.respondText("ok")
+                }
+            }
+        }.start(wait = false)
+        val port = runBlocking { server.engine.resolvedConnectors().first().port }
+        try {
+            block("http://127.0.0.1:$port/slow") { max.get() }
+        } finally {
+            server.stop(100, 1_000)
+        }
+    }
+
+    @Test
+    fun `a batch keeps at most the limit in flight`() = withCountingServer { url, maxInFlight ->
+        ClientFactory.create(ProxyConfig(engine = Engine.CIO)).use { client ->
+            val result = runBlocking { runBatch(client, url, 40, 5) }
+            assertEquals(0, result.failures)
+            assertEquals(40L * 2, result.bytes)
+            assertTrue(maxInFlight() in 3..5, "at most 5 in flight, saw ${maxInFlight()}")
+            // 40 requests of 50 ms, 5 at a time: at least 8 rounds
+            assertTrue(result.seconds >= 0.4, "took ${result.seconds} s")
+        }
+    }
+
+    @Test
+    fun `concurrency 0 launches the whole batch at once, as the published benchmark did`() =
+        withCountingServer { url, maxInFlight ->
+            ClientFactory.create(ProxyConfig(engine = Engine.CIO)).use { client ->
+                val result = runBlocking { runBatch(client, url, 40, 0) }
+                assertEquals(0, result.failures)
+                assertTrue(maxInFlight() > 5, "all at once, saw ${maxInFlight()}")
+            }
+        }
+
+    @Test
+    fun `options are parsed and bad ones refused with the usage`() {
+        val o = BenchmarkOptions.parse(arrayOf("--engine", "okhttp", "--url", "http://h/x", "--concurrency", "0"))
+        assertEquals(BenchmarkOptions(Engine.OKHTTP, "http://h/x", concurrency = 0), o)
+        for (bad in listOf(
+            arrayOf("--engine", "netty", "--url", "http://h/x"),
+            arrayOf("--engine", "cio"),
+            arrayOf("--engine", "cio", "--url", "http://h/x", "--batches", "0"),
+            arrayOf("--engine", "cio", "--url", "http://h/x", "--threads", "4"),
+            arrayOf("--engine"),
+        )) {
+            val e = assertFailsWith<ConfigException>(bad.joinToString(" ")) { BenchmarkOptions.parse(bad) }
+            assertTrue("usage: --engine" in e.message!!, e.message)
+        }
+    }
+}
