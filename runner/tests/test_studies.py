@@ -11,6 +11,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from ktor_lab import cli
 from ktor_lab.paths import REPO
 from ktor_lab.studies import STUDIES, common
@@ -77,6 +79,18 @@ def test_threads_tiny_shows_okhttp_thread_per_request_and_its_default_of_5_per_h
     assert table[1][6] == f"{rows['okhttp', 'fair']['completion_s']:.1f}"
 
 
+def test_ranks_tie_within_5_percent():
+    from ktor_lab.studies.replay import _rank
+
+    rows = [
+        {"case": "a", "x": 100.0},
+        {"case": "b", "x": 96.0},
+        {"case": "c", "x": 50.0},
+        {"case": "d", "x": None},
+    ]
+    assert _rank(rows, "x") == {"a": 1, "b": 1, "c": 3}
+
+
 def test_grouped_bars_scale_to_the_largest_value():
     svg = common.svg_grouped_bars("t", ["a", "b"], {"x": [10.0, 5.0], "y": [None, 2.5]})
     root = ET.fromstring(svg)
@@ -84,3 +98,85 @@ def test_grouped_bars_scale_to_the_largest_value():
     bars = [r for r in rects if r.get("x") == "110" and r.get("y") != "26"]  # not the legend
     assert [float(r.get("width")) for r in bars] == [440.0, 220.0, 110.0]
     assert "n/a" in svg
+
+
+def test_streaming_tiny_checks_every_body_and_compares_with_nginx_direct(tmp_path: Path):
+    out = run_study("streaming", tmp_path, "--engines", "cio,okhttp", "--sizes", "1m", "--repeats", "2")
+    rows = out["rows"]
+    keys = {(r["target"], r["direction"]) for r in rows}
+    assert keys == {(t, d) for t in ("nginx direct", "cio", "okhttp") for d in ("download", "upload")}
+    for r in rows:
+        assert r["intact"] and len(r["runs"]) == 2 and r["bytes"] == 1 << 20
+        assert r["mb_per_s"] > 0
+        if r["target"] == "nginx direct":
+            assert r["of_direct"] == 1.0 and r["heap_max_mib"] is None
+        else:
+            assert r["heap_max_mib"] > 1 and r["cpu_seconds"] > 0
+    table = table_rows(out["report"], "upload, 1 MiB")
+    assert [r[0] for r in table] == ["nginx direct", "cio", "okhttp"]
+    assert all(r[-1] == "all match" for r in table)
+
+
+def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: Path):
+    # 20 users waiting 0.5-1 s make about 27 rps whatever the engine: flagged load-model.
+    # A closed loop of 4 users without wait is what the case can do: far more.
+    out = run_study(
+        "replay",
+        tmp_path,
+        *("--cases", "singleton-cio,per-call-cio", "--replay-load", "closed/20/0.5-1"),
+        *("--rates", "50", "--capacity-load", "closed/4/0", "--warmup", "2", "--duration", "5"),
+    )
+    rows = {r["case"]: r for r in out["rows"]}
+    assert set(rows) == {"singleton-cio", "per-call-cio"}
+    for r in rows.values():
+        assert "load-model" in r["replay_flags"]
+        assert 15 <= r["replay_rps"] <= 35
+        assert r["rates"][0]["held"] and r["highest_rate_held"] == 50
+        assert r["capacity_rps"] > 3 * r["replay_rps"]
+    # the replayed rates tie (the wait sets them); capacity tells the cases apart or ties them honestly
+    assert {r["rank_by_replay_rps"] for r in rows.values()} == {1}
+    assert (tmp_path / "matrix" / "results.json").exists() and (tmp_path / "matrix" / "report.md").exists()
+    table = table_rows(out["report"], "The published setup replayed (closed/20/0.5-1)")
+    assert [r[0] for r in table] == ["singleton-cio", "per-call-cio"]
+    assert all("load-model" in r[-1] for r in table)
+
+
+def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published(tmp_path: Path):
+    out = run_study(
+        "engines",
+        tmp_path,
+        *("--engines", "cio,okhttp", "--batches", "2", "--batch-size", "50"),
+        *("--concurrency", "10", "--warmup-batches", "1"),
+    )
+    rows = {(r["engine"], r["concurrency"]): r for r in out["rows"]}
+    assert set(rows) == {(e, c) for e in ("cio", "okhttp") for c in (10, 0)}
+    for r in rows.values():
+        assert r["requests"] == 100 and r["failures"] == 0
+        assert r["bytes"] == 100 * len(b"Success!\n")
+        assert len(r["batches"]) == 2 and len(r["warmup_batches"]) == 1
+        assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
+        assert r["client_settings"]["limits"] == "fair"
+    table = table_rows(out["report"], "Per engine")
+    assert [(r[0], r[1]) for r in table] == [
+        ("cio", "limit 10"),
+        ("okhttp", "limit 10"),
+        ("cio", "all 50 at once (as published)"),
+        ("okhttp", "all 50 at once (as published)"),
+    ]
+
+
+def test_io_tiny_puts_each_ktor_figure_beside_its_jvm_reference(tmp_path: Path):
+    out = run_study(
+        "io",
+        tmp_path,
+        *("--size", str(1 << 20), "--warmup-iterations", "0", "--iterations", "1"),
+        *("--iteration-ms", "200"),
+    )
+    rows = {r["what"]: r for r in out["rows"]}
+    assert set(rows) == {"socket write", "file read"}
+    for r in rows.values():
+        assert r["ktor_mb_per_s"] > 0 and r["jvm_mb_per_s"] > 0
+        assert r["ktor_over_jvm_time"] == pytest.approx(r["ktor_ms"] / r["jvm_ms"])
+    jmh = json.loads((tmp_path / "jmh.json").read_text())
+    assert {b["params"]["size"] for b in jmh} == {str(1 << 20)}
+    assert len(table_rows(out["report"], "Per operation")) == 2

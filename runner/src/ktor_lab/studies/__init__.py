@@ -7,9 +7,9 @@ import shlex
 import sys
 
 from .. import stack
-from . import threads
+from . import engines, io, replay, streaming, threads
 
-STUDIES = {m.NAME: m for m in (threads,)}
+STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io)}
 
 
 def add_parser(sub) -> None:
@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
 def cmd_study(args: argparse.Namespace, argv: list[str]) -> int:
     module = STUDIES[args.study]
     args.argv_text = shlex.join(argv[argv.index(args.study) + 1 :])
-    if stack.cannot_start(stack.preflight(need_prometheus=False)):
+    needs = getattr(module, "NEEDS", "upstream")  # upstream: nginx, java, the proxy jar
+    if needs != "java" and stack.cannot_start(stack.preflight(need_prometheus=needs == "prometheus")):
         return 2
     try:
         report = module.run(args)

@@ -47,12 +47,17 @@ class Column:
 
 
 def table(columns: Sequence[Column], rows: Sequence[dict]) -> str:
-    """A markdown table; the first column left-aligned, numbers right-aligned."""
+    """A markdown table: columns of numbers right-aligned, the others left-aligned."""
+    cells = [[c.text(r) for c in columns] for r in rows]
+
+    def numeric(i: int) -> bool:
+        return any(c.get(r) is not None and not isinstance(c.get(r), str) for c in [columns[i]] for r in rows)
+
     lines = [
         "| " + " | ".join(c.heading for c in columns) + " |",
-        "|---|" + "---:|" * (len(columns) - 1),
+        "|" + "".join("---:|" if numeric(i) else "---|" for i in range(len(columns))),
     ]
-    lines += ["| " + " | ".join(c.text(r) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines)
 
 

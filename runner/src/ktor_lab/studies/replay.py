@@ -1,0 +1,244 @@
+"""`lab study replay`: the earlier compose lab's setup, next to measurements that rank engines.
+
+The compose lab ran 1000 Locust users with a 1-2 s wait against singleton and per-call
+CIO and Apache, and read the rps as the engines' speed. This runs that load (flagged
+`load-model` by the verdict rules) beside the same four cases at fixed rates (equal work,
+so latency, CPU and threads compare) and a sweep of rising rates plus a closed loop without
+wait (what each case can do). It is a `lab run` matrix with these loads; the matrix's own
+report is in matrix/, the comparison in report.md.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import matrix, report, verdict
+from ..backends import NativeBackend
+from ..stack import free_ports
+from . import common
+
+NAME = "replay"
+NEEDS = "prometheus"  # the matrix reads threads and heap from Prometheus
+CASES = ("singleton-cio", "singleton-apache", "per-call-cio", "per-call-apache")
+# What the compose lab published (../shared/DESIGN.md): rps and median ms.
+PUBLISHED = {
+    "singleton-cio": (600, 100),
+    "singleton-apache": (500, 400),
+    "per-call-cio": (280, 2000),
+    "per-call-apache": (150, 5000),
+}
+# A sweep step counts as held when the rate reached its target, under 1% errors and p99 below this.
+HELD_P99_MS = 1000.0
+
+
+def plan(args) -> matrix.Plan:
+    loads = [args.replay_load, *[f"rate/{r}" for r in args.rates.split(",")], args.capacity_load]
+    return matrix.Plan(
+        cases=args.cases.split(","),
+        scenarios=["static-small"],
+        loads=[matrix.parse_load(x) for x in loads],
+        warmup_s=args.warmup,
+        duration_s=args.duration,
+        java_opts=args.java_opts,
+    )
+
+
+def held(run: dict) -> bool:
+    flags = run["verdict"]["flags"]
+    return "target" in flags and "errors" not in flags and (run["locust"]["p99_ms"] or 0) <= HELD_P99_MS
+
+
+def summarize(results: dict, replay_label: str, capacity_label: str) -> list[dict]:
+    rows = []
+    for case in results["plan"]["cases"]:
+        runs = {r["load"]["label"]: r for r in results["runs"] if r["case"] == case}
+        replay, capacity = runs.get(replay_label), runs.get(capacity_label)
+        rates = sorted(
+            (r for r in runs.values() if r["load"]["model"] == "rate"), key=lambda r: r["load"]["target_rps"]
+        )
+        held_rates = [r["load"]["target_rps"] for r in rates if held(r)]
+        row = {
+            "case": case,
+            "published_rps": PUBLISHED.get(case, (None, None))[0],
+            "published_p50_ms": PUBLISHED.get(case, (None, None))[1],
+            "replay_rps": replay and replay["locust"]["rps"],
+            "replay_p50_ms": replay and replay["locust"]["p50_ms"],
+            "replay_flags": replay and replay["verdict"]["flags"],
+            "replay_reasons": replay and replay["verdict"]["reasons"],
+            "rates": [
+                {
+                    "target": r["load"]["target_rps"],
+                    "rps": r["locust"]["rps"],
+                    "p50_ms": r["locust"]["p50_ms"],
+                    "p99_ms": r["locust"]["p99_ms"],
+                    "cpu_per_1000": r["proxy"].get("cpu_seconds_per_1000_requests"),
+                    "threads_max": r["prometheus"].get("threads_live_max"),
+                    "held": held(r),
+                }
+                for r in rates
+            ],
+            "highest_rate_held": max(held_rates) if held_rates else None,
+            "capacity_rps": capacity and capacity["locust"]["rps"],
+            "capacity_p99_ms": capacity and capacity["locust"]["p99_ms"],
+            "capacity_flags": capacity and capacity["verdict"]["flags"],
+        }
+        rows.append(row)
+    return rows
+
+
+TIE = 0.05  # values within 5% of the one ranked above share its rank
+
+
+def _rank(rows: list[dict], key: str) -> dict[str, int]:
+    ordered = sorted((r for r in rows if r[key] is not None), key=lambda r: -r[key])
+    ranks: dict[str, int] = {}
+    for i, r in enumerate(ordered):
+        above = ordered[i - 1] if i else None
+        tie = above is not None and r[key] >= (1 - TIE) * above[key]
+        ranks[r["case"]] = ranks[above["case"]] if tie else i + 1
+    return ranks
+
+
+def run(args) -> Path:
+    started = time.time()
+    p = plan(args)
+    d = common.out_dir(NAME, args.out)
+    matrix_dir = d / "matrix"
+    backend = NativeBackend(matrix_dir / "logs", free_ports(), args.java_opts, 0, p.cases[0])
+    try:
+        backend.open()
+        results = matrix.run_matrix(p, backend, matrix_dir)
+    finally:
+        backend.close()
+    if results["interrupted"]:
+        raise KeyboardInterrupt
+    report.write_report(matrix_dir)
+    for r in results["runs"]:
+        r["verdict"] = verdict.judge(r)
+    replay_label, capacity_label = (
+        matrix.parse_load(x).label for x in (args.replay_load, args.capacity_load)
+    )
+    rows = summarize(results, replay_label, capacity_label)
+    for key in ("replay_rps", "capacity_rps", "highest_rate_held"):
+        ranks = _rank(rows, key)
+        for r in rows:
+            r[f"rank_by_{key}"] = ranks.get(r["case"])
+    replay_cols = [
+        common.Column("case", lambda r: r["case"]),
+        common.Column("published rps", lambda r: r["published_rps"]),
+        common.Column("published p50 ms", lambda r: r["published_p50_ms"]),
+        common.Column("replayed rps", lambda r: r["replay_rps"]),
+        common.Column("replayed p50 ms", lambda r: r["replay_p50_ms"], 1),
+        common.Column("what set the rate", lambda r: ", ".join(r["replay_flags"] or []) or "capacity"),
+    ]
+    rate_tables = []
+    for target in sorted({x["target"] for r in rows for x in r["rates"]}):
+        at = [{"case": r["case"], **next(x for x in r["rates"] if x["target"] == target)} for r in rows]
+        rate_tables.append(
+            (
+                f"Fixed rate {target:g} rps",
+                common.table(
+                    [
+                        common.Column("case", lambda r: r["case"]),
+                        common.Column("rps", lambda r: r["rps"]),
+                        common.Column("p50 ms", lambda r: r["p50_ms"], 1),
+                        common.Column("p99 ms", lambda r: r["p99_ms"], 1),
+                        common.Column("CPU s / 1000 req", lambda r: r["cpu_per_1000"], 3),
+                        common.Column("threads max", lambda r: r["threads_max"]),
+                        common.Column("held", lambda r: r["held"]),
+                    ],
+                    at,
+                ),
+            )
+        )
+    ranking_cols = [
+        common.Column("case", lambda r: r["case"]),
+        common.Column("highest rate held", lambda r: r["highest_rate_held"]),
+        common.Column(f"capacity rps ({capacity_label})", lambda r: r["capacity_rps"]),
+        common.Column("capacity p99 ms", lambda r: r["capacity_p99_ms"], 1),
+        common.Column("rank by capacity", lambda r: r["rank_by_capacity_rps"]),
+        common.Column("rank by replayed rps", lambda r: r["rank_by_replay_rps"]),
+    ]
+    cases = [r["case"] for r in rows]
+    charts = [
+        (
+            "replay-rps.svg",
+            common.svg_grouped_bars(
+                "rps: published, replayed (load-model bound), and capacity",
+                cases,
+                {
+                    "published": [r["published_rps"] for r in rows],
+                    f"replayed {replay_label}": [r["replay_rps"] for r in rows],
+                    f"capacity {capacity_label}": [r["capacity_rps"] for r in rows],
+                },
+            ),
+        ),
+        (
+            "replay-rate-p99.svg",
+            common.svg_grouped_bars(
+                "p99 ms at each fixed rate (same work for every case)",
+                cases,
+                {
+                    f"{t:g} rps": [next(x["p99_ms"] for x in r["rates"] if x["target"] == t) for r in rows]
+                    for t in sorted({x["target"] for r in rows for x in r["rates"]})
+                },
+                digits=1,
+            ),
+        ),
+    ]
+    settings = {
+        "cases": ", ".join(p.cases),
+        "scenario": "static-small",
+        "replayed load": replay_label,
+        "fixed rates / sweep": args.rates,
+        "capacity load": capacity_label,
+        "held": f"target reached, < 1% errors, p99 <= {HELD_P99_MS:g} ms",
+        "warm-up s (most)": args.warmup,
+        "window s": args.duration,
+        "proxy JVM options": args.java_opts,
+        "matrix report": "matrix/report.md",
+    }
+    notes = [f"{r['case']} replayed: {why}" for r in rows for why in (r["replay_reasons"] or [])]
+    return common.write(
+        d,
+        NAME,
+        "The earlier compose lab replayed, beside fixed rates and capacity",
+        "lab study replay " + args.argv_text,
+        settings,
+        rows,
+        [
+            (f"The published setup replayed ({replay_label})", common.table(replay_cols, rows)),
+            *rate_tables,
+            ("What each case can do", common.table(ranking_cols, rows)),
+        ],
+        charts,
+        started,
+        notes,
+    )
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "replay", help="1000 users with a 1-2 s wait (the compose lab) beside fixed rates and capacity"
+    )
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated (default: %(default)s)")
+    p.add_argument(
+        "--replay-load", default="closed/1000/1-2", help="the published load (default: %(default)s)"
+    )
+    p.add_argument(
+        "--rates",
+        default="250,500,1000,2000",
+        help="fixed rates, also the sweep's steps (default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity-load", default="closed/50/0", help="a closed loop without wait (default: %(default)s)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=20, help="most seconds of warm-up per run (default: %(default)s)"
+    )
+    p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
+    p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: results/study-replay-<time>)"
+    )
