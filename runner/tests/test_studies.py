@@ -139,6 +139,14 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
     table = table_rows(out["report"], "The published setup replayed (closed/20/0.5-1)")
     assert [r[0] for r in table] == ["singleton-cio", "per-call-cio"]
     assert all("load-model" in r[-1] for r in table)
+    # the tables again from the stored matrix, without running anything
+    again = run_study(
+        "replay",
+        tmp_path / "again",
+        *("--cases", "singleton-cio,per-call-cio", "--replay-load", "closed/20/0.5-1"),
+        *("--rates", "50", "--capacity-load", "closed/4/0", "--from-matrix", str(tmp_path / "matrix")),
+    )
+    assert again["rows"] == out["rows"]
 
 
 def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published(tmp_path: Path):

@@ -105,15 +105,22 @@ def run(args) -> Path:
     p = plan(args)
     d = common.out_dir(NAME, args.out)
     matrix_dir = d / "matrix"
-    backend = NativeBackend(matrix_dir / "logs", free_ports(), args.java_opts, 0, p.cases[0])
-    try:
-        backend.open()
-        results = matrix.run_matrix(p, backend, matrix_dir)
-    finally:
-        backend.close()
-    if results["interrupted"]:
-        raise KeyboardInterrupt
-    report.write_report(matrix_dir)
+    if args.from_matrix:
+        results = report.load(args.from_matrix)
+        if results["plan"]["cases"] != p.cases or [x["label"] for x in results["plan"]["loads"]] != [
+            x.label for x in p.loads
+        ]:
+            raise ValueError(f"{args.from_matrix} ran other cases or loads than these options give")
+    else:
+        backend = NativeBackend(matrix_dir / "logs", free_ports(), args.java_opts, 0, p.cases[0])
+        try:
+            backend.open()
+            results = matrix.run_matrix(p, backend, matrix_dir)
+        finally:
+            backend.close()
+        if results["interrupted"]:
+            raise KeyboardInterrupt
+        report.write_report(matrix_dir)
     for r in results["runs"]:
         r["verdict"] = verdict.judge(r)
     replay_label, capacity_label = (
@@ -157,6 +164,7 @@ def run(args) -> Path:
         common.Column("highest rate held", lambda r: r["highest_rate_held"]),
         common.Column(f"capacity rps ({capacity_label})", lambda r: r["capacity_rps"]),
         common.Column("capacity p99 ms", lambda r: r["capacity_p99_ms"], 1),
+        common.Column("capacity flags", lambda r: ", ".join(r["capacity_flags"] or []) or "none"),
         common.Column("rank by capacity", lambda r: r["rank_by_capacity_rps"]),
         common.Column("rank by replayed rps", lambda r: r["rank_by_replay_rps"]),
     ]
@@ -197,7 +205,7 @@ def run(args) -> Path:
         "warm-up s (most)": args.warmup,
         "window s": args.duration,
         "proxy JVM options": args.java_opts,
-        "matrix report": "matrix/report.md",
+        "matrix report": str(args.from_matrix / "report.md") if args.from_matrix else "matrix/report.md",
     }
     notes = [f"{r['case']} replayed: {why}" for r in rows for why in (r["replay_reasons"] or [])]
     return common.write(
