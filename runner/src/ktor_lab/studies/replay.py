@@ -248,5 +248,12 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
     p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
     p.add_argument(
+        "--from-matrix",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="no runs: the study's tables from DIR/results.json, the matrix an earlier replay wrote",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="results folder (default: results/study-replay-<time>)"
     )
