@@ -101,7 +101,9 @@ def test_grouped_bars_scale_to_the_largest_value():
 
 
 def test_streaming_tiny_checks_every_body_and_compares_with_nginx_direct(tmp_path: Path):
-    out = run_study("streaming", tmp_path, "--engines", "cio,okhttp", "--sizes", "1m", "--repeats", "2")
+    out = run_study(
+        "streaming", tmp_path, "--engines", "cio,okhttp", "--sizes", "1m", "--repeats", "2", "--warmup", "1"
+    )
     rows = out["rows"]
     keys = {(r["target"], r["direction"]) for r in rows}
     assert keys == {(t, d) for t in ("nginx direct", "cio", "okhttp") for d in ("download", "upload")}

@@ -100,8 +100,17 @@ def upload(base: str, path: Path) -> tuple[int, str, float]:
     return answer["bytes"], answer["sha256"], elapsed
 
 
+def warm_up(base: str, files: Path, args) -> None:
+    """Unmeasured transfers of every size both ways: a cold proxy's first bodies run interpreted."""
+    for _ in range(args.warmup):
+        for size in args.sizes.split(","):
+            download(base, f"{size}.bin")
+            upload(base, files / f"{size}.bin")
+
+
 def measure_target(target: str, base: str, probe_url: str | None, files: Path, args) -> list[dict]:
     manifest = json.loads((files / "manifest.json").read_text())
+    warm_up(base, files, args)
     rows = []
     for size in args.sizes.split(","):
         name = f"{size}.bin"
@@ -216,6 +225,7 @@ def run(args) -> Path:
     settings = {
         "sizes": args.sizes,
         "repeats": args.repeats,
+        "unmeasured rounds first": args.warmup,
         "lifetime": "singleton",
         "limits": "fair (CLIENT_MAX_CONNECTIONS=1000)",
         "proxy JVM options": args.java_opts,
@@ -254,6 +264,12 @@ def add_parser(sub) -> None:
         "--sizes", default="15m,100m", help="upstream files: 1k, 100k, 1m, 15m, 100m (default: %(default)s)"
     )
     p.add_argument("--repeats", type=int, default=3, help="transfers per cell (default: %(default)s)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="unmeasured rounds of every transfer first (default: %(default)s)",
+    )
     p.add_argument("--java-opts", default="-Xmx256m", help="proxy JVM options (default: %(default)s)")
     p.add_argument(
         "--out", type=Path, default=None, help="results folder (default: results/study-streaming-<time>)"
