@@ -45,7 +45,7 @@ bench: setup build  ## wrk: nginx direct, nginx proxy_pass and every case; print
 bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: setup build  ## every study at full size (docs/studies/), one after another: about 50 min
+studies: setup build  ## every study at full size (docs/studies/), one after another: about 40 min
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming
