@@ -162,6 +162,7 @@ def test_proxy_and_nginx_get_the_same_limits_in_every_case(case):
     assert int(services["nginx"]["mem_limit"]) == parse_bytes(DOTENV["NGINX_MEMORY"])
     env = services["proxy"]["environment"]
     assert env["CLIENT_MAX_CONNECTIONS"] == DOTENV["CLIENT_MAX_CONNECTIONS"]
+    assert env["CLIENT_LIMITS"] == DOTENV["CLIENT_LIMITS"] == "fair"
 
 
 def parse_bytes(text: str) -> int:
@@ -172,6 +173,12 @@ def parse_bytes(text: str) -> int:
 def test_limits_follow_env_overrides():
     services = render(PROXY_CPUS="1.5", PROXY_MEMORY="768m")["services"]
     assert (services["proxy"]["cpus"], int(services["proxy"]["mem_limit"])) == (1.5, 768 << 20)
+
+
+def test_engine_defaults_can_be_chosen_from_the_shell():
+    # what docs/studies/threads.md replays: CLIENT_LIMITS=defaults docker compose ... up
+    env = render("singleton-okhttp", CLIENT_LIMITS="defaults")["services"]["proxy"]["environment"]
+    assert (env["CLIENT_ENGINE"], env["CLIENT_LIMITS"]) == ("okhttp", "defaults")
 
 
 def test_documented_ports_on_loopback():
