@@ -95,7 +95,7 @@ def test_grouped_bars_scale_to_the_largest_value():
     svg = common.svg_grouped_bars("t", ["a", "b"], {"x": [10.0, 5.0], "y": [None, 2.5]})
     root = ET.fromstring(svg)
     rects = root.iter("{http://www.w3.org/2000/svg}rect")
-    bars = [r for r in rects if r.get("x") == "110" and r.get("y") != "26"]  # not the legend
+    bars = [r for r in rects if r.get("x") == "130" and r.get("y") != "26"]  # not the legend
     assert [float(r.get("width")) for r in bars] == [440.0, 220.0, 110.0]
     assert "n/a" in svg
 

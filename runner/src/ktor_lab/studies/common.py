@@ -69,7 +69,7 @@ def svg_grouped_bars(
     unit: str = "",
 ) -> str:
     """Horizontal bars: one block per group (e.g. an engine), one bar per series (e.g. N)."""
-    bar_h, gap, block_gap, left, width = 16, 3, 12, 110, 440
+    bar_h, gap, block_gap, left, width = 16, 3, 12, 130, 440
     names = list(series)
     values = [v for vs in series.values() for v in vs if v is not None]
     top = max(values + [1e-9])
