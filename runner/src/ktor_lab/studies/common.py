@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+import requests
+
 from ..paths import REPO
 
 PALETTE = ("#3572b0", "#d9822b", "#5b9a3c", "#8f5aa8", "#b03535", "#777777")
@@ -167,6 +169,25 @@ def write(
 def _svg_title(svg: str) -> str:
     start = svg.find("<title>") + len("<title>")
     return html.unescape(svg[start : svg.find("</title>")])
+
+
+def proxy_metric(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
+    """One scrape of `url`/metrics; for each (sample name, labels) the sum of the matching samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums = [0.0] * len(wanted)
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            for i, (name, labels) in enumerate(wanted):
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    sums[i] += s.value
+    return sums
+
+
+def find(rows: Sequence[dict], key: str, **match):
+    """`key` of the first row whose fields equal `match`, or None."""
+    return next((r[key] for r in rows if all(r.get(k) == v for k, v in match.items())), None)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:

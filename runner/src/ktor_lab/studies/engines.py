@@ -106,7 +106,12 @@ def run(args) -> Path:
             common.svg_grouped_bars(
                 "Requests per second, in-process, no proxy",
                 engines,
-                {mode_name(c, args.batch_size): [_find(rows, e, c, "rps") for e in engines] for c in modes},
+                {
+                    mode_name(c, args.batch_size): [
+                        common.find(rows, "rps", engine=e, concurrency=c) for e in engines
+                    ]
+                    for c in modes
+                },
             ),
         ),
         (
@@ -115,7 +120,9 @@ def run(args) -> Path:
                 "p99 latency (ms), from the moment a request may start",
                 engines,
                 {
-                    mode_name(c, args.batch_size): [_find(rows, e, c, "p99_ms") for e in engines]
+                    mode_name(c, args.batch_size): [
+                        common.find(rows, "p99_ms", engine=e, concurrency=c) for e in engines
+                    ]
                     for c in modes
                 },
                 digits=1,
@@ -133,10 +140,6 @@ def run(args) -> Path:
         charts,
         started,
     )
-
-
-def _find(rows: list[dict], engine: str, concurrency: int, key: str):
-    return next((r[key] for r in rows if r["engine"] == engine and r["concurrency"] == concurrency), None)
 
 
 def add_parser(sub) -> None:

@@ -42,13 +42,10 @@ class ProxyProbe:
         self.cpu_seconds: float | None = None
 
     def read(self) -> dict[str, float]:
-        out = {"heap": 0.0, "cpu": 0.0}
-        for line in requests.get(f"{self.url}/metrics", timeout=10).text.splitlines():
-            if line.startswith('jvm_memory_used_bytes{area="heap"'):
-                out["heap"] += float(line.split()[-1])
-            elif line.startswith("process_cpu_time_ns_total"):
-                out["cpu"] = float(line.split()[-1]) / 1e9
-        return out
+        heap, cpu_ns = common.proxy_metric(
+            self.url, ("jvm_memory_used_bytes", {"area": "heap"}), ("process_cpu_time_ns_total", {})
+        )
+        return {"heap": heap, "cpu": cpu_ns / 1e9}
 
     def _loop(self) -> None:
         while not self._stop.wait(0.1):
@@ -215,7 +212,10 @@ def run(args) -> Path:
                 f"MB/s per {direction} (median of {args.repeats})",
                 targets,
                 {
-                    label(size): [_find(rows, t, size, direction) for t in targets]
+                    label(size): [
+                        common.find(rows, "mb_per_s", target=t, size=size, direction=direction)
+                        for t in targets
+                    ]
                     for size in args.sizes.split(",")
                 },
             ),
@@ -241,17 +241,6 @@ def run(args) -> Path:
         tables,
         charts,
         started,
-    )
-
-
-def _find(rows: list[dict], target: str, size: str, direction: str) -> float | None:
-    return next(
-        (
-            r["mb_per_s"]
-            for r in rows
-            if (r["target"], r["size"], r["direction"]) == (target, size, direction)
-        ),
-        None,
     )
 
 

@@ -35,14 +35,10 @@ def raise_fd_limit() -> None:
 
 def thread_gauges(proxy_url: str) -> dict[str, float]:
     """Live and active-unparked threads from the proxy's own /metrics."""
-    text = requests.get(f"{proxy_url}/metrics", timeout=30).text
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("jvm_threads_live_threads"):
-            out["live"] = float(line.split()[-1])
-        elif line.startswith("lab_threads_active_unparked"):
-            out["unparked"] = float(line.split()[-1])
-    return out
+    live, unparked = common.proxy_metric(
+        proxy_url, ("jvm_threads_live_threads", {}), ("lab_threads_active_unparked", {})
+    )
+    return {"live": live, "unparked": unparked}
 
 
 async def one_request(host: str, port: int, path: str, deadline: float) -> tuple[int, float]:
@@ -75,20 +71,23 @@ async def burst(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadlin
     tasks = [asyncio.ensure_future(one_request(host, int(port), path, deadline)) for _ in range(n)]
     at: dict[str, float] = {}
     peak = {"live": 0.0, "unparked": 0.0}
-    sampled = False
+    next_peak = 0.25
     while not all(t.done() for t in tasks) and time.monotonic() - t0 < deadline:
         await asyncio.sleep(0.05)
         elapsed = time.monotonic() - t0
-        if not sampled and elapsed >= sample_at:
-            at = await asyncio.to_thread(thread_gauges, proxy_url)
-            at["at_s"] = round(time.monotonic() - t0, 2)
-            sampled = True
-            for k in peak:
-                peak[k] = max(peak[k], at.get(k, 0))
-        elif int(elapsed * 4) != int((elapsed - 0.05) * 4):
+        if not at and elapsed >= sample_at:
+            at = {
+                **await asyncio.to_thread(thread_gauges, proxy_url),
+                "at_s": round(time.monotonic() - t0, 2),
+            }
+            g = at
+        elif elapsed >= next_peak:
             g = await asyncio.to_thread(thread_gauges, proxy_url)
-            for k in peak:
-                peak[k] = max(peak[k], g.get(k, 0))
+        else:
+            continue
+        next_peak = elapsed + 0.25
+        for k in peak:
+            peak[k] = max(peak[k], g[k])
     for t in tasks:
         t.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -243,7 +242,10 @@ def run(args) -> Path:
                 common.svg_grouped_bars(
                     f"Active unparked threads added at {args.sample_at:g} s, {lim} limits",
                     engines,
-                    {f"N={n}": [_find(sub, e, n, "unparked_added") for e in engines] for n in ns},
+                    {
+                        f"N={n}": [common.find(sub, "unparked_added", engine=e, n=n) for e in engines]
+                        for n in ns
+                    },
                 ),
             )
         )
@@ -253,7 +255,10 @@ def run(args) -> Path:
                 common.svg_grouped_bars(
                     f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
                     engines,
-                    {f"N={n}": [_find(sub, e, n, "completion_s") for e in engines] for n in ns},
+                    {
+                        f"N={n}": [common.find(sub, "completion_s", engine=e, n=n) for e in engines]
+                        for n in ns
+                    },
                     digits=1,
                 ),
             )
@@ -272,10 +277,6 @@ def run(args) -> Path:
         charts,
         started,
     )
-
-
-def _find(rows: list[dict], engine: str, n: int, key: str):
-    return next((r[key] for r in rows if r["engine"] == engine and r["n"] == n), None)
 
 
 def add_parser(sub) -> None:

@@ -50,13 +50,13 @@ data class BenchmarkOptions(
             )
             if (unknown.isNotEmpty()) throw ConfigException("unknown option --${unknown.first()}: $usage")
             return BenchmarkOptions(
-                engine = Engine.entries.firstOrNull { it.id == o["engine"] } ?: throw ConfigException(usage),
+                engine = o["engine"]?.let { Engine.entries.byId(it) } ?: throw ConfigException(usage),
                 url = o["url"] ?: throw ConfigException(usage),
                 batches = int("batches", 10, 1),
                 batchSize = int("batch-size", 1000, 1),
                 concurrency = int("concurrency", 100, 0),
                 warmupBatches = int("warmup-batches", 5, 0),
-                limits = o["limits"]?.let { v -> Limits.entries.firstOrNull { it.id == v } ?: throw ConfigException(usage) }
+                limits = o["limits"]?.let { v -> Limits.entries.byId(v) ?: throw ConfigException(usage) }
                     ?: Limits.FAIR,
                 maxConnections = int("max-connections", 1000, 1),
             )

@@ -9,8 +9,16 @@ package lab.proxy
 
 import java.net.URI
 
+/** A setting's value by its name in the environment. */
+interface Choice {
+    val id: String
+}
+
+/** The entry whose [Choice.id] is [value], case-insensitively; null for anything else. */
+fun <E : Choice> List<E>.byId(value: String): E? = firstOrNull { it.id == value.lowercase() }
+
 /** The HTTP client engines under test. [id] is the value of `CLIENT_ENGINE`. */
-enum class Engine(val id: String) {
+enum class Engine(override val id: String) : Choice {
     CIO("cio"),
     APACHE("apache"),
     APACHE5("apache5"),
@@ -19,7 +27,7 @@ enum class Engine(val id: String) {
 }
 
 /** How long one `HttpClient` lives. [id] is the value of `CLIENT_LIFETIME`. */
-enum class Lifetime(val id: String) {
+enum class Lifetime(override val id: String) : Choice {
     SINGLETON("singleton"),
     PER_CALL("per-call"),
 }
@@ -29,7 +37,7 @@ enum class Lifetime(val id: String) {
  * `fair` applies `CLIENT_MAX_CONNECTIONS` to every engine; `defaults` leaves each engine's own
  * limits (CIO: 100 per route, OkHttp: 5 per host, ...), which is what earlier studies measured.
  */
-enum class Limits(val id: String) {
+enum class Limits(override val id: String) : Choice {
     FAIR("fair"),
     DEFAULTS("defaults"),
 }
@@ -75,10 +83,10 @@ data class ProxyConfig(
 
             return ProxyConfig(
                 engine = value("CLIENT_ENGINE")?.let { v ->
-                    Engine.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_ENGINE", v)
+                    Engine.entries.byId(v) ?: fail("CLIENT_ENGINE", v)
                 } ?: defaults.engine,
                 lifetime = value("CLIENT_LIFETIME")?.let { v ->
-                    Lifetime.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_LIFETIME", v)
+                    Lifetime.entries.byId(v) ?: fail("CLIENT_LIFETIME", v)
                 } ?: defaults.lifetime,
                 upstreamUrl = value("UPSTREAM_URL")?.let { parseUpstream(it) } ?: defaults.upstreamUrl,
                 host = value("HOST")?.also { v ->
@@ -88,7 +96,7 @@ data class ProxyConfig(
                 maxConnections = value("CLIENT_MAX_CONNECTIONS")
                     ?.let { intIn("CLIENT_MAX_CONNECTIONS", it, 1..100_000) } ?: defaults.maxConnections,
                 limits = value("CLIENT_LIMITS")?.let { v ->
-                    Limits.entries.firstOrNull { it.id == v.lowercase() } ?: fail("CLIENT_LIMITS", v)
+                    Limits.entries.byId(v) ?: fail("CLIENT_LIMITS", v)
                 } ?: defaults.limits,
                 connectTimeoutMs = value("CLIENT_CONNECT_TIMEOUT_MS")
                     ?.let { intIn("CLIENT_CONNECT_TIMEOUT_MS", it, 1..3_600_000).toLong() }
