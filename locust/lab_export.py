@@ -114,6 +114,7 @@ def install(environment, settings: dict, target: dict) -> None:
 
     if environment.web_ui is None:
         return
+    refuse_other_origins(environment.web_ui.app)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(environment, settings, target, watch))
 
@@ -124,6 +125,43 @@ def install(environment, settings: dict, target: dict) -> None:
     @environment.web_ui.app.route("/lab/stats")
     def lab_stats():
         return window_stats(environment, settings, target, watch)
+
+
+def refuse_other_origins(app) -> None:
+    """Only pages served by this UI may drive it.
+
+    Locust's web UI allows every origin (flask-cors) and starts, stops and resets runs on plain
+    POSTs and GETs, so any page open in the operator's browser could make the lab send load to
+    any host. Here a request that a browser marks as coming from another origin is refused with
+    403 before Locust sees it: an `Origin` other than the UI's own, or a cross-site request that
+    is not the operator following a link to the UI's front page. Tools (curl, Prometheus, `lab`)
+    send neither header and are not affected. The CORS headers go too: no other origin needs them.
+    """
+    from flask import request
+
+    funcs = app.after_request_funcs.get(None, [])
+    funcs[:] = [f for f in funcs if f.__name__ != "cors_after_request"]
+
+    @app.before_request
+    def same_origin_only():
+        why = foreign_request(request.headers, request.path)
+        if why:
+            log.warning("lab: refused %s %s: %s", request.method, request.path, why)
+            return f"refused: {why}\n", 403, {"Content-Type": "text/plain"}
+        return None
+
+
+def foreign_request(headers, path: str) -> str | None:
+    """Why a request with these headers comes from another site's page, or None."""
+    origin = headers.get("Origin")
+    if origin is not None:
+        own = {f"http://{headers.get('Host', '')}", f"https://{headers.get('Host', '')}"}
+        if origin not in own:
+            return f"Origin {origin} is not this UI's"
+    site, mode = headers.get("Sec-Fetch-Site"), headers.get("Sec-Fetch-Mode")
+    if site == "cross-site" and not (mode == "navigate" and path == "/"):
+        return "cross-site request"
+    return None
 
 
 def window_stats(environment, settings: dict, target: dict, watch: CpuWatch) -> dict:

@@ -22,55 +22,55 @@ log = logging.getLogger("lab")
 
 @events.init_command_line_parser.add_listener
 def add_options(parser):
-    group = parser.add_argument_group("Ktor client engine lab: capacity sweep")
-    group.add_argument(
+    # parser.add_argument (not a group's), so each is a field of the web UI's form too.
+    parser.add_argument(
         "--sweep-start-rps",
         env_var="LOCUST_SWEEP_START_RPS",
         type=float,
         default=100,
-        help="first step's rate (default: %(default)s)",
+        help="first step's rate (default: 100)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-step-rps",
         env_var="LOCUST_SWEEP_STEP_RPS",
         type=float,
         default=100,
-        help="rate added each step (default: %(default)s)",
+        help="rate added each step (default: 100)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-step-seconds",
         env_var="LOCUST_SWEEP_STEP_SECONDS",
         type=float,
         default=10,
-        help="length of a step (default: %(default)s)",
+        help="length of a step (default: 10)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-max-rps",
         env_var="LOCUST_SWEEP_MAX_RPS",
         type=float,
         default=20000,
-        help="the sweep ends after this rate (default: %(default)s)",
+        help="the sweep ends after this rate (default: 20000)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-users",
         env_var="LOCUST_SWEEP_USERS",
         type=int,
         default=200,
-        help="users that share the rate (default: %(default)s)",
+        help="users that share the rate (default: 200)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-max-failure-ratio",
         env_var="LOCUST_SWEEP_MAX_FAILURE_RATIO",
         type=float,
         default=0.01,
-        help="a step failing more than this ends the sweep (default: %(default)s)",
+        help="a step failing more than this ends the sweep (default: 0.01)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--sweep-max-p95-ms",
         env_var="LOCUST_SWEEP_MAX_P95_MS",
         type=float,
         default=1000,
-        help="a step whose p95 is above this ends the sweep (default: %(default)s)",
+        help="a step whose p95 is above this ends the sweep (default: 1000)",
     )
 
 

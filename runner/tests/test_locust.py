@@ -174,12 +174,21 @@ def test_sweep_steps_the_rate_and_reports_a_capacity(upstream):
 @pytest.mark.parametrize(
     "options,message",
     [
-        (["--scenario", "nope"], "--scenario 'nope' is not valid; valid: static-small, static-large, upload"),
-        (["--load-model", "open"], "--load-model 'open' is not valid; valid: closed, rate, sweep"),
+        (
+            ["--scenario", "nope"],
+            "--scenario: invalid choice: 'nope' (choose from 'static-small', 'static-large', 'upload'",
+        ),
+        (
+            ["--load-model", "open"],
+            "--load-model: invalid choice: 'open' (choose from 'closed', 'rate', 'sweep')",
+        ),
         (["--load-model", "rate"], "--load-model rate needs --target-rps > 0"),
         (["--load-model", "sweep"], "--load-model sweep needs the shape"),
         (["--wait-min", "3", "--wait-max", "1"], "need 0 <= min <= max"),
-        (["--large-size", "2g"], "--large-size '2g' is not valid; valid: 1k, 100k, 1m, 15m, 100m"),
+        (
+            ["--large-size", "2g"],
+            "--large-size: invalid choice: '2g' (choose from '1k', '100k', '1m', '15m', '100m')",
+        ),
     ],
     ids=["scenario", "model", "rate-without-target", "sweep-without-shape", "wait", "size"],
 )
