@@ -8,6 +8,7 @@ the compose stack's, rendered for loopback ports (see nginx.py, prometheus.py, g
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass
@@ -137,12 +138,16 @@ class NativeStack:
         )
 
     def start_grafana(self) -> str | None:
-        """Grafana with the lab's provisioning; None once started, else why it was not."""
+        """Grafana with the lab's provisioning; None once started, else why it was not.
+
+        Its admin password is GRAFANA_ADMIN_PASSWORD, else a random one printed here once (as
+        grafana/lab-entrypoint.sh does in compose): never admin/admin."""
         binary = grafana_binary()
         if binary is None:
             return "grafana is not installed (the dashboards run in the compose stack)"
+        password = os.environ.get("GRAFANA_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
         if not os.environ.get("GRAFANA_ADMIN_PASSWORD"):
-            return "GRAFANA_ADMIN_PASSWORD is not set: Grafana is never started with a default password"
+            print(f"lab: Grafana admin password, made for this start (user admin): {password}")
         ini = grafana.render(self.run_dir, self.prometheus_url, self.ports.grafana)
         home = next(
             (
@@ -157,6 +162,7 @@ class NativeStack:
             "grafana",
             [*argv, "--config", str(ini), "--homepath", str(home)],
             self.run_dir / "grafana.log",
+            env={"GF_SECURITY_ADMIN_PASSWORD": password},
         )
         self.services.append(service)
         service.wait_http(f"{self.grafana_url}/api/health", timeout=60)
