@@ -275,5 +275,5 @@ def test_verify_checks_the_whole_stack(tmp_path):
         timeout=240,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok   every panel of lab-overview.json has data" in r.stdout
+    assert "ok   every dashboard panel has data" in r.stdout
     assert "FAIL" not in r.stdout

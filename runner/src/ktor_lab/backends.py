@@ -7,11 +7,10 @@ and tells the matrix where Locust's web API, the proxy's /metrics and Prometheus
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from . import compose
+from .processes import free_port
 from .stack import NativeStack, Ports
 
 
@@ -65,76 +64,70 @@ class NativeBackend:
 
 
 class ComposeBackend:
-    """The compose stack, brought up per case with that case's overlay (`up --wait`)."""
+    """The compose stack as a project of its own (`ktor-lab-run-<pid>`, free host ports), brought
+    up per case with that case's overlay; only the services a run needs (Grafana if asked for).
+    `close` removes its containers, network and volumes."""
 
-    scrape_seconds = 5
+    scrape_seconds = 5  # prometheus/prometheus.yml, used as is
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, grafana: bool = False, name: str | None = None):
+        services = ("proxy", "nginx", "locust", "prometheus", *(("grafana",) if grafana else ()))
+        self.project = compose.Project(
+            name or f"ktor-lab-run-{os.getpid()}",
+            {s: free_port() for s in services},
+            workers=workers,
+            grafana=grafana,
+        )
         self.workers = workers
-        env = compose.dotenv()
-        self.ports = {k: env[k] for k in env if k.endswith("_HOST_PORT")}
-        self.env = env
 
     @property
     def locust_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['LOCUST_HOST_PORT']}"
+        return self.project.url("locust")
 
     locust_host = "http://proxy:8080"
 
     @property
     def proxy_metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['PROXY_HOST_PORT']}"
+        return self.project.url("proxy")
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['PROMETHEUS_HOST_PORT']}"
-
-    def argv(self, case: str, *command: str) -> list[str]:
-        files = ["-f", str(compose.BASE), "-f", str(compose.overlay(case))]
-        if self.workers:
-            files += ["-f", str(compose.overlay("distributed"))]
-        return ["docker", "compose", *files, *command]
+        return self.project.url("prometheus")
 
     @staticmethod
     def preflight() -> list[str]:
-        if shutil.which("docker") is None:
-            return ["docker is missing: --backend compose needs Docker with the compose plugin"]
-        r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-        if r.returncode != 0:
-            return ["`docker compose` does not work here: install the compose plugin (docker-compose-plugin)"]
-        if not os.environ.get("GRAFANA_ADMIN_PASSWORD"):
-            return ["GRAFANA_ADMIN_PASSWORD is not set: the compose stack refuses to start without it"]
-        return []
+        problem = compose.engine_problem()
+        return [f"{problem} (--backend compose)"] if problem else []
 
     def open(self) -> None:
         pass
 
     def start_case(self, case: str, env: dict[str, str]) -> int | None:
-        run_env = {**os.environ, **env, "LOCUST_WORKERS": str(self.workers or 2)}
-        # The stack with this case's overlay, then a fresh proxy even when its config is unchanged.
-        subprocess.run(self.argv(case, "up", "-d", "--build", "--wait"), env=run_env, check=True)
-        subprocess.run(
-            self.argv(case, "up", "-d", "--wait", "--no-deps", "--force-recreate", "proxy"),
-            env=run_env,
-            check=True,
-        )
-        return None  # the JVM is in a container: warm-up watches the rate only
+        """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen
+        (the engine on this kernel), so the warm-up can watch its JIT as natively."""
+        self.project.env.update(env)
+        self.project.up(case, fresh_proxy=True)
+        return self.project.container_pid("proxy")
 
     def close(self) -> None:
-        subprocess.run(self.argv("singleton-cio", "down"), check=False)
+        self.project.down()
 
     def describe(self) -> dict:
         keys = (
             "PROXY_CPUS",
             "PROXY_MEMORY",
             "PROXY_JAVA_OPTS",
+            "PROXY_NOFILE",
             "NGINX_CPUS",
             "NGINX_MEMORY",
             "CLIENT_MAX_CONNECTIONS",
         )
+        env = compose.dotenv()
         return {
             "kind": "compose",
+            "project": self.project.name,
+            "services": self.project.services(),
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
-            **{k.lower(): os.environ.get(k, self.env.get(k)) for k in keys},
+            **{k.lower(): self.project.env.get(k, env.get(k)) for k in keys},
         }

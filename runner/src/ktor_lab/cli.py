@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from . import stack
+from . import compose, stack, verdict
 from .matrix import LOAD_HELP
 from .paths import CASES, REPO, SCENARIOS, split_case
 from .stack import Ports
@@ -92,7 +92,16 @@ def main_parser() -> argparse.ArgumentParser:
         "--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)"
     )
     run.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
-    run.add_argument("--backend", choices=("native", "compose"), default="native", help="where the parts run")
+    run.add_argument(
+        "--backend",
+        choices=("native", "compose"),
+        default="native",
+        help="where the parts run: host processes, or the compose stack as a project of its own on free "
+        "host ports, removed at the end (default: %(default)s)",
+    )
+    run.add_argument(
+        "--grafana", action="store_true", help="compose: also start Grafana (it has no part in the figures)"
+    )
     run.add_argument(
         "--java-opts", default=os.environ.get("JAVA_OPTS", "-Xmx512m"), help="proxy JVM options (native)"
     )
@@ -296,6 +305,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 2
+    if args.backend == "compose":
+        if bad := sorted(set(plan.proxy_env) - set(compose.PROXY_VARIABLES)):
+            print(
+                f"lab: --set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
+                f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}",
+                file=sys.stderr,
+            )
+            return 2
     if stack.cannot_start(stack.preflight() if args.backend == "native" else ComposeBackend.preflight()):
         return 2
     out = args.out or REPO / "results" / f"{datetime.now():%Y%m%d-%H%M%S}"
@@ -303,7 +320,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend == "native":
         backend = NativeBackend(out / "logs", stack.free_ports(), args.java_opts, args.workers, plan.cases[0])
     else:
-        backend = ComposeBackend(args.workers)
+        backend = ComposeBackend(args.workers, grafana=args.grafana)
+        backend.project.env["PROXY_JAVA_OPTS"] = args.java_opts
     runs = len(plan.runs())
     print(
         f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
@@ -332,7 +350,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print()
         print(md.read_text().split("\n## Settings")[0])
-    return 130 if results["interrupted"] else 0
+    if results["interrupted"]:
+        return 130
+    if failed := [r for r in results["runs"] if "errors" in r["verdict"]["flags"]]:
+        for r in failed:
+            print(
+                f"lab run: {r['case']} {r['scenario']} {r['load']['label']} #{r['repeat']}: "
+                f"{r['locust']['failures']} of {r['locust']['requests']} requests failed "
+                f"(more than {verdict.ERROR_RATIO_LIMIT:.0%})",
+                file=sys.stderr,
+            )
+        return 1
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -1,8 +1,11 @@
-"""The compose stack's effective configuration, rendered without Docker.
+"""The compose stack: its files, its effective configuration, and a running project of it.
 
 `render` runs tools/compose-config (compose-go, the loader `docker compose` uses) on the
 repository's docker-compose.yml and overlays, and returns what `docker compose config`
 would: every service with its overlays merged, variables interpolated, paths resolved.
+
+`Project` runs the stack on a Docker engine as one compose project with a name and host
+ports of its own, so it never touches a lab a user has up, and removes everything it made.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from .paths import CASES, REPO
@@ -70,3 +74,169 @@ def render(*overlays: str, env: dict[str, str] | None = None, inherit_env: bool 
     if r.returncode != 0:
         raise ComposeError(r.stderr.strip())
     return json.loads(r.stdout)
+
+
+# What docker-compose.yml passes to the proxy from the shell or .env (a test keeps it equal).
+PROXY_VARIABLES = (
+    "CLIENT_MAX_CONNECTIONS",
+    "CLIENT_LIMITS",
+    "CLIENT_CONNECT_TIMEOUT_MS",
+    "CLIENT_REQUEST_TIMEOUT_MS",
+    "PROXY_JAVA_OPTS",
+    "PROXY_NOFILE",
+)
+# What a run needs; Grafana only when asked for (it has no stand-in on the build machine).
+SERVICES = ("nginx", "nginx-exporter", "proxy", "locust", "prometheus")
+# The published ports of .env, by service.
+HOST_PORTS = {
+    "proxy": "PROXY_HOST_PORT",
+    "nginx": "NGINX_HOST_PORT",
+    "locust": "LOCUST_HOST_PORT",
+    "prometheus": "PROMETHEUS_HOST_PORT",
+    "grafana": "GRAFANA_HOST_PORT",
+}
+
+
+def engine_problem() -> str | None:
+    """Why `docker compose` cannot run here, or None when a Docker engine and the plugin answer."""
+    if shutil.which("docker") is None:
+        return "docker is missing: install Docker with the compose plugin"
+    r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "`docker compose` does not work here: install the compose plugin (docker-compose-plugin)"
+    r = subprocess.run(["docker", "version"], capture_output=True, text=True)
+    if r.returncode != 0:
+        host = os.environ.get("DOCKER_HOST", "the default socket")
+        return f"no Docker engine answers at {host}: start one (or export DOCKER_HOST)"
+    return None
+
+
+class Project:
+    """One compose project of the lab: `docker compose -p NAME -f docker-compose.yml -f compose/CASE.yml`.
+
+    `ports` maps services to the host ports to publish them on (127.0.0.1, as .env's LAB_BIND);
+    `env` adds variables (PROXY_NOFILE=..., LOCUST_RUN_TIME=...) to what compose interpolates.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        ports: dict[str, int],
+        env: dict[str, str] | None = None,
+        workers: int = 0,
+        grafana: bool = False,
+    ):
+        self.name = name
+        self.ports = ports
+        self.workers = workers
+        self.grafana = grafana
+        self.env = {
+            **os.environ,
+            **{HOST_PORTS[s]: str(p) for s, p in ports.items()},
+            "LOCUST_WORKERS": str(workers or 2),
+            **(env or {}),
+        }
+        self.case: str | None = None
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    def services(self) -> list[str]:
+        return [
+            *SERVICES,
+            *(["locust-worker"] if self.workers else []),
+            *(["grafana"] if self.grafana else []),
+        ]
+
+    def argv(self, case: str, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
+        files = ["-f", str(BASE), "-f", str(overlay(case))]
+        for extra in (*(("distributed",) if self.workers else ()), *extras):
+            files += ["-f", str(overlay(extra))]
+        return ["docker", "compose", "-p", self.name, *files, *command]
+
+    def compose(
+        self, case: str, *command: str, extras: tuple[str, ...] = (), check: bool = True, **kwargs
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
+
+    def up(self, case: str, fresh_proxy: bool = False, timeout: int = 300) -> None:
+        """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
+        the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
+        same = case == self.case
+        self.compose(
+            case,
+            "up",
+            "-d",
+            "--wait",
+            "--wait-timeout",
+            str(timeout),
+            *self.services(),
+            stdout=subprocess.DEVNULL,
+        )
+        if fresh_proxy and same:
+            self.compose(
+                case,
+                "up",
+                "-d",
+                "--wait",
+                "--wait-timeout",
+                str(timeout),
+                "--no-deps",
+                "--force-recreate",
+                "proxy",
+                stdout=subprocess.DEVNULL,
+            )
+        self.case = case
+
+    def build(self) -> None:
+        """The images compose builds (the proxy, Locust), from the repository's Dockerfiles."""
+        self.compose("singleton-cio", "build", "proxy", "locust", stdout=subprocess.DEVNULL)
+
+    def container_pid(self, service: str) -> int | None:
+        """The host PID of the service's main process, when the engine runs on this kernel."""
+        r = self.compose(
+            self.case or "singleton-cio", "ps", "-q", service, check=False, capture_output=True, text=True
+        )
+        ids = r.stdout.split()
+        if not ids:
+            return None
+        pid = subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Pid}}", ids[0]], capture_output=True, text=True
+        ).stdout.strip()
+        return int(pid) if pid.isdigit() and int(pid) > 0 and Path(f"/proc/{pid}/task").is_dir() else None
+
+    def down(self) -> None:
+        """Stops and removes every container, network and volume of the project."""
+        self.compose(
+            self.case or "singleton-cio",
+            "down",
+            "--volumes",
+            "--remove-orphans",
+            "--timeout",
+            "10",
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.case = None
+
+    def leftovers(self) -> list[str]:
+        """Containers, networks and volumes still labelled with the project's name."""
+        label = f"label=com.docker.compose.project={self.name}"
+        out = []
+        for kind, argv in (
+            ("container", ["docker", "ps", "-aq", "--filter", label]),
+            ("network", ["docker", "network", "ls", "-q", "--filter", label]),
+            ("volume", ["docker", "volume", "ls", "-q", "--filter", label]),
+        ):
+            r = subprocess.run(argv, capture_output=True, text=True)
+            out += [f"{kind} {x}" for x in r.stdout.split()]
+        return out
+
+
+def wait_gone(project: Project, timeout: float = 30) -> list[str]:
+    """Leftovers of `project` once they have had `timeout` seconds to go."""
+    deadline = time.monotonic() + timeout
+    while (left := project.leftovers()) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import math
 import re
 import shutil
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from . import prometheus
 from .paths import REPO
 
 GRAFANA_DIR = REPO / "grafana"
@@ -75,6 +77,20 @@ def substitute(expr: str, values: dict[str, str], rate_interval: str) -> str:
     KeyError for a variable without a value."""
     expr = expr.replace("$__rate_interval", rate_interval).replace("${__rate_interval}", rate_interval)
     return VARIABLE.sub(lambda m: values[m.group(1) or m.group(2)], expr)
+
+
+def panels_without_data(
+    prometheus_url: str, values: dict[str, str], rate_interval: str, at: float | None = None
+) -> list[str]:
+    """Every panel query of every dashboard, as Grafana would send it with `values` for the
+    variables, run against Prometheus: the ones with no result or only NaN, as "file: panel refId"."""
+    empty = []
+    for path, dashboard in dashboards().items():
+        for q in panel_queries(dashboard):
+            result = prometheus.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
+            if not any(math.isfinite(float(r["value"][1])) for r in result):
+                empty.append(f"{path.name}: {q.panel} {q.ref_id}")
+    return empty
 
 
 def render(run_dir: Path, prometheus_url: str, port: int) -> Path:

@@ -6,9 +6,11 @@ stub_status as the compose service does.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
+import requests
 import yaml
 
 from .paths import REPO
@@ -74,3 +76,21 @@ def start_nginx_exporter(run_dir: Path, port: int, status_url: str) -> Service:
     )
     service.wait_http(f"http://127.0.0.1:{port}/metrics", timeout=15)
     return service
+
+
+def query(base: str, expr: str, at: float | None = None) -> list[dict]:
+    """An instant query's result vector (at `at`, else now); RuntimeError naming the query if refused."""
+    params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+    body = requests.get(f"{base}/api/v1/query", params=params, timeout=10).json()
+    if body.get("status") != "success":
+        raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('error')}")
+    return body["data"]["result"]
+
+
+def scalar(base: str, expr: str, at: float | None = None) -> float | None:
+    """The first value of a query's result; None when empty or not a finite number."""
+    result = query(base, expr, at)
+    if not result:
+        return None
+    v = float(result[0]["value"][1])
+    return v if math.isfinite(v) else None
