@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import socket
 import threading
 import time
@@ -16,7 +18,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ktor_lab import nginx, proxy
+from ktor_lab import compose, nginx, proxy
 from ktor_lab.processes import Service, free_port
 
 # The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
@@ -173,3 +175,52 @@ def silent_server() -> Iterator[SilentServer]:
     server = SilentServer()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def compose_engine() -> None:
+    """A Docker engine with the compose plugin, and the images compose builds, built once.
+
+    Without an engine the compose tests are skipped, with the reason; when LAB_COMPOSE_REQUIRED
+    is set (CI, after the engine's setup succeeded) they fail instead. LAB_COMPOSE_SKIP (CI, when
+    the setup failed) skips them with its text.
+    """
+    if why := os.environ.get("LAB_COMPOSE_SKIP"):
+        pytest.skip(f"compose suite skipped: {why}")
+    if problem := compose.engine_problem():
+        if os.environ.get("LAB_COMPOSE_REQUIRED"):
+            pytest.fail(f"compose suite: {problem}")
+        pytest.skip(f"compose suite skipped: {problem} (../shared/standin/setup.sh . makes one)")
+    compose.Project(f"ktor-lab-test-{os.getpid()}-build", {}).build()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser():
+    """Debian's Chromium, headless, driven by Playwright (which downloads no browser of its own).
+
+    Per test: Playwright's sync API keeps an event loop running in this thread while it is open,
+    and the studies' own asyncio.run() would then refuse to start."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is missing: apt-get install chromium (the UI and report tests look at pages)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            yield b
+        finally:
+            b.close()

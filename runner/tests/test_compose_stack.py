@@ -1,0 +1,404 @@
+"""The compose stack on a real Docker engine: the README's commands, run as a user runs them.
+
+Every test here starts containers from docker-compose.yml and the overlays, as one compose
+project of its own (`ktor-lab-test-<pid>`, free host ports), so a lab a user has up is never
+touched, and removes it afterwards. On the build machine the images are the stand-ins of
+../shared/standin (Debian's nginx, Prometheus, Locust, JDK 17 under the official tags).
+Grafana has no stand-in: its panels are checked by running every query against this
+Prometheus, and its entrypoint script in a container of its own.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import sample, scrape, wait_until
+from ktor_lab import compose, grafana, prometheus
+from ktor_lab.loadgen import LocustWeb
+from ktor_lab.paths import CASES, REPO, split_case
+from ktor_lab.processes import free_port
+
+pytestmark = pytest.mark.compose
+
+LOAD_SECONDS = 10
+WORKER_REPORT_S = 3  # Locust workers report their stats to the master every 3 s
+RATE = 100  # requests a second: enough to count, little enough for per-call cases on 2 cores
+
+
+def new_project(name: str, **kwargs) -> compose.Project:
+    ports = {s: free_port() for s in ("proxy", "nginx", "locust", "prometheus")}
+    return compose.Project(f"ktor-lab-test-{os.getpid()}-{name}", ports, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def lab(compose_engine) -> Iterator[compose.Project]:
+    """The stack of one project, switched from case to case as a user switches overlays."""
+    project = new_project("main")
+    try:
+        yield project
+    finally:
+        project.down()
+        assert not compose.wait_gone(project), f"left behind: {project.leftovers()}"
+
+
+def upstream_count(proxy_url: str) -> float:
+    return sample(scrape(proxy_url), "lab_upstream_requests_seconds_count")
+
+
+def load_through_proxy(project: compose.Project, case: str, seconds: int, **custom) -> tuple[dict, float]:
+    """Locust at RATE through the proxy for `seconds`, started through its web API as the UI does;
+    returns Locust's stats of the whole run and the proxy's own count of upstream exchanges over
+    the same run. Whole runs, not a window after a reset: Locust clears its stats when a run
+    starts, while a reset in the middle lets workers' reports of earlier requests arrive after it."""
+    web = LocustWeb(project.url("locust"))
+    options = {
+        "scenario": "static-small",
+        "load_model": "rate",
+        "target_rps": RATE,
+        "lab_case": case,
+        **custom,
+    }
+    before = upstream_count(project.url("proxy"))
+    web.swarm("http://proxy:8080", 10, 10, **options)
+    time.sleep(seconds)
+    web.stop()
+    if web.stats()["workers"]:
+        # A worker sends no report on "stop": its last requests come with its next 3 s report.
+        time.sleep(WORKER_REPORT_S + 1)
+    stats = web.stats()
+    time.sleep(0.5)  # the last exchanges are recorded as their bodies end
+    return stats, upstream_count(project.url("proxy")) - before
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_case_is_up_and_serves_through_its_engine(lab, case):
+    lab.up(case)
+    lifetime, engine = split_case(case)
+    assert requests.get(f"{lab.url('proxy')}/health", timeout=5).text == f"ok {case}\n"
+    info = {dict(ls)["case"] for (n, ls) in scrape(lab.url("proxy")) if n == "lab_proxy_info"}
+    assert info == {case}
+    stats, served = load_through_proxy(lab, case, LOAD_SECONDS)
+    assert stats["failures"] == 0, stats["errors"]
+    assert stats["requests"] >= 0.6 * RATE * LOAD_SECONDS, stats
+    assert abs(stats["requests"] - served) <= 0.02 * stats["requests"], (stats["requests"], served)
+
+
+@pytest.mark.parametrize("host", ["localhost", "example.com", "nginx"])
+def test_nginx_serves_the_lab_whatever_the_host_header(lab, host):
+    lab.up(lab.case or "singleton-cio")
+    base = lab.url("nginx")
+    assert requests.get(f"{base}/files/tiny.txt", headers={"Host": host}, timeout=5).text == "Success!\n"
+    root = requests.get(f"{base}/", headers={"Host": host}, timeout=5)
+    assert root.text == "Success!\n", "the image's own default server answered"
+    assert requests.get(f"{base}/files/manifest.json", headers={"Host": host}, timeout=5).json()["100m.bin"]
+
+
+def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browser):
+    lab.up("singleton-okhttp")
+    lab.compose("singleton-okhttp", "up", "-d", "--wait", "--no-deps", "--force-recreate", "locust")
+    ui = lab.url("locust")
+    page = browser.new_page(viewport={"width": 1200, "height": 1600})
+    page.goto(ui + "/")
+    page.get_by_text("Custom parameters").click()
+    fields = {el.get_attribute("name") for el in page.locator("form input, form select").all()}
+    lab_options = {
+        "scenario",
+        "loadModel",
+        "waitMin",
+        "waitMax",
+        "targetRps",
+        "largeSize",
+        "uploadSize",
+        "delayMs",
+    }
+    assert lab_options <= fields, lab_options - fields
+    assert set(page.locator("select[name=scenario] option").all_inner_texts()) == {
+        "static-small",
+        "static-large",
+        "upload",
+        "slow",
+        "mix",
+    }
+    page.locator("input[name=userCount]").fill("5")
+    page.locator("input[name=spawnRate]").fill("5")
+    page.locator("select[name=scenario]").select_option("upload")
+    page.locator("select[name=uploadSize]").select_option("1k")
+    page.locator("input[name=waitMin]").fill("0")
+    page.locator("input[name=waitMax]").fill("0.05")
+    page.get_by_role("button", name="Start").click()
+    web = LocustWeb(ui)
+    assert wait_until(lambda: web.stats()["requests"] >= 50, timeout=30), web.stats()
+
+    # Read while the run goes on (once stopped, the open page sets Locust back to a new test);
+    # /stats/requests is cached by Locust for 2 s.
+    def entries() -> dict[str, int]:
+        body = requests.get(f"{ui}/stats/requests", timeout=5).json()
+        return {e["name"]: e["num_requests"] for e in body["stats"]}
+
+    assert wait_until(lambda: entries().get("upload", 0) >= 50, timeout=30), entries()
+    own = set(entries())
+    stats = web.stats()
+    page.close()
+    web.stop()
+    assert own == {"upload", "Aggregated"}
+    assert stats["failures"] == 0, stats["errors"]
+    assert (stats["settings"]["scenario"], stats["settings"]["upload_size"]) == ("upload", "1k")
+    assert (stats["settings"]["wait_min"], stats["settings"]["wait_max"]) == (0, 0.05)
+
+
+def test_prometheus_has_every_target_and_every_panel_query_data(lab):
+    case = lab.case or "singleton-cio"
+    lab.up(case)
+    base = lab.url("prometheus")
+    # Grafana's $__rate_interval for a 5 s scrape is 20 s: load for longer than that.
+    stats, _ = load_through_proxy(lab, case, 25)
+    assert stats["failures"] == 0
+    assert wait_until(lambda: len(prometheus.query(base, "up == 1")) == 3, timeout=20), prometheus.query(
+        base, "up"
+    )
+    assert {r["metric"]["job"] for r in prometheus.query(base, "up == 1")} == {"proxy", "locust", "nginx"}
+    lifetime, engine = split_case(case)
+    assert not grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "20s")
+    assert not grafana.panels_without_data(base, {"engine": ".*", "lifetime": ".*"}, "20s")
+
+
+def test_proxy_open_files_limit_comes_from_the_environment(lab):
+    case = lab.case or "singleton-cio"
+    hard = int(
+        lab.compose(
+            case,
+            "run",
+            "--rm",
+            "--no-deps",
+            "--entrypoint",
+            "sh",
+            "proxy",
+            "-c",
+            "ulimit -Hn",
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    lab.up(case)
+    assert sample(scrape(lab.url("proxy")), "process_files_max_files") == hard  # max, the default
+    too_high = lab.compose(
+        case,
+        "run",
+        "--rm",
+        "--no-deps",
+        "-e",
+        f"PROXY_NOFILE={hard + 1}",
+        "proxy",
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert too_high.returncode == 2
+    assert f"PROXY_NOFILE={hard + 1} is above this host's open-files hard limit ({hard})" in too_high.stderr
+    lab.env["PROXY_NOFILE"] = "4096"
+    try:
+        lab.up(case)
+        assert sample(scrape(lab.url("proxy")), "process_files_max_files") == 4096
+    finally:
+        lab.env["PROXY_NOFILE"] = "max"
+        lab.up(case)
+
+
+def test_distributed_master_and_two_workers_share_the_load(compose_engine):
+    project = new_project("distributed", workers=2)
+    try:
+        project.up("per-call-cio")
+        web = LocustWeb(project.url("locust"))
+        assert wait_until(lambda: web.stats()["workers"] == 2, timeout=30), web.stats()["workers"]
+        stats, served = load_through_proxy(project, "per-call-cio", LOAD_SECONDS)
+        samples = scrape(project.url("locust"))
+    finally:
+        project.down()
+    assert not compose.wait_gone(project)
+    assert stats["failures"] == 0 and stats["workers"] == 2
+    assert abs(stats["requests"] - served) <= 0.02 * stats["requests"]
+    nodes = {dict(ls)["node"] for (n, ls) in samples if n == "locust_cpu_peak_percent"}
+    assert len(nodes - {"master"}) == 2, nodes
+
+
+def headless(project: compose.Project, case: str) -> subprocess.CompletedProcess:
+    """The README's headless command: up with headless.yml and --exit-code-from locust."""
+    return project.compose(
+        case,
+        "up",
+        "--exit-code-from",
+        "locust",
+        *project.services(),
+        extras=("headless",),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def results_owned_by():
+    """Makes results/ belong to another user for the test (the owner is who runs compose), then
+    gives it back and removes the folders the test's runs wrote."""
+    results = REPO / "results"
+    before = set(results.iterdir())
+    st = results.stat()
+    other = 4321 if os.geteuid() == 0 else os.geteuid()
+    if os.geteuid() == 0:
+        os.chown(results, other, other)
+    try:
+        yield other
+    finally:
+        if os.geteuid() == 0:
+            os.chown(results, st.st_uid, st.st_gid)
+        for made in set(results.iterdir()) - before:
+            subprocess.run(["rm", "-rf", str(made)], check=False)
+
+
+def test_readme_headless_command_exits_0_with_its_files_owned_by_results_owner(
+    compose_engine, results_owned_by
+):
+    project = new_project("headless", env={"LOCUST_RUN_TIME": "10s", "LOCUST_USERS": "10"})
+    try:
+        r = headless(project, "per-call-okhttp")
+    finally:
+        project.down()
+    assert not compose.wait_gone(project)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    [folder] = [p for p in (REPO / "results").iterdir() if p.name.startswith("compose-")]
+    assert re.fullmatch(r"compose-\d{8}T\d{6}Z-per-call-okhttp", folder.name)
+    files = [folder, *folder.iterdir()]
+    assert {"locust_stats.csv", "locust.html"} <= {f.name for f in files}
+    assert {(f.stat().st_uid, f.stat().st_gid) for f in files} == {(results_owned_by, results_owned_by)}
+    rows = {row["Name"]: row for row in csv.DictReader((folder / "locust_stats.csv").open())}
+    assert int(rows["static-small"]["Request Count"]) >= 20  # 10 users with a 1-2 s wait, 10 s
+    assert rows["static-small"]["Failure Count"] == "0"
+
+
+def test_headless_run_with_failures_exits_non_zero(compose_engine, results_owned_by):
+    # The proxy gives up after 300 ms on an upstream that answers after 1 s: every request is a 504.
+    env = {
+        "LOCUST_RUN_TIME": "5s",
+        "LOCUST_USERS": "5",
+        "LOCUST_SCENARIO": "slow",
+        "LOCUST_DELAY_MS": "1000",
+        "CLIENT_REQUEST_TIMEOUT_MS": "300",
+    }
+    project = new_project("headless-fail", env=env)
+    try:
+        r = headless(project, "singleton-cio")
+    finally:
+        project.down()
+    assert not compose.wait_gone(project)
+    assert r.returncode == 1, r.stdout[-3000:]
+    [folder] = [p for p in (REPO / "results").iterdir() if p.name.startswith("compose-")]
+    rows = {row["Name"]: row for row in csv.DictReader((folder / "locust_stats.csv").open())}
+    assert int(rows["slow"]["Failure Count"]) == int(rows["slow"]["Request Count"]) > 0
+
+
+def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
+    lab_cmd = Path(sys.executable).with_name("lab")
+    r = subprocess.run(
+        [
+            str(lab_cmd),
+            "run",
+            "--backend",
+            "compose",
+            "--cases",
+            "singleton-cio,per-call-okhttp",
+            "--loads",
+            f"rate/{RATE}/10",
+            "--warmup",
+            "0",
+            "--duration",
+            "10",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["backend"]["kind"] == "compose"
+    assert "grafana" not in results["backend"]["services"]
+    assert [run["case"] for run in results["runs"]] == ["singleton-cio", "per-call-okhttp"]
+    for run in results["runs"]:
+        assert run["locust"]["failures"] == 0
+        n = run["locust"]["requests"]
+        assert abs(n - run["proxy"]["upstream_requests"]) <= 0.02 * n, run["proxy"]
+        assert run["proxy"]["settings"]["case"] == run["case"]
+    leftovers = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-aq",
+            "--filter",
+            f"label=com.docker.compose.project={results['backend']['project']}",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert not leftovers
+    assert (tmp_path / "report.html").exists()
+
+
+def test_grafana_entrypoint_never_leaves_admin_admin(compose_engine, tmp_path):
+    """grafana/lab-entrypoint.sh in a container (Grafana itself has no stand-in): the password the
+    image's /run.sh gets is GRAFANA_ADMIN_PASSWORD, else a random one printed once at first start."""
+    fake_run = tmp_path / "run.sh"
+    fake_run.write_text(
+        '#!/bin/sh\necho "run.sh got GF_SECURITY_ADMIN_PASSWORD=$GF_SECURITY_ADMIN_PASSWORD"\n'
+    )
+    fake_run.chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    image = compose.dotenv()["NGINX_IMAGE"]  # any image with a shell: the script is plain sh
+
+    def start(*env: str) -> str:
+        r = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--entrypoint",
+                "/lab-entrypoint.sh",
+                "-v",
+                f"{REPO / 'grafana' / 'lab-entrypoint.sh'}:/lab-entrypoint.sh:ro",
+                "-v",
+                f"{fake_run}:/run.sh:ro",
+                "-v",
+                f"{data}:/var/lib/grafana",
+                *env,
+                image,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return r.stdout
+
+    first = start()
+    made = re.search(r"made at first start \(user admin\): (\w+)", first)
+    assert made and len(made[1]) == 24, first
+    assert f"GF_SECURITY_ADMIN_PASSWORD={made[1]}\n" in first
+    (data / "grafana.db").write_text("")  # Grafana has stored its admin
+    again = start()
+    assert "made at first start" not in again and "=admin\n" not in again
+    assert "GF_SECURITY_ADMIN_PASSWORD=\n" not in again
+    chosen = start("-e", "GRAFANA_ADMIN_PASSWORD=s3cret-choice")
+    assert "GF_SECURITY_ADMIN_PASSWORD=s3cret-choice\n" in chosen
