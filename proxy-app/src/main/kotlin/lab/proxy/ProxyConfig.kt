@@ -42,6 +42,19 @@ enum class Limits(override val id: String) : Choice {
     DEFAULTS("defaults"),
 }
 
+/**
+ * Whether a request that failed on a pooled connection the upstream had already closed (after
+ * a graceful reload, an idle timeout) is sent again on a new connection. [id] is the value of
+ * `CLIENT_RETRY_ON_STALE`: `on` (idempotent requests, once), `off`, or `engine` (whatever the
+ * engine does by itself, as earlier studies ran it). Applied to every engine that has the knob;
+ * each engine's setup says what is in force.
+ */
+enum class RetryOnStale(override val id: String) : Choice {
+    ON("on"),
+    OFF("off"),
+    ENGINE("engine"),
+}
+
 class ConfigException(message: String) : RuntimeException(message)
 
 data class ProxyConfig(
@@ -57,6 +70,11 @@ data class ProxyConfig(
     val requestTimeoutMs: Long = 30_000,
     val accessLog: Boolean = false,
     val limits: Limits = Limits.FAIR,
+    val retryOnStale: RetryOnStale = RetryOnStale.ON,
+    /** Once a request's first byte arrived, its headers must be complete within this. */
+    val headerTimeoutMs: Long = 10_000,
+    /** A connection with no request in progress is closed after this. */
+    val idleTimeoutMs: Long = 60_000,
 ) {
     /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
     val caseName: String get() = "${lifetime.id}-${engine.id}"
@@ -66,7 +84,8 @@ data class ProxyConfig(
         val VARIABLES: Map<String, String> = linkedMapOf(
             "CLIENT_ENGINE" to Engine.entries.joinToString(", ") { it.id },
             "CLIENT_LIFETIME" to Lifetime.entries.joinToString(", ") { it.id },
-            "UPSTREAM_URL" to "an http:// URL without query or fragment, e.g. http://nginx:80",
+            "UPSTREAM_URL" to "an http:// URL with a port from 1 to 65535 (or none) and no query or fragment, " +
+                "e.g. http://nginx:80",
             "HOST" to "an IP address or host name to listen on, e.g. 0.0.0.0 or 127.0.0.1",
             "PORT" to "an integer from 1 to 65535",
             "CLIENT_MAX_CONNECTIONS" to "an integer from 1 to 100000",
@@ -74,6 +93,9 @@ data class ProxyConfig(
             "CLIENT_CONNECT_TIMEOUT_MS" to "an integer from 1 to 3600000",
             "CLIENT_REQUEST_TIMEOUT_MS" to "an integer from 1 to 3600000",
             "ACCESS_LOG" to "on, off",
+            "CLIENT_RETRY_ON_STALE" to RetryOnStale.entries.joinToString(", ") { it.id },
+            "SERVER_HEADER_TIMEOUT_MS" to "an integer from 100 to 3600000",
+            "SERVER_IDLE_TIMEOUT_MS" to "an integer from 100 to 3600000",
         )
 
         /** Reads [env] (normally `System.getenv()`); unset or blank variables take the default. */
@@ -111,6 +133,15 @@ data class ProxyConfig(
                         else -> fail("ACCESS_LOG", v)
                     }
                 } ?: defaults.accessLog,
+                retryOnStale = value("CLIENT_RETRY_ON_STALE")?.let { v ->
+                    RetryOnStale.entries.byId(v) ?: fail("CLIENT_RETRY_ON_STALE", v)
+                } ?: defaults.retryOnStale,
+                headerTimeoutMs = value("SERVER_HEADER_TIMEOUT_MS")
+                    ?.let { intIn("SERVER_HEADER_TIMEOUT_MS", it, 100..3_600_000).toLong() }
+                    ?: defaults.headerTimeoutMs,
+                idleTimeoutMs = value("SERVER_IDLE_TIMEOUT_MS")
+                    ?.let { intIn("SERVER_IDLE_TIMEOUT_MS", it, 100..3_600_000).toLong() }
+                    ?: defaults.idleTimeoutMs,
             )
         }
 
@@ -123,6 +154,7 @@ data class ProxyConfig(
         private fun parseUpstream(value: String): String {
             val uri = runCatching { URI(value) }.getOrNull() ?: fail("UPSTREAM_URL", value)
             val ok = uri.scheme?.lowercase() == "http" && !uri.host.isNullOrEmpty() &&
+                (uri.port == -1 || uri.port in 1..65535) &&
                 uri.rawQuery == null && uri.rawFragment == null && uri.rawUserInfo == null
             if (!ok) fail("UPSTREAM_URL", value)
             return value.trimEnd('/')

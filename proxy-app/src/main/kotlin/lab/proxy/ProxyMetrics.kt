@@ -23,35 +23,6 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry
 import java.lang.management.ManagementFactory
 import java.time.Duration
 
-/** How one upstream exchange ended; the `outcome` tag of the upstream timer. */
-enum class Outcome(val tag: String) {
-    /** 1xx-3xx from the upstream, body fully relayed. */
-    SUCCESS("success"),
-    CLIENT_ERROR("client_error"),
-    SERVER_ERROR("server_error"),
-
-    /** No connection: refused, unresolvable, unreachable (the proxy answered 502). */
-    UNREACHABLE("unreachable"),
-
-    /** Connect or request timeout (the proxy answered 504). */
-    TIMEOUT("timeout"),
-
-    /** Any other failure before a response arrived (the proxy answered 502). */
-    FAILED("failed"),
-
-    /** The exchange broke after the response had started, or the caller went away. */
-    ABORTED("aborted"),
-    ;
-
-    companion object {
-        fun of(status: Int): Outcome = when {
-            status >= 500 -> SERVER_ERROR
-            status >= 400 -> CLIENT_ERROR
-            else -> SUCCESS
-        }
-    }
-}
-
 class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCounters()) {
     val registry = PrometheusMeterRegistry(PrometheusConfig.DEFAULT).apply {
         config().commonTags("engine", config.engine.id, "lifetime", config.lifetime.id)

@@ -21,6 +21,8 @@ class ProxyConfigTest {
         assertEquals(30_000, config.requestTimeoutMs)
         assertEquals(false, config.accessLog)
         assertEquals(Limits.FAIR, config.limits)
+        assertEquals(RetryOnStale.ON, config.retryOnStale)
+        assertEquals(10_000L to 60_000L, config.headerTimeoutMs to config.idleTimeoutMs)
         assertEquals("singleton-cio", config.caseName)
     }
 
@@ -47,12 +49,13 @@ class ProxyConfigTest {
                 "CLIENT_ENGINE" to "okhttp", "CLIENT_LIFETIME" to "per-call", "UPSTREAM_URL" to "http://up:81/base/",
                 "HOST" to "127.0.0.1", "PORT" to "9000", "CLIENT_MAX_CONNECTIONS" to "64",
                 "CLIENT_CONNECT_TIMEOUT_MS" to "250", "CLIENT_REQUEST_TIMEOUT_MS" to "750", "ACCESS_LOG" to "on",
-                "CLIENT_LIMITS" to "Defaults",
+                "CLIENT_LIMITS" to "Defaults", "CLIENT_RETRY_ON_STALE" to "off", "SERVER_HEADER_TIMEOUT_MS" to "2000",
+                "SERVER_IDLE_TIMEOUT_MS" to "30000",
             ),
         )
         assertEquals(
             ProxyConfig(Engine.OKHTTP, Lifetime.PER_CALL, "http://up:81/base", "127.0.0.1", 9000, 64, 250, 750, true,
-                Limits.DEFAULTS,
+                Limits.DEFAULTS, RetryOnStale.OFF, 2_000, 30_000,
             ),
             config,
         )
@@ -70,6 +73,8 @@ class ProxyConfigTest {
             "UPSTREAM_URL|https://nginx|an http:// URL",
             "UPSTREAM_URL|http://nginx/?a=1|an http:// URL",
             "UPSTREAM_URL|http:///path|an http:// URL",
+            "UPSTREAM_URL|http://nginx:0|a port from 1 to 65535",
+            "UPSTREAM_URL|http://nginx:99999|a port from 1 to 65535",
             "HOST|0.0.0.0/0|an IP address or host name",
             "PORT|0|an integer from 1 to 65535",
             "PORT|70000|an integer from 1 to 65535",
@@ -81,6 +86,9 @@ class ProxyConfigTest {
             "CLIENT_REQUEST_TIMEOUT_MS|30s|an integer from 1 to 3600000",
             "ACCESS_LOG|yes|on, off",
             "CLIENT_LIMITS|none|fair, defaults",
+            "CLIENT_RETRY_ON_STALE|yes|on, off, engine",
+            "SERVER_HEADER_TIMEOUT_MS|50|an integer from 100 to 3600000",
+            "SERVER_IDLE_TIMEOUT_MS|0|an integer from 100 to 3600000",
         ],
     )
     fun `a bad value names the variable and the valid values`(name: String, value: String, valid: String) {
@@ -97,6 +105,7 @@ class ProxyConfigTest {
             setOf(
                 "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
                 "CLIENT_LIMITS", "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
+                "CLIENT_RETRY_ON_STALE", "SERVER_HEADER_TIMEOUT_MS", "SERVER_IDLE_TIMEOUT_MS",
             ),
             documented,
         )

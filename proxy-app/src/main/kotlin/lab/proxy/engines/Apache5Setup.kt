@@ -1,0 +1,110 @@
+/**
+ * Apache HttpClient 5 (async). Its default retry strategy does not retry a connection the
+ * upstream closed as it was reused (`ConnectionClosedException` is on its "never" list), and it
+ * does send a request again when the upstream answers 429 or 503, which a proxy must pass on. The
+ * lab's [StaleConnectionRetry] sends an idempotent request again once on a closed or reset
+ * connection and never on a status; `CLIENT_RETRY_ON_STALE=off` disables retries.
+ */
+package lab.proxy.engines
+
+import io.ktor.client.HttpClient
+import io.ktor.client.engine.apache5.Apache5
+import io.ktor.client.engine.apache5.Apache5EngineConfig
+import lab.proxy.ProxyConfig
+import lab.proxy.RetryOnStale
+import org.apache.hc.client5.http.config.ConnectionConfig
+import org.apache.hc.core5.reactor.IOReactorConfig
+import org.apache.hc.client5.http.impl.DefaultHttpRequestRetryStrategy
+import org.apache.hc.core5.util.TimeValue
+import org.apache.hc.core5.util.Timeout
+import org.apache.hc.core5.http.ConnectionClosedException
+import org.apache.hc.core5.http.HttpRequest
+import org.apache.hc.core5.http.NoHttpResponseException
+import org.apache.hc.core5.http.protocol.HttpContext
+import java.io.IOException
+import java.io.InterruptedIOException
+import java.net.SocketException
+import java.net.ConnectException
+import java.net.NoRouteToHostException
+import java.net.UnknownHostException
+import javax.net.ssl.SSLException
+
+object Apache5Setup : EngineSetup {
+    override fun create(config: ProxyConfig): HttpClient = HttpClient(Apache5) {
+        engine { configure(config) }
+        labCommon(config)
+    }
+
+    private fun Apache5EngineConfig.configure(config: ProxyConfig) {
+        customizeClient {
+            when (config.retryOnStale) {
+                RetryOnStale.ON -> setRetryStrategy(StaleConnectionRetry)
+                RetryOnStale.OFF -> disableAutomaticRetries()
+                RetryOnStale.ENGINE -> Unit // HttpClient 5's default strategy
+            }
+            if (config.fair) setIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
+        }
+        if (!config.fair) return
+        connectTimeout = config.connectTimeoutMs
+        socketTimeout = config.requestTimeoutMs.toInt()
+        configureConnectionManager {
+            setMaxConnTotal(config.maxConnections)
+            setMaxConnPerRoute(config.maxConnections)
+            setDefaultConnectionConfig(
+                ConnectionConfig.custom()
+                    .setConnectTimeout(Timeout.ofMilliseconds(config.connectTimeoutMs))
+                    .setSocketTimeout(Timeout.ofMilliseconds(config.requestTimeoutMs))
+                    .build(),
+            )
+        }
+    }
+
+    override fun settings(config: ProxyConfig): Map<String, String> {
+        // on: idempotent requests once, on a closed connection too; engine: the default strategy.
+        val retry = config.retryOnStale.id
+        if (!config.fair) {
+            return linkedMapOf(
+                "max_connections_total" to "engine_default",
+                "max_connections_per_route" to "engine_default",
+                "retry_on_stale" to retry,
+            )
+        }
+        val apache5 = Apache5EngineConfig().apply { configure(config) }
+        return linkedMapOf(
+            "max_connections_total" to config.maxConnections.toString(),
+            "max_connections_per_route" to config.maxConnections.toString(),
+            "socket_timeout_ms" to apache5.socketTimeout.toString(),
+            "io_threads" to EngineSetup.IO_THREADS.toString(),
+            "retry_on_stale" to retry,
+        )
+    }
+}
+
+/**
+ * Idempotent requests once more when the upstream closed or reset a connection before answering
+ * (a stale pooled connection); no status is retried. A connection the client itself is closing
+ * ("Connection is closed": a per-call client shut down after a timeout) is not retried: the retry
+ * would be scheduled on a stopped client.
+ */
+private object StaleConnectionRetry : DefaultHttpRequestRetryStrategy(
+    1,
+    TimeValue.ZERO_MILLISECONDS,
+    listOf(
+        InterruptedIOException::class.java,
+        UnknownHostException::class.java,
+        ConnectException::class.java,
+        NoRouteToHostException::class.java,
+        SSLException::class.java,
+    ),
+    emptyList(),
+) {
+    override fun retryRequest(request: HttpRequest, exception: IOException, execCount: Int, context: HttpContext): Boolean =
+        exception.meansStale() && super.retryRequest(request, exception, execCount, context)
+
+    private fun IOException.meansStale(): Boolean = when (this) {
+        is NoHttpResponseException -> true
+        is ConnectionClosedException -> message?.contains("by peer") == true
+        is SocketException -> message?.contains("reset", ignoreCase = true) == true
+        else -> false
+    }
+}

@@ -1,0 +1,70 @@
+/**
+ * One client engine under test: how its `HttpClient` is built with the lab's settings, and the
+ * settings it reports, side by side in one file per engine (like Ktor's own engine modules).
+ *
+ * Engine defaults differ wildly (CIO: 100 connections per route; OkHttp: 5 requests per host;
+ * Apache: 10 s socket timeout; Java: HTTP/2 upgrade attempts over cleartext), and earlier
+ * studies measured those defaults instead of the engines. With `CLIENT_LIMITS=fair` one
+ * `CLIENT_MAX_CONNECTIONS` and one pair of timeouts are set on each engine's own knobs;
+ * `defaults` leaves the engine's limits alone, to replay those studies. [settings] reports what
+ * is in force, read back from the engine's configuration where the engine exposes it.
+ */
+package lab.proxy.engines
+
+import io.ktor.client.HttpClient
+import io.ktor.client.HttpClientConfig
+import io.ktor.client.plugins.HttpTimeout
+import lab.proxy.Engine
+import lab.proxy.Limits
+import lab.proxy.ProxyConfig
+
+interface EngineSetup {
+    /** A new client for [config]: the lab's limits (or the engine's, with `CLIENT_LIMITS=defaults`). */
+    fun create(config: ProxyConfig): HttpClient
+
+    /** The engine-specific settings in force, as names and values for the log and `lab_proxy_info`. */
+    fun settings(config: ProxyConfig): Map<String, String>
+
+    /** Called once at start-up, before the first client exists (a JVM-wide knob, for one engine). */
+    fun prepareJvm(config: ProxyConfig) = Unit
+
+    companion object {
+        fun of(engine: Engine): EngineSetup = when (engine) {
+            Engine.CIO -> CioSetup
+            Engine.APACHE -> ApacheSetup
+            Engine.APACHE5 -> Apache5Setup
+            Engine.OKHTTP -> OkHttpSetup
+            Engine.JAVA -> JavaSetup
+        }
+
+        /** Idle keep-alive for pooled connections, the same for every engine that lets us set it. */
+        const val KEEP_ALIVE_MS = 5_000L
+
+        /** I/O threads of the engines that take a count (Apache, Apache5): Ktor's own default. */
+        const val IO_THREADS = 4
+
+        /** Settings shared by every engine, reported beside the engine's own. */
+        fun common(config: ProxyConfig): Map<String, String> = linkedMapOf(
+            "limits" to config.limits.id,
+            "connect_timeout_ms" to config.connectTimeoutMs.toString(),
+            "request_timeout_ms" to config.requestTimeoutMs.toString(),
+            "follow_redirects" to "false",
+        )
+    }
+}
+
+/** True when the lab's limits apply (`CLIENT_LIMITS=fair`). */
+val ProxyConfig.fair: Boolean get() = limits == Limits.FAIR
+
+/** What every client shares: the same timeouts, no redirects followed, no added headers. */
+fun HttpClientConfig<*>.labCommon(config: ProxyConfig) {
+    followRedirects = false
+    expectSuccess = false
+    // The default transformers add "Accept-Charset: UTF-8" to every request; a proxy adds no
+    // headers of its own, and the raw body channel needs no transformer.
+    useDefaultTransformers = false
+    install(HttpTimeout) {
+        connectTimeoutMillis = config.connectTimeoutMs
+        requestTimeoutMillis = config.requestTimeoutMs
+    }
+}

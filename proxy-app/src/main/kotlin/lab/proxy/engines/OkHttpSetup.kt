@@ -1,0 +1,59 @@
+/**
+ * OkHttp. Each client gets its own dispatcher and connection pool: the engine's default
+ * dispatcher allows 5 requests per host, and its default pool is shared process-wide (closing
+ * one per-call client would evict the idle connections of all others).
+ */
+package lab.proxy.engines
+
+import io.ktor.client.HttpClient
+import io.ktor.client.engine.okhttp.OkHttp
+import lab.proxy.ProxyConfig
+import lab.proxy.RetryOnStale
+import okhttp3.ConnectionPool
+import okhttp3.Dispatcher
+import okhttp3.OkHttpClient
+import java.util.concurrent.TimeUnit
+
+object OkHttpSetup : EngineSetup {
+    override fun create(config: ProxyConfig): HttpClient = HttpClient(OkHttp) {
+        engine { config { configure(this, config) } }
+        labCommon(config)
+    }
+
+    /** The dispatcher this client uses: the lab's limit, or OkHttp's own (64, 5 per host). */
+    private fun dispatcher(config: ProxyConfig): Dispatcher = Dispatcher().apply {
+        if (config.fair) {
+            maxRequests = config.maxConnections
+            maxRequestsPerHost = config.maxConnections
+        }
+    }
+
+    private fun configure(builder: OkHttpClient.Builder, config: ProxyConfig) {
+        builder.dispatcher(dispatcher(config))
+        if (config.fair) {
+            builder.connectionPool(ConnectionPool(config.maxConnections, EngineSetup.KEEP_ALIVE_MS, TimeUnit.MILLISECONDS))
+        }
+        // One-shot request bodies (Ktor's) are never sent twice: only a request whose body was
+        // not started yet is retried on a new connection.
+        if (config.retryOnStale != RetryOnStale.ENGINE) builder.retryOnConnectionFailure(config.retryOnStale == RetryOnStale.ON)
+    }
+
+    override fun settings(config: ProxyConfig): Map<String, String> {
+        // Ktor's OkHttpConfig starts every builder with retryOnConnectionFailure(true).
+        val built = OkHttpClient.Builder().retryOnConnectionFailure(true).also { configure(it, config) }.build()
+        val out = linkedMapOf(
+            "dispatcher_max_requests" to built.dispatcher.maxRequests.toString(),
+            "dispatcher_max_requests_per_host" to built.dispatcher.maxRequestsPerHost.toString(),
+        )
+        if (config.fair) {
+            out["max_connections_total"] = config.maxConnections.toString()
+            out["max_connections_per_route"] = config.maxConnections.toString()
+            out["pool_max_idle"] = config.maxConnections.toString()
+            out["keep_alive_ms"] = EngineSetup.KEEP_ALIVE_MS.toString()
+        }
+        val retry = if (built.retryOnConnectionFailure) "on" else "off" // on: until the body starts
+        out["retry_on_stale"] = if (config.retryOnStale == RetryOnStale.ENGINE) "engine:$retry" else retry
+        built.dispatcher.executorService.shutdown()
+        return out
+    }
+}

@@ -1,0 +1,48 @@
+package lab.proxy
+
+import lab.proxy.engines.EngineSetup
+import kotlin.test.Test
+import kotlin.test.assertEquals
+import kotlin.test.assertTrue
+
+class EngineSetupTest {
+    private fun settings(engine: Engine, retry: RetryOnStale = RetryOnStale.ON, limits: Limits = Limits.FAIR) =
+        ClientFactory.effectiveSettings(ProxyConfig(engine = engine, retryOnStale = retry, limits = limits, maxConnections = 77))
+
+    @Test
+    fun `retry on stale connections is one setting, reported per engine as in force`() {
+        val on = Engine.entries.associateWith { settings(it)["retry_on_stale"] }
+        val off = Engine.entries.associateWith { settings(it, RetryOnStale.OFF)["retry_on_stale"] }
+        assertEquals(
+            mapOf(Engine.CIO to "n/a", Engine.APACHE to "none", Engine.APACHE5 to "on", Engine.OKHTTP to "on", Engine.JAVA to "always"),
+            on,
+        )
+        assertEquals("off", off[Engine.APACHE5])
+        assertEquals("off", off[Engine.OKHTTP])
+        assertEquals("always", off[Engine.JAVA]) // the JDK's own; not per client
+        assertEquals("engine:on", settings(Engine.OKHTTP, RetryOnStale.ENGINE)["retry_on_stale"]) // Ktor's default
+        assertEquals("engine", settings(Engine.APACHE5, RetryOnStale.ENGINE)["retry_on_stale"])
+    }
+
+    @Test
+    fun `fair limits are read back from the engines' own configuration`() {
+        assertEquals("77", settings(Engine.CIO)["max_connections_per_route"])
+        assertEquals("77", settings(Engine.OKHTTP)["dispatcher_max_requests_per_host"])
+        assertEquals("off", settings(Engine.CIO)["pipelining"])
+        // CLIENT_LIMITS=defaults: the engines' own, as studies measured them.
+        assertEquals("100", settings(Engine.CIO, limits = Limits.DEFAULTS)["max_connections_per_route"])
+        assertEquals("5", settings(Engine.OKHTTP, limits = Limits.DEFAULTS)["dispatcher_max_requests_per_host"])
+    }
+
+    @Test
+    fun `every engine builds a client and reports the shared settings`() {
+        for (engine in Engine.entries) {
+            val config = ProxyConfig(engine = engine)
+            EngineSetup.of(engine).create(config).close()
+            val reported = ClientFactory.effectiveSettings(config)
+            for (key in listOf("limits", "connect_timeout_ms", "request_timeout_ms", "retry_on_stale", "header_timeout_ms")) {
+                assertTrue(key in reported, "$engine: $key")
+            }
+        }
+    }
+}
