@@ -21,18 +21,44 @@ fun main() {
     ClientFactory.prepareJvm(config)
     LoggerFactory.getLogger("lab.proxy").info(startupSummary(config))
 
-    embeddedServer(Netty, configure = {
+    val server = embeddedServer(Netty, configure = {
         connector {
             host = config.host
             port = config.port
         }
         shutdownGracePeriod = 1_000
         shutdownTimeout = 5_000
+        channelPipelineConfig = { ServerGuards.install(this, config) }
     }) {
         module(config)
-    }.start(wait = true)
+    }
+    try {
+        server.start(wait = true)
+    } catch (e: Exception) {
+        val why = bindFailure(e, config) ?: throw e
+        System.err.println("proxy: configuration error: $why")
+        exitProcess(2)
+    }
 }
 
+/**
+ * A one-line reason naming the variable to change when the server cannot listen; null otherwise.
+ * Netty's epoll transport reports bind errors as its own IOException with the errno's text.
+ */
+fun bindFailure(error: Throwable, config: ProxyConfig): String? {
+    val chain = generateSequence(error) { it.cause.takeIf { c -> c !== it } }.take(16).toList()
+    val messages = chain.joinToString(" ") { it.message.orEmpty() }
+    val at = "${config.host}:${config.port}"
+    return when {
+        "Address already in use" in messages -> "cannot listen on $at: the port is in use; set PORT to a free port"
+        chain.any { it is java.nio.channels.UnresolvedAddressException || it is java.net.UnknownHostException } ->
+            "cannot listen on $at: HOST='${config.host}' is not an address; " +
+                "set HOST to one of this machine's (e.g. 127.0.0.1 or 0.0.0.0)"
+        "Cannot assign requested address" in messages || chain.any { it is java.net.BindException } ->
+            "cannot listen on $at: not an address of this machine; set HOST to one (e.g. 127.0.0.1 or 0.0.0.0)"
+        else -> null
+    }
+}
 /** Wires the proxy; tests call it with their own config, metrics and client provider. */
 fun Application.module(
     config: ProxyConfig,

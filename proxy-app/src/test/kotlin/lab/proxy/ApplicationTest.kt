@@ -40,4 +40,13 @@ class ApplicationTest {
         assertTrue("case=per-call-okhttp" in line, line)
         for ((k, v) in ClientFactory.effectiveSettings(config)) assertTrue("$k=$v" in line, k)
     }
+
+    @Test
+    fun `a busy port or a bad host gives one line naming the variable`() {
+        val inUse = bindFailure(java.io.IOException("bind(..) failed with error(-98): Address already in use"), config)
+        assertTrue(inUse != null && "set PORT" in inUse, inUse)
+        val badHost = bindFailure(java.nio.channels.UnresolvedAddressException(), config.copy(host = "nope.invalid"))
+        assertTrue(badHost != null && "HOST='nope.invalid'" in badHost, badHost)
+        assertEquals(null, bindFailure(IllegalStateException("other"), config))
+    }
 }

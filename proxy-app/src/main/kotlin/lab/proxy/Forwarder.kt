@@ -1,0 +1,124 @@
+/**
+ * Forwards one request to the upstream through the engine under test, and its answer back.
+ *
+ * Bodies stream in both directions and are checked on the way: a body shorter than its
+ * `Content-Length`, a caller's body cut off, or an engine's error in the middle of a body never
+ * ends cleanly on the other side (see [RelayedBodies]). Before the answer starts, failures
+ * become 502 (no connection, broken exchange, body short of its length) or 504 (timeout),
+ * with a short text body. After it started, the connection is dropped: a truncated body is
+ * never passed off as complete.
+ */
+package lab.proxy
+
+import io.ktor.client.HttpClient
+import io.ktor.client.request.header
+import io.ktor.client.request.prepareRequest
+import io.ktor.client.request.setBody
+import io.ktor.client.request.url
+import io.ktor.http.ContentType
+import io.ktor.http.HttpHeaders
+import io.ktor.http.HttpMethod
+import io.ktor.http.HttpStatusCode
+import io.ktor.server.application.ApplicationCall
+import io.ktor.server.request.httpMethod
+import io.ktor.server.request.httpVersion
+import io.ktor.server.request.uri
+import io.ktor.server.response.header
+import io.ktor.server.response.respond
+import io.ktor.server.response.respondText
+import kotlinx.coroutines.CancellationException
+
+class Forwarder(
+    private val config: ProxyConfig,
+    private val clients: ClientProvider,
+    private val metrics: ProxyMetrics,
+    private val own: OwnEndpoints,
+) {
+    private val failureLog = FailureLog()
+
+    suspend fun forward(call: ApplicationCall) {
+        val request = call.request
+        RequestChecks.refusal(request.httpMethod, request.httpVersion, request.headers)?.let { return refuse(call, it) }
+        val target = RequestTarget.normalize(request.uri)
+        if (target is Target.Reject) {
+            return refuse(call, Refusal(HttpStatusCode.BadRequest, target.reason, close = hasBody(call)))
+        }
+        val pathAndQuery = (target as Target.Forward).pathAndQuery
+        if (request.httpMethod == HttpMethod.Get && own.serves(pathAndQuery)) return own.respond(call, pathAndQuery)
+        val contentType = request.headers[HttpHeaders.ContentType]?.let {
+            runCatching { ContentType.parse(it) }.getOrNull()
+                ?: return refuse(call, Refusal(HttpStatusCode.BadRequest, "malformed Content-Type", close = hasBody(call)))
+        }
+
+        val started = System.nanoTime()
+        var answered = false
+        var outcome = Outcome.FAILED
+        try {
+            clients.withClient { client ->
+                client.prepare(call, config.upstreamUrl + pathAndQuery, contentType).execute { upstream ->
+                    outcome = Outcome.of(upstream.status.value)
+                    // Reads the body's first bytes (a small body whole) before answering: a stall
+                    // or a short body here is still a 504 or a 502, not an empty reply.
+                    val answer = RelayedBodies.answer(call, upstream, config.upstreamUrl)
+                    answered = true
+                    call.respond(answer)
+                }
+            }
+        } catch (e: CancellationException) {
+            // The caller went away (or the server is stopping): nothing left to answer.
+            outcome = Outcome.ABORTED
+            throw e
+        } catch (e: Throwable) {
+            if (answered || ServerGuards.bodyCut(call)) {
+                // Too late for a status, or no one to give it to. Rethrown so the server drops the
+                // connection instead of ending a chunked body cleanly.
+                outcome = Outcome.ABORTED
+                failureLog.record("aborted", e)
+                throw e
+            }
+            val failure = UpstreamFailure.classify(e)
+            outcome = failure.outcome
+            failureLog.record(failure.outcome.tag, e)
+            call.respondText(
+                "${failure.status.value} ${failure.status.description}: ${failure.reason} (${e::class.simpleName})\n",
+                status = failure.status,
+            )
+        } finally {
+            metrics.recordUpstream(outcome, System.nanoTime() - started)
+        }
+    }
+
+    private suspend fun refuse(call: ApplicationCall, refusal: Refusal) {
+        if (refusal.close) {
+            call.response.header(HttpHeaders.Connection, "close")
+            ServerGuards.closeAfterResponse(call)
+        }
+        call.respondText("${refusal.status.value} ${refusal.status.description}: ${refusal.reason}\n", status = refusal.status)
+    }
+
+    private fun hasBody(call: ApplicationCall): Boolean {
+        val headers = call.request.headers
+        return headers.contains(HttpHeaders.TransferEncoding) ||
+            (headers[HttpHeaders.ContentLength]?.toLongOrNull() ?: 0) > 0
+    }
+
+    private suspend fun HttpClient.prepare(call: ApplicationCall, url: String, contentType: ContentType?) =
+        prepareRequest {
+            url(url)
+            method = call.request.httpMethod
+            ForwardedHeaders.toUpstream(call.request.headers, call.request.local.remoteAddress, call.request.local.scheme)
+                .forEach { (name, value) -> header(name, value) }
+            val length = call.request.headers[HttpHeaders.ContentLength]?.toLongOrNull()
+            val chunked = call.request.headers.contains(HttpHeaders.TransferEncoding)
+            // An empty body is sent as one only where it means something (POST/PUT/PATCH
+            // with Content-Length: 0); elsewhere it is no body, which every engine accepts
+            // (Apache5 refuses an OPTIONS entity without a Content-Type).
+            if (chunked || (length != null && (length > 0 || method in methodsWithBody))) {
+                setBody(RelayedBodies.CallerBody(call, if (chunked) null else length, contentType))
+            }
+        }
+
+    private companion object {
+        val methodsWithBody = setOf(HttpMethod.Post, HttpMethod.Put, HttpMethod.Patch)
+    }
+}

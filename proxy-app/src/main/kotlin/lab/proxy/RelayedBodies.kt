@@ -1,0 +1,144 @@
+/**
+ * The bodies the proxy relays, each checked so that a cut body never ends cleanly.
+ *
+ * Up: [CallerBody] streams the caller's body to the engine and fails (the engine then aborts the
+ * upstream request) when the caller's connection closed before the body's end, or the body is
+ * short of its `Content-Length`. Down: [answer] reads a small body whole (up to [SMALL] bytes with
+ * a known length) and answers with its bytes; a larger or unframed one streams ([Streamed]) after
+ * its first bytes arrived, counted against its `Content-Length`. A short body found before the
+ * answer starts is a 502; after, the exception drops the caller's connection. (`copyTo` stops
+ * quietly at a source closed with an error, so each copy checks `closedCause` after it.) A chunked body that
+ * the engine ends as if complete cannot be told apart here: that is the engine's to see
+ * (docs/studies/faults.md).
+ */
+package lab.proxy
+
+import io.ktor.client.statement.HttpResponse
+import io.ktor.client.statement.bodyAsChannel
+import io.ktor.http.ContentType
+import io.ktor.http.Headers
+import io.ktor.http.HttpHeaders
+import io.ktor.http.HttpMethod
+import io.ktor.http.HttpStatusCode
+import io.ktor.http.content.OutgoingContent
+import io.ktor.http.headersOf
+import io.ktor.server.application.ApplicationCall
+import io.ktor.server.request.httpMethod
+import io.ktor.server.request.receiveChannel
+import io.ktor.utils.io.ByteReadChannel
+import io.ktor.utils.io.ByteWriteChannel
+import io.ktor.utils.io.copyTo
+import io.ktor.utils.io.readAvailable
+import io.ktor.utils.io.readRemaining
+import io.ktor.utils.io.writeFully
+import kotlinx.io.readByteArray
+import java.io.IOException
+import java.util.concurrent.atomic.AtomicBoolean
+
+/** A body that ended before its end: never passed on as complete. */
+class CutBody(message: String) : IOException(message)
+
+object RelayedBodies {
+    /** Bodies of a known length up to this are read whole and answered as bytes. */
+    const val SMALL = 64 * 1024
+
+    /** The caller's body, handed to the engine as it arrives; sent once at most. */
+    class CallerBody(
+        private val call: ApplicationCall,
+        override val contentLength: Long?,
+        override val contentType: ContentType?,
+    ) : OutgoingContent.WriteChannelContent() {
+        private val sent = AtomicBoolean()
+
+        override suspend fun writeTo(channel: ByteWriteChannel) {
+            // An engine that retried would get an empty body: never let it pass as the caller's.
+            if (!sent.compareAndSet(false, true)) throw CutBody("the caller's body cannot be sent twice")
+            val source = call.receiveChannel()
+            val copied = source.copyTo(channel)
+            source.closedCause?.let { throw it }
+            if (ServerGuards.bodyCut(call)) throw CutBody("the caller's body was cut off after $copied bytes")
+            if (contentLength != null && copied != contentLength) {
+                throw CutBody("the caller's body ended after $copied of $contentLength bytes")
+            }
+        }
+    }
+
+    /** What the caller gets for [upstream]: status, end-to-end headers and the checked body. */
+    suspend fun answer(call: ApplicationCall, upstream: HttpResponse, upstreamUrl: String): OutgoingContent {
+        val status = upstream.status
+        val headers = headersOf(
+            *ForwardedHeaders.toClient(upstream.headers, upstreamUrl).groupBy({ it.first }, { it.second })
+                .map { it.key to it.value }.toTypedArray(),
+        )
+        val length = upstream.headers[HttpHeaders.ContentLength]?.toLongOrNull()
+        val type = upstream.headers[HttpHeaders.ContentType]?.let { runCatching { ContentType.parse(it) }.getOrNull() }
+        val bodiless = call.request.httpMethod == HttpMethod.Head || status.value in 100..199 ||
+            status == HttpStatusCode.NoContent || status == HttpStatusCode.NotModified
+        if (bodiless) return Bodiless(status, headers, length, type)
+
+        val body = upstream.bodyAsChannel()
+        if (length != null && length <= SMALL) {
+            val bytes = body.readRemaining(length).readByteArray()
+            if (bytes.size.toLong() != length) throw CutBody("the upstream's body ended after ${bytes.size} of $length bytes")
+            return Whole(status, headers, type, bytes)
+        }
+        val first = ByteArray(SMALL)
+        val n = body.readAvailable(first, 0, first.size).coerceAtLeast(0)
+        if (body.isClosedForRead) {
+            body.closedCause?.let { throw it }
+            if (length != null && n.toLong() != length) throw CutBody("the upstream's body ended after $n of $length bytes")
+            return Whole(status, headers, type, first.copyOf(n))
+        }
+        return Streamed(call, status, headers, length, type, first, n, body)
+    }
+
+    /** A body read whole before the answer: its length is exact. */
+    private class Whole(
+        override val status: HttpStatusCode,
+        override val headers: Headers,
+        override val contentType: ContentType?,
+        private val bytes: ByteArray,
+    ) : OutgoingContent.ByteArrayContent() {
+        override val contentLength: Long get() = bytes.size.toLong()
+        override fun bytes(): ByteArray = bytes
+    }
+
+    /**
+     * The rest of a body, copied while the upstream response is open, then counted. On any failure
+     * the caller's connection is closed here, before Ktor's response writer sees its channel end:
+     * that writer (Ktor 3.4) ends a chunked body cleanly even when its channel closed with an error.
+     */
+    private class Streamed(
+        private val call: ApplicationCall,
+        override val status: HttpStatusCode,
+        override val headers: Headers,
+        override val contentLength: Long?,
+        override val contentType: ContentType?,
+        private val first: ByteArray,
+        private val firstSize: Int,
+        private val rest: ByteReadChannel,
+    ) : OutgoingContent.WriteChannelContent() {
+        override suspend fun writeTo(channel: ByteWriteChannel) {
+            try {
+                channel.writeFully(first, 0, firstSize)
+                val total = firstSize + rest.copyTo(channel)
+                // copyTo stops quietly at a source closed with an error: the engine's error is the cut.
+                rest.closedCause?.let { throw it }
+                if (contentLength != null && total != contentLength) {
+                    throw CutBody("the upstream's body ended after $total of $contentLength bytes")
+                }
+            } catch (e: Throwable) {
+                ServerGuards.abort(call)
+                throw e
+            }
+        }
+    }
+
+    /** A response without a body (HEAD, 1xx, 204, 304): status, headers and the announced length. */
+    private class Bodiless(
+        override val status: HttpStatusCode,
+        override val headers: Headers,
+        override val contentLength: Long?,
+        override val contentType: ContentType?,
+    ) : OutgoingContent.NoContent()
+}

@@ -1,0 +1,55 @@
+/**
+ * Requests the proxy refuses before anything is sent upstream, each with the status a careful
+ * reverse proxy gives and a one-line reason.
+ *
+ * - TRACE and CONNECT are not forwarded (405): TRACE reflects the request, credentials included,
+ *   and the proxy tunnels nothing.
+ * - HTTP/1.1 without `Host` is malformed (400, RFC 9112 section 3.2).
+ * - A `Transfer-Encoding` other than `chunked` cannot be framed (501): the server codec would read
+ *   its body as the next request, so the connection is closed after the answer.
+ * - GET and HEAD with a body (400): one engine (OkHttp) drops such a body but keeps its
+ *   `Content-Length`, which desyncs the pooled upstream connection for the next caller. Refused
+ *   for every engine alike.
+ * - CR, LF or NUL in a header (400).
+ *
+ * A refused request's body is never read, so [Refusal.close] asks for the connection to close.
+ */
+package lab.proxy
+
+import io.ktor.http.Headers
+import io.ktor.http.HttpHeaders
+import io.ktor.http.HttpMethod
+import io.ktor.http.HttpStatusCode
+
+data class Refusal(val status: HttpStatusCode, val reason: String, val close: Boolean)
+
+object RequestChecks {
+    private val notForwarded = setOf("TRACE", "CONNECT")
+    private val noBody = setOf(HttpMethod.Get, HttpMethod.Head)
+
+    fun refusal(method: HttpMethod, version: String, headers: Headers): Refusal? {
+        val transferEncoding = headers.getAll(HttpHeaders.TransferEncoding).orEmpty()
+            .flatMap { it.split(',') }.map { it.trim().lowercase() }.filter { it.isNotEmpty() }
+        val chunked = transferEncoding == listOf("chunked")
+        val length = headers[HttpHeaders.ContentLength]?.trim()?.toLongOrNull()
+        val hasBody = transferEncoding.isNotEmpty() || (length != null && length > 0)
+        return when {
+            transferEncoding.isNotEmpty() && !chunked -> Refusal(
+                HttpStatusCode.NotImplemented, "Transfer-Encoding ${transferEncoding.joinToString(", ")} is not supported", close = true,
+            )
+            method.value.uppercase() in notForwarded -> Refusal(
+                HttpStatusCode.MethodNotAllowed, "${method.value} is not forwarded", close = hasBody,
+            )
+            version == "HTTP/1.1" && headers[HttpHeaders.Host].isNullOrBlank() -> Refusal(
+                HttpStatusCode.BadRequest, "HTTP/1.1 request without Host", close = hasBody,
+            )
+            method in noBody && hasBody -> Refusal(
+                HttpStatusCode.BadRequest, "${method.value} with a body is not forwarded", close = true,
+            )
+            ForwardedHeaders.hasUnsafeValue(headers) -> Refusal(
+                HttpStatusCode.BadRequest, "control character in a header", close = true,
+            )
+            else -> null
+        }
+    }
+}

@@ -1,0 +1,145 @@
+/**
+ * Guards on the proxy's own server connections: two small Netty handlers around Ktor's HTTP codec.
+ *
+ * - A request whose first byte arrived must have all its headers within `SERVER_HEADER_TIMEOUT_MS`,
+ *   and a connection with no request in progress is closed after `SERVER_IDLE_TIMEOUT_MS`: a
+ *   thousand callers that send half a header and stop cannot hold the proxy's file descriptors.
+ *   A request in progress is never cut by these: the upstream timeouts govern it.
+ * - A caller's request body cut off by the caller (the connection closed, FIN or RST, before the
+ *   body's end) reaches Ktor as an ordinary end of the body; the connection is marked [BODY_CUT]
+ *   first, so the proxy aborts the upstream exchange instead of ending the body there.
+ * - [closeAfterResponse]: the connection closes once the current response is written (a refused
+ *   request whose body was never read must not be parsed as the next request).
+ */
+package lab.proxy
+
+import io.ktor.server.application.ApplicationCall
+import io.ktor.server.netty.NettyApplicationCall
+import io.ktor.server.routing.RoutingCall
+import io.ktor.server.routing.RoutingPipelineCall
+import io.netty.buffer.ByteBuf
+import io.netty.channel.Channel
+import io.netty.channel.ChannelDuplexHandler
+import io.netty.channel.ChannelFutureListener
+import io.netty.channel.ChannelHandlerContext
+import io.netty.channel.ChannelInboundHandlerAdapter
+import io.netty.channel.ChannelPipeline
+import io.netty.channel.ChannelPromise
+import io.netty.handler.codec.http.HttpRequest
+import io.netty.handler.codec.http.HttpResponse
+import io.netty.handler.codec.http.HttpStatusClass
+import io.netty.handler.codec.http.HttpUtil
+import io.netty.handler.codec.http.LastHttpContent
+import io.netty.util.AttributeKey
+import java.util.concurrent.TimeUnit
+
+object ServerGuards {
+    private val BODY_CUT: AttributeKey<Boolean> = AttributeKey.valueOf("lab.bodyCut")
+    private val CLOSE_AFTER_RESPONSE: AttributeKey<Boolean> = AttributeKey.valueOf("lab.closeAfterResponse")
+
+    /** Adds the guards around Ktor's "codec" (HTTP/1.1 pipelines; others are left alone). */
+    fun install(pipeline: ChannelPipeline, config: ProxyConfig) {
+        if (pipeline.get("codec") == null) return
+        val state = ConnectionState(config.headerTimeoutMs, config.idleTimeoutMs)
+        pipeline.addBefore("codec", "lab-bytes", BytesSeen(state))
+        pipeline.addAfter("codec", "lab-messages", MessagesSeen(state))
+    }
+
+    /** True when the caller's connection closed before the body of its current request ended. */
+    fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.attr(BODY_CUT)?.get() == true
+
+    /** Closes the caller's connection now: an answer that cannot be finished must not end cleanly. */
+    fun abort(call: ApplicationCall) {
+        call.nettyChannel()?.close()
+    }
+
+    fun closeAfterResponse(call: ApplicationCall) {
+        call.nettyChannel()?.attr(CLOSE_AFTER_RESPONSE)?.set(true)
+    }
+
+    /** The connection under a call; a route's call wraps the engine's (null under a test engine). */
+    private fun ApplicationCall.nettyChannel(): Channel? {
+        val engineCall = ((this as? RoutingCall)?.pipelineCall ?: this as? RoutingPipelineCall)?.engineCall ?: this
+        return (engineCall as? NettyApplicationCall)?.context?.channel()
+    }
+
+    /** Per connection; touched only on its event loop. */
+    private class ConnectionState(val headerTimeoutMs: Long, val idleTimeoutMs: Long) {
+        /** Requests received whose response is not written yet. */
+        var active = 0
+        var idleSince = System.nanoTime()
+
+        /** When the first byte of a request arrived while none was in progress (0: none). */
+        var partialSince = 0L
+
+        /** A request body has started and not ended. */
+        var bodyOpen = false
+    }
+
+    /** Before the codec: raw bytes, so a request that is still only a few header bytes is seen. */
+    private class BytesSeen(private val state: ConnectionState) : ChannelInboundHandlerAdapter() {
+        // Not channelActive: Ktor fires that from its codec onward, past this handler.
+        override fun handlerAdded(ctx: ChannelHandlerContext) {
+            state.idleSince = System.nanoTime()
+            schedule(ctx, minOf(state.headerTimeoutMs, state.idleTimeoutMs))
+        }
+
+        override fun channelRead(ctx: ChannelHandlerContext, msg: Any) {
+            if (msg is ByteBuf && state.active == 0 && state.partialSince == 0L && msg.isReadable) {
+                state.partialSince = System.nanoTime()
+            }
+            super.channelRead(ctx, msg)
+        }
+
+        private fun schedule(ctx: ChannelHandlerContext, delayMs: Long) {
+            ctx.executor().schedule({ check(ctx) }, delayMs.coerceAtLeast(1), TimeUnit.MILLISECONDS)
+        }
+
+        /** Closes the connection when a timeout has passed, else checks again when the next could. */
+        private fun check(ctx: ChannelHandlerContext) {
+            if (!ctx.channel().isActive) return
+            val now = System.nanoTime()
+            val left = when {
+                state.active > 0 -> state.idleTimeoutMs
+                state.partialSince != 0L -> state.headerTimeoutMs - (now - state.partialSince) / 1_000_000
+                else -> state.idleTimeoutMs - (now - state.idleSince) / 1_000_000
+            }
+            if (left <= 0) ctx.close() else schedule(ctx, left)
+        }
+    }
+
+    /** After the codec: whole requests in, responses out. */
+    private class MessagesSeen(private val state: ConnectionState) : ChannelDuplexHandler() {
+        override fun channelRead(ctx: ChannelHandlerContext, msg: Any) {
+            if (msg is HttpRequest) {
+                state.active++
+                state.partialSince = 0L
+                state.bodyOpen = msg !is LastHttpContent &&
+                    (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
+                ctx.channel().attr(BODY_CUT).set(false)
+            } else if (msg is LastHttpContent) {
+                state.bodyOpen = false
+            }
+            super.channelRead(ctx, msg)
+        }
+
+        override fun channelInactive(ctx: ChannelHandlerContext) {
+            // Before Ktor's handlers end the body channel, which they do as if the body were whole.
+            if (state.bodyOpen) ctx.channel().attr(BODY_CUT).set(true)
+            super.channelInactive(ctx)
+        }
+
+        override fun write(ctx: ChannelHandlerContext, msg: Any, promise: ChannelPromise) {
+            val interim = msg is HttpResponse && msg.status().codeClass() == HttpStatusClass.INFORMATIONAL
+            if (msg !is LastHttpContent || interim) return super.write(ctx, msg, promise)
+            val close = ctx.channel().attr(CLOSE_AFTER_RESPONSE).getAndSet(false) == true
+            val done = promise.unvoid()
+            super.write(ctx, msg, done)
+            done.addListener {
+                state.active = (state.active - 1).coerceAtLeast(0)
+                state.idleSince = System.nanoTime()
+            }
+            if (close) done.addListener(ChannelFutureListener.CLOSE)
+        }
+    }
+}
