@@ -18,7 +18,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ktor_lab import compose, nginx, proxy
+from ktor_lab import compose, faults, nginx, proxy
 from ktor_lab.processes import Service, free_port
 
 # The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
@@ -98,6 +98,17 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         yield Upstream(
             f"http://127.0.0.1:{ports.http}", f"http://127.0.0.1:{ports.status}", run / "files", service
         )
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[faults.FaultServer]:
+    """The lab's fault server (ktor_lab/faults.py) on a loopback port, for the whole session."""
+    port = free_port()
+    service = faults.start(tmp_path_factory.mktemp("faults"), port)
+    try:
+        yield faults.FaultServer(f"http://127.0.0.1:{port}")
     finally:
         service.stop()
 

@@ -381,3 +381,41 @@ def test_locust_conf_is_the_documented_default():
     for line in ("scenario = static-small", "load-model = closed", "wait-min = 1", "wait-max = 2"):
         assert line in conf
     assert Path(REPO / conf.split("locustfile = ")[1].split()[0]).exists()
+
+
+def test_the_web_ui_refuses_other_origins_and_listens_on_loopback(tmp_path):
+    """A page on another site must not start, stop or reset a run through the operator's browser;
+    locust.conf keeps the UI on 127.0.0.1 when Locust is run by hand."""
+    import psutil
+
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    svc = Service(
+        "locust-ui", loadgen.argv("-H", "http://127.0.0.1:9", "--web-port", str(port)), tmp_path / "ui.log"
+    )
+    try:
+        assert wait_until(lambda: answers(web) or not svc.alive(), timeout=30) and svc.alive(), svc.tail()
+        listening = {
+            c.laddr.ip
+            for c in psutil.Process(svc.pid).net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert listening == {"127.0.0.1"}, listening
+        form = {"user_count": "1", "spawn_rate": "1", "host": "http://127.0.0.1:9"}
+        evil = {"Origin": "http://evil.example"}
+        r = requests.post(f"{web}/swarm", data=form, headers=evil, timeout=5)
+        assert r.status_code == 403
+        preflight = requests.options(
+            f"{web}/swarm", headers={**evil, "Access-Control-Request-Method": "POST"}, timeout=5
+        )
+        assert preflight.status_code == 403
+        assert "Access-Control-Allow-Origin" not in preflight.headers
+        cross_site = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
+        assert requests.post(f"{web}/stop", headers=cross_site, timeout=5).status_code == 403
+        assert requests.get(f"{web}/lab/stats", timeout=5).json()["state"] == "ready"
+        # The UI's own page, and tools that send no Origin, are served.
+        same = {"Origin": web}
+        assert requests.post(f"{web}/swarm", data=form, headers=same, timeout=5).json()["success"]
+        assert requests.post(f"{web}/stop", timeout=5).ok
+    finally:
+        svc.stop()

@@ -46,6 +46,40 @@ def test_absolute_form_is_sent_to_the_upstream_only(proxy):
     assert seen["uri"] == "/echo?x=1"
 
 
+@pytest.mark.parametrize("path", ["/metrics", "/health"])
+def test_the_proxys_own_endpoints_are_never_forwarded_however_written(proxy, path):
+    status, body = raw(proxy.url, get(f"http://upstream.example{path}"))
+    assert status == 200
+    assert (b"lab_proxy_info{" if path == "/metrics" else b"ok singleton-") in body
+
+
+@pytest.mark.parametrize(
+    "request_bytes,status",
+    [
+        (b"TRACE /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405),
+        (b"CONNECT upstream:443 HTTP/1.1\r\nHost: upstream:443\r\nConnection: close\r\n\r\n", 405),
+        (b"GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+    ],
+    ids=["trace", "connect", "http11-without-host"],
+)
+def test_requests_a_proxy_must_not_forward_are_refused(proxy, request_bytes, status):
+    assert raw(proxy.url, request_bytes)[0] == status
+
+
+def test_an_unknown_transfer_coding_is_refused_and_the_connection_closed(proxy):
+    """Its body would otherwise be read as the next request on the connection."""
+    smuggled = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n"
+    smuggled += b"5\r\nhello\r\n0\r\n\r\nGET /status/418 HTTP/1.1\r\nHost: x\r\n\r\n"
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(smuggled)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 501 ")
+    assert answer.count(b"HTTP/1.1 ") == 1  # closed after it: nothing read as a next request
+
+
 @pytest.mark.parametrize(
     "target",
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 import pytest
@@ -36,6 +37,10 @@ def run_with(env: dict[str, str]) -> subprocess.CompletedProcess:
         ("CLIENT_CONNECT_TIMEOUT_MS", "-1", "1 to 3600000"),
         ("CLIENT_REQUEST_TIMEOUT_MS", "soon", "1 to 3600000"),
         ("ACCESS_LOG", "maybe", "on, off"),
+        ("UPSTREAM_URL", "http://127.0.0.1:99999", "a port from 1 to 65535"),
+        ("UPSTREAM_URL", "http://127.0.0.1:0", "a port from 1 to 65535"),
+        ("CLIENT_RETRY_ON_STALE", "sometimes", "on, off, engine"),
+        ("SERVER_HEADER_TIMEOUT_MS", "1", "100 to 3600000"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.isupper() else None,
 )
@@ -75,3 +80,21 @@ def test_access_log_is_off_by_default(tmp_path, upstream):
     finally:
         service.stop()
     assert not logged
+
+
+def test_a_busy_port_stops_the_proxy_with_one_line_naming_port():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = run_with({"PORT": str(busy.getsockname()[1])})
+    assert r.returncode == 2
+    assert "the port is in use; set PORT to a free port" in r.stderr
+    assert "\tat " not in r.stderr and "Exception" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "203.0.113.7"], ids=["not-an-address", "not-this-machine"])
+def test_a_bad_host_stops_the_proxy_with_one_line_naming_host(host):
+    r = run_with({"HOST": host})
+    assert r.returncode == 2
+    assert "set HOST to" in r.stderr, r.stderr
+    assert "\tat " not in r.stderr, r.stderr

@@ -1,0 +1,381 @@
+"""A small upstream that misbehaves on purpose: the proxy's fault tests and `lab study faults`.
+
+`python -m ktor_lab.faults --port N` (127.0.0.1 only). Every request it receives is logged
+(method, target, headers, the body's bytes and whether it ended properly) and answered as its
+path says:
+
+  /ok                   200 "ok\\n", Content-Length, keep-alive
+  /hang                 reads the request, never answers
+  /hang-after-headers   200 with Content-Length: SIZE, then nothing
+  /truncate-fixed       200 with Content-Length: SIZE, SENT bytes, then closes
+  /truncate-chunked     200 chunked, SENT bytes in chunks, then closes before the last chunk
+  /reset-mid-body       200 with Content-Length: SIZE, SENT bytes, then resets (RST)
+  /stale                200 "ok\\n" keep-alive; the next request on that connection is read and
+                        the connection closed without an answer (an idle close as the client
+                        reuses it)
+  /extra                200 with Content-Length: 6 "extra\\n", then a whole second response
+                        nobody asked for ("smuggled\\n")
+  /upload               reads the body as framed; 200 {"bytes": N, "complete": true|false}
+  /_log                 the log as JSON (not logged itself); POST /_log/clear empties it
+  /_down?seconds=N      answers, then stops listening and drops every connection for N seconds
+                        (the upstream refused), then listens again
+
+SIZE and SENT come from the query (`?size=1048576&sent=65536`; default 1000 and half of SIZE).
+A body is `complete` when its framing ended it: all of its Content-Length, or the last chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from .processes import Service
+
+FAULTS = (
+    "ok",
+    "hang",
+    "hang-after-headers",
+    "truncate-fixed",
+    "truncate-chunked",
+    "reset-mid-body",
+    "stale",
+    "extra",
+    "upload",
+)
+
+
+def sizes_query(target: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in target.partition("?")[2].split("&") if "=" in kv)
+
+
+def sizes(target: str) -> tuple[int, int]:
+    """SIZE and SENT from the query string."""
+    query = sizes_query(target)
+    size = int(query.get("size", 1000))
+    return size, min(size, int(query.get("sent", size // 2)))
+
+
+class Log:
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+
+    def add(self, **entry) -> dict:
+        self.entries.append(entry)
+        return entry
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, list[tuple[str, str]]] | None:
+    """Request line and headers; None when the connection ends first."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        return None
+    headers = [tuple(x.strip() for x in line.split(":", 1)) for line in lines[1:] if ":" in line]
+    return parts[0], parts[1], headers  # type: ignore[return-value]
+
+
+async def read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> tuple[int, bool]:
+    """The body as framed: (bytes received, whether its framing ended it)."""
+    received = 0
+    try:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")  # no trailers expected
+                    return received, True
+                chunk = await reader.readexactly(size)
+                received += len(chunk)
+                await reader.readexactly(2)
+        length = int(headers.get("content-length", "0") or 0)
+        while received < length:
+            data = await reader.read(min(65536, length - received))
+            if not data:
+                return received, False
+            received += len(data)
+        return received, True
+    except (asyncio.IncompleteReadError, ValueError, ConnectionError) as e:
+        partial = getattr(e, "partial", b"")
+        return received + len(partial or b""), False
+
+
+def response(status: str, body: bytes, extra: str = "") -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nContent-Type: text/plain\r\n{extra}\r\n"
+    return head.encode() + body
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Closes with RST instead of FIN (SO_LINGER 0)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class App:
+    """The listener, its open connections and the log."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.log = Log()
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(
+            self.handle, "127.0.0.1", self.port, limit=1 << 20, backlog=1024, reuse_address=True
+        )
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
+        try:
+            await serve_connection(self, reader, writer)
+        finally:
+            self.writers.discard(writer)
+
+    async def down(self, seconds: float) -> None:
+        """Refuses connections for `seconds`: the listener closed, every connection dropped."""
+        assert self.server is not None
+        self.server.close()
+        for w in list(self.writers):
+            w.transport.abort()
+        await asyncio.sleep(seconds)
+        await self.open()
+
+
+async def serve_connection(app: App, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    log = app.log
+    drop_next = False
+    try:
+        while True:
+            request = await read_head(reader)
+            if request is None:
+                return
+            method, target, header_list = request
+            headers = {k.lower(): v for k, v in header_list}
+            path = target.split("?")[0]
+            if path == "/_down":
+                writer.write(response("200 OK", b"down\n"))
+                await writer.drain()
+                asyncio.get_running_loop().create_task(app.down(float(sizes_query(target).get("seconds", 1))))
+                continue
+            if path == "/_log" or path == "/_log/clear":
+                if path == "/_log/clear":
+                    log.entries.clear()
+                body = json.dumps(log.entries).encode()
+                writer.write(response("200 OK", body, "Content-Type: application/json\r\n"))
+                await writer.drain()
+                continue
+            received, complete = await read_body(reader, headers)
+            fault = path.strip("/")
+            size, sent = sizes(target)
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nContent-Type: text/plain\r\n\r\n".encode()
+            log.add(
+                method=method,
+                target=target,
+                headers=header_list,
+                body_bytes=received,
+                body_complete=complete,
+                fault=fault if not drop_next else "dropped",
+            )
+            if drop_next:
+                return  # read, and closed without an answer
+            if not complete:
+                return
+            if fault == "hang":
+                await asyncio.sleep(3600)
+            elif fault == "hang-after-headers":
+                writer.write(head)
+                await writer.drain()
+                await asyncio.sleep(3600)
+            elif fault == "truncate-fixed":
+                writer.write(head + b"x" * sent)
+                await writer.drain()
+                return
+            elif fault == "truncate-chunked":
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+                )
+                for start in range(0, sent, 16384):
+                    n = min(16384, sent - start)
+                    writer.write(f"{n:x}\r\n".encode() + b"x" * n + b"\r\n")
+                await writer.drain()
+                return
+            elif fault == "reset-mid-body":
+                writer.write(head + b"x" * sent)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                reset(writer)
+                return
+            elif fault == "stale":
+                writer.write(response("200 OK", b"ok\n"))
+                await writer.drain()
+                drop_next = True
+            elif fault == "extra":
+                writer.write(response("200 OK", b"extra\n") + response("200 OK", b"smuggled\n"))
+                await writer.drain()
+            elif fault == "upload":
+                body = json.dumps({"bytes": received, "complete": complete}).encode()
+                writer.write(response("200 OK", body, "Content-Type: application/json\r\n"))
+                await writer.drain()
+            else:
+                writer.write(
+                    response(
+                        "200 OK" if fault == "ok" else "404 Not Found", b"ok\n" if fault == "ok" else b""
+                    )
+                )
+                await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        return
+    finally:
+        if not writer.transport.is_closing():
+            writer.close()
+
+
+def start(run_dir: Path, port: int) -> Service:
+    """The fault server as a process of its own on 127.0.0.1:`port`; waits until it answers."""
+    service = Service(
+        "faults",
+        [sys.executable, "-m", "ktor_lab.faults", "--port", str(port)],
+        run_dir / f"faults-{port}.log",
+    )
+    service.wait_http(f"http://127.0.0.1:{port}/_log", timeout=15)
+    return service
+
+
+class FaultServer:
+    """A running fault server: its URL and its log of received requests."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def log(self) -> list[dict]:
+        return requests.get(f"{self.url}/_log", timeout=5).json()
+
+    def clear(self) -> None:
+        requests.post(f"{self.url}/_log/clear", timeout=5).raise_for_status()
+
+    def down(self, seconds: float) -> None:
+        """Refused for `seconds` from now (listener closed, connections dropped), then back."""
+        requests.get(f"{self.url}/_down?seconds={seconds}", timeout=5).raise_for_status()
+
+
+# A client as careful as a proxy's caller should be: it reads a reply's framing.
+
+
+@dataclass
+class Reply:
+    status: int  # 0: no status line at all
+    body: bytes
+    whole: bool  # the body ended by its own framing (all of Content-Length, or the last chunk)
+    closed: bool  # the proxy closed the connection after it
+
+
+def read_reply(sock: socket.socket, timeout: float = 10.0) -> Reply:
+    """One response, as a careful client reads it: whole only when its framing says so (all of its
+    Content-Length, or the last chunk); a body that ends with the connection is never whole."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return Reply(0, data, False, True)
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {
+            k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+        }
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            while len(rest) < length:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return Reply(status, rest, False, True)
+                rest += chunk
+            return Reply(status, rest[:length], True, probe_closed(sock))
+        if "chunked" in headers.get("transfer-encoding", ""):
+            body = b""
+            while True:
+                while b"\r\n" not in rest:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return Reply(status, body, False, True)
+                    rest += chunk
+                size_line, _, rest = rest.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                while len(rest) < size + 2:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return Reply(status, body, False, True)
+                    rest += chunk
+                if size == 0:
+                    return Reply(status, body, True, probe_closed(sock))
+                body += rest[:size]
+                rest = rest[size + 2 :]
+        while chunk := sock.recv(65536):  # read to the close: no framing to end it
+            rest += chunk
+        return Reply(status, rest, False, True)
+    except (ConnectionResetError, TimeoutError):
+        return Reply(0, data, False, True)
+
+
+def probe_closed(sock: socket.socket) -> bool:
+    """True when the peer has closed (an EOF is waiting) shortly after a response."""
+    sock.settimeout(0.5)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def exchange(url: str, request: bytes, timeout: float = 10.0) -> Reply:
+    """`request` on a fresh connection to `url` (http://host:port), and the reply to it."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request)
+        return read_reply(s, timeout)
+
+
+def get(path: str, *headers: str) -> bytes:
+    """A GET request's bytes."""
+    return "\r\n".join([f"GET {path} HTTP/1.1", "Host: lab", *headers, "", ""]).encode()
+
+
+async def main_async(port: int) -> None:
+    app = App(port)
+    await app.open()
+    print(f"faults: listening on 127.0.0.1:{port}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ktor_lab.faults", description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
+    args = p.parse_args(argv)
+    try:
+        asyncio.run(main_async(args.port))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
