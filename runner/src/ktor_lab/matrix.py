@@ -31,6 +31,8 @@ from .paths import REPO, SCENARIOS, split_case
 WARMUP_WINDOW_S = 5
 WARMUP_TOLERANCE = 0.05
 JIT_QUIET_SHARE = 0.02
+# Seconds after the load stops before threads and open files are compared with the idle proxy's.
+LEAK_SETTLE_S = 6
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,19 @@ COUNTERS = {
 }
 
 
+def proxy_gauges(metrics_url: str) -> dict:
+    """The proxy's live threads and open files now (for the leak check)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"jvm_threads_live_threads": "threads", "process_files_open_files": "files"}
+    out = dict.fromkeys(wanted.values())
+    for family in text_string_to_metric_families(requests.get(f"{metrics_url}/metrics", timeout=30).text):
+        for s in family.samples:
+            if s.name in wanted:
+                out[wanted[s.name]] = s.value
+    return out
+
+
 def proxy_snapshot(metrics_url: str) -> dict:
     """The proxy's counters (see COUNTERS) and its settings (lab_proxy_info), read directly."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -287,6 +302,7 @@ def measure(backend, spec: dict, plan: Plan) -> dict:
     case, scenario, load = spec["case"], spec["scenario"], spec["load"]
     lifetime, engine = split_case(case)
     jvm_pid = backend.start_case(case, plan.proxy_env)
+    idle = proxy_gauges(backend.proxy_metrics_url)
     web = LocustWeb(backend.locust_url)
     custom = {
         "scenario": scenario,
@@ -320,6 +336,7 @@ def measure(backend, spec: dict, plan: Plan) -> dict:
             web.stop()
         except requests.RequestException:
             pass
+        stopped = time.monotonic()
     elapsed = max(stats["now"] - stats["start_time"], 1e-3)
     run["window"] = {"start": started, "end": ended, "seconds": round(ended - started, 3)}
     run["locust"] = {
@@ -348,6 +365,15 @@ def measure(backend, spec: dict, plan: Plan) -> dict:
     run["prometheus"] = {
         name: prom_query(backend.prometheus_url, q, ended)
         for name, q in window_queries(engine, lifetime, window_s).items()
+    }
+    time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - stopped)))
+    after = proxy_gauges(backend.proxy_metrics_url)
+    run["leak"] = {
+        "settle_s": LEAK_SETTLE_S,
+        "threads_idle": idle["threads"],
+        "threads_after": after["threads"],
+        "files_idle": idle["files"],
+        "files_after": after["files"],
     }
     run["verdict"] = verdict.judge(run)
     return run

@@ -69,7 +69,7 @@ def groups(results: dict) -> list[dict]:
                 row[key + "_max"] = max(values) if values else None
             flags = sorted({f for r in runs for f in r["verdict"]["flags"]})
             row["flags"] = flags
-            row["capacity"] = not flags
+            row["capacity"] = all(r["verdict"]["capacity"] for r in runs)
             row["reasons"] = sorted({why for r in runs for why in r["verdict"]["reasons"]})
             rows.append(row)
         g["rows"] = rows
@@ -93,7 +93,8 @@ def rate_cell(row: dict) -> str:
 
 
 def verdict_text(row: dict) -> str:
-    return "capacity" if row["capacity"] else ", ".join(row["flags"])
+    """The flags; `capacity` first when none of them is a rate flag (a leak is shown beside it)."""
+    return ", ".join((["capacity"] if row["capacity"] else []) + row["flags"])
 
 
 def markdown(results: dict) -> str:

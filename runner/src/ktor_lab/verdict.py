@@ -13,9 +13,14 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `errors`: more than 1% of the requests failed.
 - `not-warm`: the warm-up ended before the rate was stable and the JIT quiet; the
   figures may still climb.
+- `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
+  threads or LEAK_FILES open files above what it held idle before the load: resources kept
+  until the garbage collector finds them, or never released (per-call Java: each JDK client
+  keeps its selector thread and sockets). Pools shrink within the keep-alive; this stays.
+  It says nothing about who set the rate, so it does not take away `capacity`.
 
-A run without flags ran the proxy at the limit of what it does with that concurrency: its
-rate is presented as the case's capacity.
+A run without a rate flag (all but `leak`) ran the proxy at the limit of what it does with
+that concurrency: its rate is presented as the case's capacity.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ SATURATION_CPU_PERCENT = 90.0
 WAIT_SHARE_LIMIT = 0.5
 TARGET_TOLERANCE = 0.05
 ERROR_RATIO_LIMIT = 0.01
+LEAK_THREADS = 200
+LEAK_FILES = 200
+# Flags that say something else than the engine set the rate.
+RATE_FLAGS = ("generator-saturated", "load-model", "target", "errors", "not-warm")
 
 
 def judge(run: dict) -> dict:
@@ -58,4 +67,14 @@ def judge(run: dict) -> dict:
     if warm and not warm.get("settled", True):
         flags.append("not-warm")
         reasons.append(f"not warm after {warm.get('seconds', 0):.0f} s of warm-up: figures may still climb")
-    return {"flags": flags, "capacity": not flags, "reasons": reasons}
+    leak = run.get("leak")
+    if leak and None not in leak.values():
+        threads = leak["threads_after"] - leak["threads_idle"]
+        files = leak["files_after"] - leak["files_idle"]
+        if threads > LEAK_THREADS or files > LEAK_FILES:
+            flags.append("leak")
+            reasons.append(
+                f"{threads:.0f} threads and {files:.0f} open files above the idle proxy's "
+                f"{leak['settle_s']:.0f} s after the load stopped (threshold {LEAK_THREADS} and {LEAK_FILES})"
+            )
+    return {"flags": flags, "capacity": not any(f in RATE_FLAGS for f in flags), "reasons": reasons}
