@@ -104,7 +104,7 @@ def test_get_with_a_body_is_refused_and_desyncs_nothing(case, upstream, start_pr
     in a header ran). Such a request is now refused for every engine, and the next one is served."""
     with start_proxy(case, upstream.url) as p:
         for _ in range(3):
-            reply = exchange(p.url, get("/files/tiny.txt", "Content-Length: 5") + b"hello")
+            reply = exchange(p.url, get("/files/tiny.txt", "Content-Length: 5") + b"hello", probe=True)
             assert (reply.status, reply.closed) == (400, True)
             smuggle = "X: GET /status/418 HTTP/1.1"
             reply = exchange(

@@ -190,3 +190,41 @@ def test_io_tiny_puts_each_ktor_figure_beside_its_jvm_reference(tmp_path: Path):
     jmh = json.loads((tmp_path / "jmh.json").read_text())
     assert {b["params"]["size"] for b in jmh} == {str(1 << 20)}
     assert len(table_rows(out["report"], "Per operation")) == 2
+
+
+def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tmp_path: Path):
+    out = run_study(
+        "faults",
+        tmp_path,
+        "--engines",
+        "okhttp,java",
+        "--lifetimes",
+        "singleton",
+        "--settings",
+        "lab",
+        "--repeats",
+        "2",
+        "--faults",
+        "short-fixed,short-fixed-large,stale,upload-cut-chunked,refused",
+    )
+    rows = {(r["engine"], r["fault"]): r for r in out["rows"]}
+    assert set(rows) == {
+        (e, f)
+        for e in ("okhttp", "java")
+        for f in ("short-fixed", "short-fixed-large", "stale", "upload-cut-chunked", "refused")
+    }
+    for engine in ("okhttp", "java"):
+        # What the proxy itself guarantees, whatever the engine.
+        assert rows[(engine, "short-fixed")]["caller"] == "502 x2"
+        assert rows[(engine, "short-fixed-large")]["passed_whole"] == 0
+        assert rows[(engine, "upload-cut-chunked")]["upload_passed_whole"] == 0
+        assert rows[(engine, "refused")]["caller"] == "502 x2"
+        assert rows[(engine, "refused")]["clean_ms"] is not None  # served again once it was back
+        # Retry on stale connections is on in the lab's settings: the next request is served.
+        assert rows[(engine, "stale")]["next_failed"] == 0, rows[(engine, "stale")]
+        assert rows[(engine, "stale")]["retry_on_stale"] in ("on", "always")
+    matrix = table_rows(out["report"], "What the caller got, per fault")
+    assert [r[0] for r in matrix] == ["singleton-okhttp", "singleton-java"]
+    assert (
+        "**" not in out["report"].split("## What the caller got")[1].split("## Times")[0]
+    )  # nothing passed whole

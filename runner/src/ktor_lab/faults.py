@@ -284,9 +284,10 @@ class Reply:
     closed: bool  # the proxy closed the connection after it
 
 
-def read_reply(sock: socket.socket, timeout: float = 10.0) -> Reply:
+def read_reply(sock: socket.socket, timeout: float = 10.0, probe: bool = False) -> Reply:
     """One response, as a careful client reads it: whole only when its framing says so (all of its
-    Content-Length, or the last chunk); a body that ends with the connection is never whole."""
+    Content-Length, or the last chunk); a body that ends with the connection is never whole.
+    `probe`: wait up to 0.5 s to see whether the peer closes the connection after a whole reply."""
     sock.settimeout(timeout)
     data = b""
     try:
@@ -308,7 +309,7 @@ def read_reply(sock: socket.socket, timeout: float = 10.0) -> Reply:
                 if not chunk:
                     return Reply(status, rest, False, True)
                 rest += chunk
-            return Reply(status, rest[:length], True, probe_closed(sock))
+            return Reply(status, rest[:length], True, probe and probe_closed(sock))
         if "chunked" in headers.get("transfer-encoding", ""):
             body = b""
             while True:
@@ -325,7 +326,7 @@ def read_reply(sock: socket.socket, timeout: float = 10.0) -> Reply:
                         return Reply(status, body, False, True)
                     rest += chunk
                 if size == 0:
-                    return Reply(status, body, True, probe_closed(sock))
+                    return Reply(status, body, True, probe and probe_closed(sock))
                 body += rest[:size]
                 rest = rest[size + 2 :]
         while chunk := sock.recv(65536):  # read to the close: no framing to end it
@@ -346,12 +347,12 @@ def probe_closed(sock: socket.socket) -> bool:
         return True
 
 
-def exchange(url: str, request: bytes, timeout: float = 10.0) -> Reply:
+def exchange(url: str, request: bytes, timeout: float = 10.0, probe: bool = False) -> Reply:
     """`request` on a fresh connection to `url` (http://host:port), and the reply to it."""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(request)
-        return read_reply(s, timeout)
+        return read_reply(s, timeout, probe)
 
 
 def get(path: str, *headers: str) -> bytes:

@@ -7,9 +7,9 @@ import shlex
 import sys
 
 from .. import stack
-from . import engines, io, replay, streaming, threads
+from . import engines, faults, io, replay, streaming, threads
 
-STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io)}
+STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io, faults)}
 
 
 def add_parser(sub) -> None:
