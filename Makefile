@@ -5,6 +5,11 @@ PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
 
+PROXY_JAR := proxy-app/target/proxy-app.jar
+PROXY_SOURCES := proxy-app/pom.xml $(shell find proxy-app/src/main -type f 2>/dev/null)
+IOBENCH_JAR := io-bench/target/benchmarks.jar
+IOBENCH_SOURCES := io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
+
 .PHONY: help setup build test test-fast run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
@@ -16,45 +21,55 @@ $(VENV)/.installed: runner/pyproject.toml
 	$(VENV)/bin/pip install -q -e 'runner[test]'
 	touch $@
 
-setup: $(VENV)/.installed  ## Python venv with the lab command and test tools
+setup: $(VENV)/.installed  ## Python venv with the lab command (.venv/bin/lab) and test tools
 
-# The same Maven invocation as proxy-app/Dockerfile, so a green build here is a green image build.
-build:  ## build proxy-app/target/proxy-app.jar (runs the Kotlin unit tests) and io-bench's JMH jar
+# Rebuilt only when a source is newer than the jar; the unit tests run in `make test`.
+$(PROXY_JAR): $(PROXY_SOURCES)
+	cd proxy-app && $(MVN) -q package -DskipTests
+	touch $@
+
+$(IOBENCH_JAR): $(IOBENCH_SOURCES)
+	cd io-bench && $(MVN) -q package
+	touch $@
+
+build: $(PROXY_JAR) $(IOBENCH_JAR)  ## the proxy jar and io-bench's JMH jar, when their sources changed
+
+# Every test, about 40 min on 2 cores (the compose suite and its first image build included).
+test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
 	cd proxy-app && $(MVN) package
-	cd io-bench && $(MVN) package
-
-test: setup build  ## every test: Kotlin unit tests, then the Python suite with real nginx, proxies, Locust, Prometheus
+	$(MAKE) --no-print-directory $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests
 
-test-fast: setup build  ## the suite without the 100 MB transfers and timeout waits
-	$(VENV)/bin/pytest runner/tests -m "not slow"
+test-fast: setup $(PROXY_JAR)  ## the suite without the 100 MB transfers, timeout waits and containers
+	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
 
-run: setup build  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
+run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)
 
-verify: setup build  ## start the native stack on free ports, check every endpoint and dashboard query, stop
+verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: setup build  ## all 10 cases headless (lab run), then report.md and report.html in results/<timestamp>/
+matrix: setup $(PROXY_JAR)  ## all 10 cases headless (lab run), then report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
-bench: setup build  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
+bench: setup $(PROXY_JAR)  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
 	$(VENV)/bin/lab bench
 
 bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: setup build  ## every study at full size (docs/studies/), one after another: about 40 min
+studies: setup build  ## every study at full size (docs/studies/), one after another: about 50 min
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming
 	$(VENV)/bin/lab study engines
 	$(VENV)/bin/lab study io
+	$(VENV)/bin/lab study faults
 
 lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/ruff format --check runner locust
 
-clean:  ## remove build output and run folders
-	rm -rf proxy-app/target io-bench/target runs tools/compose-config/compose-config
+clean:  ## remove build output, run folders and the generated static files
+	rm -rf proxy-app/target io-bench/target runs .cache tools/compose-config/compose-config

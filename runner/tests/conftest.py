@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +21,50 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from ktor_lab import compose, faults, nginx, proxy
-from ktor_lab.processes import Service, free_port
+from ktor_lab.processes import Guardian, Service, free_port
+
+# Every process this session starts, and everything those start, inherits this marker: at the
+# end, any process still carrying it was left behind by a test (see pytest_sessionfinish).
+SESSION_MARK = f"LAB_TEST_SESSION={uuid.uuid4().hex}"
+os.environ["LAB_TEST_SESSION"] = SESSION_MARK.split("=", 1)[1]
+
+
+def session_processes() -> list[tuple[int, str]]:
+    """(PID, command) of live processes carrying this session's marker, but this one and its guardian."""
+    mine = {os.getpid(), *([Guardian._proc.pid] if Guardian._proc else [])}
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(environ.parent.name)
+        if pid in mine:
+            continue
+        try:
+            if SESSION_MARK.encode() not in environ.read_bytes().split(b"\0"):
+                continue
+            stat = (environ.parent / "stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue  # a zombie holds nothing
+            cmd = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found.append((pid, cmd.strip()[:160]))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite leaves no process behind, even when a test failed: any survivor fails the run."""
+    deadline = time.monotonic() + 15  # stops in flight (a JVM's shutdown) may take a moment
+    while (left := session_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in left)
+        print(f"\nprocesses left behind by the test session (now ended):\n{lines}")
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)  # ours: they carry this session's marker
+            except ProcessLookupError:
+                pass
+        session.exitstatus = 1
+
 
 # The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
 PROXY_JAVA_OPTS = ["-Xmx128m"]
@@ -96,7 +141,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
     service = nginx.start(run, ports)
     try:
         yield Upstream(
-            f"http://127.0.0.1:{ports.http}", f"http://127.0.0.1:{ports.status}", run / "files", service
+            f"http://127.0.0.1:{ports.http}",
+            f"http://127.0.0.1:{ports.status}",
+            nginx.shared_files_dir(),
+            service,
         )
     finally:
         service.stop()

@@ -266,11 +266,11 @@ def test_distributed_adds_workers_that_follow_the_master():
 
 
 def test_dockerfile_builds_with_the_commands_the_tests_use():
-    """A green `make build` means a green image build: the same Maven invocation."""
+    """The image is built as `make test` builds the jar: the same Maven flags, unit tests included
+    (the compose suite builds the image for real)."""
     makefile = (REPO / "Makefile").read_text()
     mvn = re.search(r"^MVN := (.+)$", makefile, re.M)[1]
-    build = re.search(r"^build:.*\n\t(.+)$", makefile, re.M)[1]
-    assert build == "cd proxy-app && $(MVN) package"
+    assert "cd proxy-app && $(MVN) package\n" in makefile
     runs = [
         line.removeprefix("RUN ").strip()
         for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()

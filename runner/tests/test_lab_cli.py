@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
                 ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
             ).stdout.split()
         ]
-        assert len(pids) == 5  # nginx master, the exporter, the proxy's JVM, Prometheus, Locust
+        assert len(pids) == 6  # nginx master, the exporter, the proxy's JVM, Prometheus, Locust; the guardian
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -87,8 +88,82 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
         assert not answers(f"http://127.0.0.1:{port}/"), port
 
 
+def test_a_sigkilled_lab_up_takes_its_whole_stack_with_it(tmp_path: Path):
+    """SIGKILL leaves lab up no chance to clean up: its guardian ends every part it started."""
+    ports = {
+        name: free_port() for name in ("nginx", "nginx-status", "proxy", "locust", "prometheus", "exporter")
+    }
+    lab = Path(sys.executable).with_name("lab")
+    argv = [str(lab), "up", "singleton-cio", "--java-opts=-Xmx128m", "--run-dir", str(tmp_path)]
+    for name, port in ports.items():
+        argv += [f"--{name}-port", str(port)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        locust = f"http://127.0.0.1:{ports['locust']}"
+        wait_until(lambda: proc.poll() is not None or answers(f"{locust}/metrics"), timeout=90)
+        assert proc.poll() is None, proc.communicate()[0]
+        children = [
+            int(p)
+            for p in subprocess.run(
+                ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+            ).stdout.split()
+        ]
+        assert len(children) >= 5, children  # the parts, and the guardian
+        groups = [os.getpgid(pid) for pid in children]
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_until(lambda: not children_alive(children), timeout=20), children_alive(children)
+    # nginx's workers are in its group, not children of lab up.
+    assert wait_until(lambda: not any(group_alive(g) for g in groups), timeout=10)
+    for port in ports.values():
+        assert not answers(f"http://127.0.0.1:{port}/"), port
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def test_lab_up_names_the_valid_cases_for_a_bad_one():
     lab = Path(sys.executable).with_name("lab")
     r = subprocess.run([str(lab), "up", "singleton-netty"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "unknown case 'singleton-netty'; valid cases: singleton-cio" in r.stderr
+
+
+def test_a_busy_port_is_named_with_its_option_before_anything_starts(tmp_path: Path):
+    lab = Path(sys.executable).with_name("lab")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [str(lab), "up", "singleton-cio", "--proxy-port", str(port), "--run-dir", str(tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"lab: cannot start: port {port} (the proxy) is in use: free it, or choose another with --proxy-port"
+    )
+    assert not (tmp_path / "run").exists()  # nothing was started, nothing written
+
+
+def test_a_second_start_writes_little_once_the_static_files_exist(tmp_path: Path):
+    """The 117 MB of static files are generated once per checkout, not per start."""
+    from ktor_lab import nginx
+    from ktor_lab.processes import free_port as fp
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for run in (first, second):
+        nginx.start(run, nginx.NginxPorts(fp(), fp())).stop()
+    size = sum(f.stat().st_size for f in second.rglob("*") if f.is_file())
+    assert size < 5 << 20, size
+    assert (nginx.shared_files_dir() / "100m.bin").stat().st_size == 100 << 20

@@ -159,6 +159,9 @@ def cmd_bench(args: Namespace) -> int:
         return 2
     if stack.cannot_start(preflight()):
         return 2
+    ports = stack.Ports(nginx=args.nginx_port, nginx_status=args.nginx_status_port, proxy=args.proxy_port)
+    if stack.cannot_start(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy"))):
+        return 2
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     d = run_dir(args, "bench")
     script = d / "report.lua"

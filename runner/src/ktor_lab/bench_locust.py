@@ -114,6 +114,9 @@ def cmd_bench_locust(args: Namespace) -> int:
 
     if stack.cannot_start([p for p in preflight() if "proxy-app" not in p]):
         return 2
+    ports = stack.Ports(nginx=args.nginx_port, nginx_status=args.nginx_status_port)
+    if stack.cannot_start(stack.busy_ports(ports, ("nginx", "nginx_status"))):
+        return 2
     d = run_dir(args, "bench-locust")
     ports = nginx.NginxPorts(args.nginx_port, args.nginx_status_port)
     ng = nginx.start(d, ports)

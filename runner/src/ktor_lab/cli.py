@@ -239,7 +239,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     if stack.cannot_start(stack.preflight()):
         return 2
-    d = run_dir(args, args.case)
     ports = Ports(
         args.nginx_port,
         args.nginx_status_port,
@@ -249,6 +248,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.exporter_port,
         args.grafana_port,
     )
+    parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
+    if stack.cannot_start(stack.busy_ports(ports, parts)):
+        return 2
+    d = run_dir(args, args.case)
     lab = stack.NativeStack(d, ports, args.java_opts.split())
     handle_signals()
     try:

@@ -7,7 +7,9 @@ rendered like the image's envsubst does: only the named variables are replaced.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
+import hashlib
 import os
 import re
 import shutil
@@ -15,8 +17,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import NGINX_DIR
+from .paths import NGINX_DIR, REPO
 from .processes import Service
+
+FILES_SCRIPT = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -58,7 +62,8 @@ def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> P
         main = main.replace(docker_line, native_line.format(run=run_dir, user=getpass.getuser()))
     (run_dir / "nginx.conf").write_text(main)
     values = env(run_dir, ports, files_dir)
-    Path(values["LAB_TMP_DIR"]).mkdir(parents=True, exist_ok=True)
+    for sub in ("body", "proxy"):  # upload bodies while they are hashed
+        (Path(values["LAB_TMP_DIR"]) / sub).mkdir(parents=True, exist_ok=True)
     for template in sorted((NGINX_DIR / "templates").glob("*.template")):
         (conf_d / template.name.removesuffix(".template")).write_text(
             render_template(template.read_text(), values)
@@ -66,12 +71,19 @@ def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> P
     return run_dir / "nginx.conf"
 
 
+def shared_files_dir() -> Path:
+    """Where the static files (117 MB) live natively: generated once per checkout and per content
+    version (the files script's hash), then shared by every run."""
+    version = hashlib.sha256(FILES_SCRIPT.read_bytes()).hexdigest()[:12]
+    return REPO / ".cache" / f"lab-files-{version}"
+
+
 def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict[str, str]:
     """The variables the templates and the files script take, for this run folder."""
     return {
         "NGINX_PORT": f"127.0.0.1:{ports.http}",
         "NGINX_STATUS_PORT": f"127.0.0.1:{ports.status}",
-        "LAB_FILES_DIR": str((files_dir or run_dir / "files").resolve()),
+        "LAB_FILES_DIR": str((files_dir or shared_files_dir()).resolve()),
         "LAB_TMP_DIR": str((run_dir / "tmp").resolve()),
         "LAB_NJS_DIR": str((NGINX_DIR / "njs").resolve()),
         "LAB_WORKER_USER": getpass.getuser(),
@@ -79,11 +91,16 @@ def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict
 
 
 def generate_files(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> None:
-    """Runs the image's own start-up script for the static files, with native folders."""
-    script = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
-    subprocess.run(
-        ["sh", str(script)], check=True, env=env(run_dir, ports, files_dir), stdout=subprocess.DEVNULL
-    )
+    """Runs the image's own start-up script for the static files, with native folders, unless
+    they are there already (its manifest is written last). One at a time, under a lock."""
+    values = env(run_dir, ports, files_dir)
+    target = Path(values["LAB_FILES_DIR"])
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "manifest.json").exists():
+            return
+        subprocess.run(["sh", str(FILES_SCRIPT)], check=True, env=values, stdout=subprocess.DEVNULL)
 
 
 def check(conf: Path) -> None:

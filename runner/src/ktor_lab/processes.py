@@ -1,4 +1,12 @@
-"""Child processes of the native stack: started with a log file, stopped with their group."""
+"""Child processes of the lab: started with a log file, stopped with their group, never orphaned.
+
+Each child runs in a process group of its own, so `stop()` ends it and everything it started
+(nginx's workers, say). A guardian process, started with the first child, holds the list of
+groups still running; when this process dies, however it dies (SIGKILL included), the guardian
+sees its pipe close and ends those groups: TERM, then KILL after 5 s. A group is ended only
+while its leader is the process that was started (same PID and start time), so a reused PID is
+never touched.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +14,103 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+
+# Run by the guardian: reads "+PGID START" and "-PGID" lines; at EOF ends what is left.
+GUARDIAN = r"""
+import os, signal, sys, time
+groups = {}
+def start_time(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+for line in sys.stdin:
+    sign, rest = line[0], line[1:].split()
+    if sign == "+":
+        groups[int(rest[0])] = rest[1]
+    elif sign == "-":
+        groups.pop(int(rest[0]), None)
+live = {g for g, t in groups.items() if start_time(g) == t}
+for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+    for g in list(live):
+        try:
+            os.killpg(g, sig)
+        except ProcessLookupError:
+            live.discard(g)
+    deadline = time.monotonic() + wait
+    while live and time.monotonic() < deadline:
+        live = {g for g in live if start_time(g) == groups[g]}
+        time.sleep(0.1)
+"""
+
+
+class Guardian:
+    """The watcher of this process's children (one per process, started on first use)."""
+
+    _lock = threading.Lock()
+    _proc: subprocess.Popen | None = None
+    _owner: int | None = None
+
+    @classmethod
+    def _pipe(cls):
+        with cls._lock:
+            if cls._proc is None or cls._owner != os.getpid() or cls._proc.poll() is not None:
+                cls._proc = subprocess.Popen(
+                    [sys.executable, "-c", GUARDIAN],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # a Ctrl-C to the terminal's group must not end it first
+                    text=True,
+                )
+                cls._owner = os.getpid()
+            return cls._proc.stdin
+
+    @classmethod
+    def watch(cls, pgid: int) -> None:
+        started = start_time(pgid)
+        if started is not None:
+            cls._send(f"+{pgid} {started}\n")
+
+    @classmethod
+    def release(cls, pgid: int) -> None:
+        cls._send(f"-{pgid}\n")
+
+    @classmethod
+    def _send(cls, line: str) -> None:
+        try:
+            pipe = cls._pipe()
+            pipe.write(line)
+            pipe.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the guardian is gone: stop() still ends the group
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes in group `pgid` other than its leader (/proc/PID/stat field 5)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        if int(fields[2]) == pgid and pid != pgid:
+            members.append(pid)
+    return members
 
 
 def free_port() -> int:
@@ -18,8 +120,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already listens on host:port (or it cannot be bound)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 class Service:
-    """One child process in its own process group, output to `log`."""
+    """One child process in its own process group, output to `log`, watched by the Guardian."""
 
     def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.name = name
@@ -35,6 +147,7 @@ class Service:
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
+        Guardian.watch(self.proc.pid)
 
     @property
     def pid(self) -> int:
@@ -78,5 +191,14 @@ class Service:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+        else:
+            # The leader is gone; what it started may not be (nginx's workers, say). Its members
+            # by PID: the group's ID could by now lead a group that is not ours.
+            for pid in group_members(self.proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        Guardian.release(self.proc.pid)
         self._log_file.close()
         return self.proc.returncode

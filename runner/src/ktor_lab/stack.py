@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import grafana, loadgen, nginx, prometheus, proxy
 from .paths import PROXY_JAR, REPO
-from .processes import Service, free_port
+from .processes import Service, free_port, port_in_use
 
 NJS_MODULE = Path("/usr/share/nginx/modules/ngx_http_js_module.so")
 
@@ -30,6 +30,30 @@ class Ports:
     prometheus: int = 19090
     exporter: int = 19113
     grafana: int = 13000
+
+
+# Each port of Ports: the part that listens there and the option of `lab` that moves it.
+PORT_OWNERS = {
+    "nginx": ("nginx", "--nginx-port"),
+    "nginx_status": ("nginx's stub_status", "--nginx-status-port"),
+    "proxy": ("the proxy", "--proxy-port"),
+    "locust": ("Locust's web UI", "--locust-port"),
+    "prometheus": ("Prometheus", "--prometheus-port"),
+    "exporter": ("the nginx exporter", "--exporter-port"),
+    "grafana": ("Grafana", "--grafana-port"),
+}
+
+
+def busy_ports(ports: Ports, parts: tuple[str, ...] | None = None) -> list[str]:
+    """One line per port of `parts` (all by default) already in use on 127.0.0.1, naming the
+    part and the option that moves it; checked before anything starts."""
+    problems = []
+    for name in parts or tuple(PORT_OWNERS):
+        port = getattr(ports, name)
+        if port_in_use(port):
+            part, option = PORT_OWNERS[name]
+            problems.append(f"port {port} ({part}) is in use: free it, or choose another with {option}")
+    return problems
 
 
 def free_ports() -> Ports:
@@ -64,7 +88,9 @@ def preflight(need_prometheus: bool = True) -> list[str]:
 
 def cannot_start(problems: list[str]) -> bool:
     """Prints the preflight's problems, if any, for the user; true when there were some."""
-    if problems:
+    if len(problems) == 1:
+        print(f"lab: cannot start: {problems[0]}", file=sys.stderr)
+    elif problems:
         print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
     return bool(problems)
 
