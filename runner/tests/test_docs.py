@@ -1,0 +1,34 @@
+"""The README and docs/ as a reader meets them: short, linked, and naming what runs."""
+
+from __future__ import annotations
+
+import re
+
+from ktor_lab.paths import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def test_every_relative_link_resolves():
+    bad = []
+    for page in PAGES:
+        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"[a-z]+://", link) and not (page.parent / link).exists():
+                bad.append(f"{page.relative_to(REPO)}: {link}")
+    assert not bad, bad
+
+
+def test_the_readme_is_short_and_gives_the_two_commands_and_the_compose_one():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 80
+    assert "make run CASE=singleton-cio" in text and "make test " in text
+    assert "docker compose -f docker-compose.yml -f compose/singleton-cio.yml up" in text
+    ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M), "CI must run the README's test command"
+
+
+def test_every_docs_page_is_in_the_index():
+    index = (REPO / "docs" / "README.md").read_text()
+    for page in (REPO / "docs").glob("*.md"):
+        if page.name != "README.md":
+            assert f"({page.name})" in index, page.name
