@@ -5,10 +5,14 @@ PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
 
+# The JVM modules share ./pom.xml (versions, plugins); each jar is rebuilt only when a source
+# of its module (or the shared POM) is newer than it. Unit tests run in `make test`.
 PROXY_JAR := proxy-app/target/proxy-app.jar
-PROXY_SOURCES := proxy-app/pom.xml $(shell find proxy-app/src/main -type f 2>/dev/null)
+PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main -type f 2>/dev/null)
+ENGINEBENCH_JAR := engine-bench/target/engine-bench.jar
+ENGINEBENCH_SOURCES := $(PROXY_SOURCES) engine-bench/pom.xml $(shell find engine-bench/src/main -type f 2>/dev/null)
 IOBENCH_JAR := io-bench/target/benchmarks.jar
-IOBENCH_SOURCES := io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
+IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
 .PHONY: help setup build test test-fast run verify matrix bench bench-locust studies lint clean
 
@@ -23,21 +27,24 @@ $(VENV)/.installed: runner/pyproject.toml
 
 setup: $(VENV)/.installed  ## Python venv with the lab command (.venv/bin/lab) and test tools
 
-# Rebuilt only when a source is newer than the jar; the unit tests run in `make test`.
 $(PROXY_JAR): $(PROXY_SOURCES)
-	cd proxy-app && $(MVN) -q package -DskipTests
+	$(MVN) -q -pl proxy-app package -DskipTests
 	touch $@
+
+$(ENGINEBENCH_JAR): $(ENGINEBENCH_SOURCES)
+	$(MVN) -q -pl engine-bench -am package -DskipTests
+	touch $@ $(PROXY_JAR)
 
 $(IOBENCH_JAR): $(IOBENCH_SOURCES)
-	cd io-bench && $(MVN) -q package
+	$(MVN) -q -pl io-bench package
 	touch $@
 
-build: $(PROXY_JAR) $(IOBENCH_JAR)  ## the proxy jar and io-bench's JMH jar, when their sources changed
+build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(IOBENCH_JAR)  ## the proxy and the two benchmark jars, when their sources changed
 
 # Every test, about 40 min on 2 cores (the compose suite and its first image build included).
 test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
-	cd proxy-app && $(MVN) package
-	$(MAKE) --no-print-directory $(IOBENCH_JAR)
+	$(MVN) package
+	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests
 
@@ -72,4 +79,4 @@ lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff format --check runner locust
 
 clean:  ## remove build output, run folders and the generated static files
-	rm -rf proxy-app/target io-bench/target runs .cache tools/compose-config/compose-config
+	rm -rf proxy-app/target engine-bench/target io-bench/target runs .cache tools/compose-config/compose-config

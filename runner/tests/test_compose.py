@@ -270,12 +270,33 @@ def test_dockerfile_builds_with_the_commands_the_tests_use():
     (the compose suite builds the image for real)."""
     makefile = (REPO / "Makefile").read_text()
     mvn = re.search(r"^MVN := (.+)$", makefile, re.M)[1]
-    assert "cd proxy-app && $(MVN) package\n" in makefile
+    assert "\t$(MVN) package\n" in makefile  # every module from ./pom.xml, unit tests included
     runs = [
         line.removeprefix("RUN ").strip()
         for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()
         if line.startswith("RUN ")
     ]
-    assert f"{mvn} package" in runs
+    assert f"{mvn} -f proxy-app package" in runs
+
+
+def test_the_proxy_image_context_sends_what_its_dockerfile_copies_and_no_more():
+    """The build context is the repository root (the proxy's parent POM is ./pom.xml); .dockerignore
+    lets through exactly the files the Dockerfile copies, so a change elsewhere rebuilds nothing."""
+    build = render("singleton-cio")["services"]["proxy"]["build"]
+    assert Path(build["context"]) == REPO and build["dockerfile"] == "proxy-app/Dockerfile"
+    copied = {
+        line.split()[1]
+        for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+    }
+    allowed = [ln[1:] for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")]
+    assert "*" in (REPO / ".dockerignore").read_text().splitlines()
+    assert copied == {"pom.xml", "proxy-app/pom.xml", "proxy-app/src", "proxy-app/start.sh"}, copied
+    for path in copied:
+        assert any(a == path or a.startswith(path + "/") for a in allowed), path
+    assert set(allowed) - {"pom.xml", "proxy-app/pom.xml", "proxy-app/start.sh"} == {
+        "proxy-app/src/main",
+        "proxy-app/src/test",
+    }
     # Locust's image installs the same pinned requirements the venv does (pins kept equal in test_locust).
     assert "-r /tmp/lab-requirements.txt" in (REPO / "locust" / "Dockerfile").read_text()

@@ -1,7 +1,8 @@
 """`lab study engines`: each engine's own throughput, in-process, without the proxy.
 
 Ktor's client benchmark, corrected: a fresh JVM per engine and mode runs
-`lab.proxy.EngineBenchmarkKt` (proxy-app.jar) against nginx on loopback: unmeasured batches,
+`engine-bench/target/engine-bench.jar` (the module engine-bench/) against nginx on loopback:
+unmeasured batches,
 then 10 batches x 1000 requests behind a real limit of 100 in flight, with every request's
 latency. The same engine "as published" (all 1000 of a batch launched at once) runs beside it,
 so the difference between the two designs is on the page.
@@ -17,21 +18,20 @@ import time
 from pathlib import Path
 
 from .. import nginx, proxy
-from ..paths import ENGINES, PROXY_JAR
+from ..paths import ENGINES, REPO
 from ..processes import free_port
 from . import common
 
 NAME = "engines"
-MAIN = "lab.proxy.EngineBenchmarkKt"
+JAR = REPO / "engine-bench" / "target" / "engine-bench.jar"
 
 
 def run_engine(url: str, engine: str, concurrency: int, args, log: Path) -> dict:
     argv = [
         proxy.java(),
         *args.java_opts.split(),
-        "-cp",
-        str(PROXY_JAR),
-        MAIN,
+        "-jar",
+        str(JAR),
         *("--engine", engine, "--url", url),
         *("--batches", str(args.batches), "--batch-size", str(args.batch_size)),
         *("--concurrency", str(concurrency), "--warmup-batches", str(args.warmup_batches)),
@@ -62,6 +62,8 @@ COLUMNS = [
 
 
 def run(args) -> Path:
+    if not JAR.exists():
+        raise FileNotFoundError(f"{JAR.relative_to(REPO)} is missing: make build")
     started = time.time()
     engines = args.engines.split(",")
     modes = [args.concurrency] + ([0] if args.as_published else [])

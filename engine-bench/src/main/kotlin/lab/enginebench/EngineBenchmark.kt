@@ -8,9 +8,17 @@
  * start to its last body byte) for percentiles. The client is the proxy's, built by
  * [ClientFactory] with the same settings. Prints one JSON object on stdout.
  *
- * java -cp proxy-app.jar lab.proxy.EngineBenchmarkKt --engine cio --url http://127.0.0.1:18080/files/tiny.txt
+ * java -jar engine-bench/target/engine-bench.jar --engine cio --url http://127.0.0.1:18080/files/tiny.txt
  */
-package lab.proxy
+package lab.enginebench
+
+import lab.proxy.ClientFactory
+import lab.proxy.ConfigException
+import lab.proxy.Engine
+import lab.proxy.Limits
+import lab.proxy.ProxyConfig
+import lab.proxy.ProxyMetrics
+import lab.proxy.byId
 
 import io.ktor.client.HttpClient
 import io.ktor.client.request.prepareGet

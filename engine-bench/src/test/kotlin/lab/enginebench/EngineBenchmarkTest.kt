@@ -1,4 +1,12 @@
-package lab.proxy
+package lab.enginebench
+
+import lab.proxy.ClientFactory
+import lab.proxy.ConfigException
+import lab.proxy.Engine
+import lab.proxy.Limits
+import lab.proxy.ProxyConfig
+import lab.proxy.ProxyMetrics
+import lab.proxy.byId
 
 import io.ktor.server.engine.embeddedServer
 import io.ktor.server.netty.Netty
