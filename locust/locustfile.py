@@ -23,6 +23,7 @@ import random
 import sys
 import time
 
+from lab_payload import digest_of, payload
 from locust.runners import MasterRunner, WorkerRunner
 
 from lab_export import install as install_export
@@ -33,7 +34,6 @@ log = logging.getLogger("lab")
 SCENARIOS: dict[str, type] = {}
 LOAD_MODELS = ("closed", "rate", "sweep")
 SIZES = ("1k", "100k", "1m", "15m", "100m")
-LINE = b"ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.\n"
 SIZE_BYTES = {
     "1k": 1024,
     "100k": 102400,
@@ -261,20 +261,6 @@ class LabUser(FastHttpUser):
                 r.failure(f"{len(r.content or b'')} bytes, expected {size}")
             elif digest and hashlib.sha256(r.content).hexdigest() != digest:
                 r.failure("sha256 mismatch")
-
-
-def payload(size: int) -> bytes:
-    """The bytes nginx/docker-entrypoint.d/40-lab-files.sh writes for a file of `size` bytes."""
-    return (LINE * (size // len(LINE) + 1))[:size]
-
-
-_digests: dict[int, str] = {}
-
-
-def digest_of(size: int) -> str:
-    if size not in _digests:
-        _digests[size] = hashlib.sha256(payload(size)).hexdigest()
-    return _digests[size]
 
 
 def scenario(name: str):

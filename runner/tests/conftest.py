@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -18,9 +19,15 @@ from pathlib import Path
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
-from ktor_lab import compose, faults, nginx, proxy
+from ktor_lab.metrics import Samples, scrape
+from ktor_lab.parts import compose, faults, nginx, proxy
+from ktor_lab.paths import LOCUST_DIR
+
+sys.path.insert(0, str(LOCUST_DIR))
+from lab_payload import payload  # noqa: E402  (the locustfile's own definition)
+
+__all__ = ["payload", "scrape"]
 from ktor_lab.processes import Guardian, Service, free_port
 
 # Every process this session starts, and everything those start, inherits this marker: at the
@@ -68,12 +75,6 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
 PROXY_JAVA_OPTS = ["-Xmx128m"]
-LINE = b"ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.\n"
-
-
-def payload(size: int) -> bytes:
-    """The content nginx/docker-entrypoint.d/40-lab-files.sh writes for a file of `size` bytes."""
-    return (LINE * (size // len(LINE) + 1))[:size]
 
 
 def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
@@ -86,24 +87,6 @@ def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
     while not (ok := condition()) and time.monotonic() < deadline:
         time.sleep(interval)
     return ok
-
-
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """Samples from `url`/metrics, parsed by prometheus_client, as {(name, sorted labels): value}."""
-    out = {}
-    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def sample(samples: dict, metric: str, **labels: str) -> float:
-    """Sum of the samples of `metric` whose labels include `labels`."""
-    return sum(
-        v
-        for (n, ls), v in samples.items()
-        if n == metric and all(dict(ls).get(k) == w for k, w in labels.items())
-    )
 
 
 def answers(url: str) -> bool:
@@ -152,7 +135,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 
 @pytest.fixture(scope="session")
 def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[faults.FaultServer]:
-    """The lab's fault server (ktor_lab/faults.py) on a loopback port, for the whole session."""
+    """The lab's fault server (ktor_lab/parts/faults.py) on a loopback port, for the whole session."""
     port = free_port()
     service = faults.start(tmp_path_factory.mktemp("faults"), port)
     try:
@@ -167,8 +150,8 @@ class Proxy:
     url: str
     service: Service
 
-    def metrics(self) -> dict[tuple[str, tuple], float]:
-        """Samples from the proxy's /metrics (see scrape)."""
+    def metrics(self) -> Samples:
+        """The proxy's /metrics, parsed."""
         return scrape(self.url)
 
     def open_clients(self) -> float:
@@ -177,9 +160,9 @@ class Proxy:
         wait_until(lambda: self.metric("lab_clients_open") == expected)
         return self.metric("lab_clients_open")
 
-    def metric(self, name: str, **labels: str) -> float:
+    def metric(self, name: str, /, **labels: str) -> float:
         """Sum of the proxy's samples of `name` whose labels include `labels`."""
-        return sample(self.metrics(), name, **labels)
+        return self.metrics().sum(name, **labels)
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ktor_lab import compose, proxy
-from ktor_lab.paths import CASES, ENGINES, LIFETIMES, PROXY_JAR, REPO, split_case
+from ktor_lab.cases import CASES, ENGINES, LIFETIMES, split_case
+from ktor_lab.machine import java
+from ktor_lab.parts import compose
+from ktor_lab.paths import PROXY_JAR, REPO
 from ktor_lab.processes import free_port
 
 DOTENV = compose.dotenv()
@@ -36,7 +38,7 @@ def render(*overlays: str, **env: str) -> dict:
 def accepted_by_proxy(variable: str) -> list[str]:
     """The values the proxy jar lists as valid for `variable` when given a bad one."""
     r = subprocess.run(
-        [proxy.java(), "-jar", str(PROXY_JAR)],
+        [java(), "-jar", str(PROXY_JAR)],
         env={**os.environ, "HOST": "127.0.0.1", "PORT": str(free_port()), variable: "bogus"},
         capture_output=True,
         text=True,

@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import sample, scrape, wait_until
-from ktor_lab import compose, grafana, prometheus
-from ktor_lab.loadgen import LocustWeb
-from ktor_lab.paths import CASES, REPO, split_case
+from conftest import scrape, wait_until
+from ktor_lab.cases import CASES, split_case
+from ktor_lab.metrics import query
+from ktor_lab.parts import compose, grafana
+from ktor_lab.parts.loadgen import LocustWeb
+from ktor_lab.paths import REPO
 from ktor_lab.processes import free_port
 
 pytestmark = pytest.mark.compose
@@ -53,7 +55,7 @@ def lab(compose_engine) -> Iterator[compose.Project]:
 
 
 def upstream_count(proxy_url: str) -> float:
-    return sample(scrape(proxy_url), "lab_upstream_requests_seconds_count")
+    return scrape(proxy_url).sum("lab_upstream_requests_seconds_count")
 
 
 def load_through_proxy(project: compose.Project, case: str, seconds: int, **custom) -> tuple[dict, float]:
@@ -86,7 +88,7 @@ def test_each_case_is_up_and_serves_through_its_engine(lab, case):
     lab.up(case)
     lifetime, engine = split_case(case)
     assert requests.get(f"{lab.url('proxy')}/health", timeout=5).text == f"ok {case}\n"
-    info = {dict(ls)["case"] for (n, ls) in scrape(lab.url("proxy")) if n == "lab_proxy_info"}
+    info = scrape(lab.url("proxy")).label_values("lab_proxy_info", "case")
     assert info == {case}
     stats, served = load_through_proxy(lab, case, LOAD_SECONDS)
     assert stats["failures"] == 0, stats["errors"]
@@ -164,10 +166,8 @@ def test_prometheus_has_every_target_and_every_panel_query_data(lab):
     # Grafana's $__rate_interval for a 5 s scrape is 20 s: load for longer than that.
     stats, _ = load_through_proxy(lab, case, 25)
     assert stats["failures"] == 0
-    assert wait_until(lambda: len(prometheus.query(base, "up == 1")) == 3, timeout=20), prometheus.query(
-        base, "up"
-    )
-    assert {r["metric"]["job"] for r in prometheus.query(base, "up == 1")} == {"proxy", "locust", "nginx"}
+    assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=20), query(base, "up")
+    assert {r["metric"]["job"] for r in query(base, "up == 1")} == {"proxy", "locust", "nginx"}
     lifetime, engine = split_case(case)
     assert not grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "20s")
     assert not grafana.panels_without_data(base, {"engine": ".*", "lifetime": ".*"}, "20s")
@@ -191,7 +191,7 @@ def test_proxy_open_files_limit_comes_from_the_environment(lab):
         ).stdout.strip()
     )
     lab.up(case)
-    assert sample(scrape(lab.url("proxy")), "process_files_max_files") == hard  # max, the default
+    assert scrape(lab.url("proxy")).sum("process_files_max_files") == hard  # max, the default
     too_high = lab.compose(
         case,
         "run",
@@ -209,7 +209,7 @@ def test_proxy_open_files_limit_comes_from_the_environment(lab):
     lab.env["PROXY_NOFILE"] = "4096"
     try:
         lab.up(case)
-        assert sample(scrape(lab.url("proxy")), "process_files_max_files") == 4096
+        assert scrape(lab.url("proxy")).sum("process_files_max_files") == 4096
     finally:
         lab.env["PROXY_NOFILE"] = "max"
         lab.up(case)
@@ -228,7 +228,7 @@ def test_distributed_master_and_two_workers_share_the_load(compose_engine):
     assert not compose.wait_gone(project)
     assert stats["failures"] == 0 and stats["workers"] == 2
     assert abs(stats["requests"] - served) <= 0.02 * stats["requests"]
-    nodes = {dict(ls)["node"] for (n, ls) in samples if n == "locust_cpu_peak_percent"}
+    nodes = samples.label_values("locust_cpu_peak_percent", "node")
     assert len(nodes - {"master"}) == 2, nodes
 
 

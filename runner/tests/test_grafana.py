@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ktor_lab import grafana
+from ktor_lab.parts import grafana
 
 DASHBOARDS = grafana.dashboards()
 DS_UID = "lab-prometheus"

@@ -158,7 +158,7 @@ def test_a_busy_port_is_named_with_its_option_before_anything_starts(tmp_path: P
 
 def test_a_second_start_writes_little_once_the_static_files_exist(tmp_path: Path):
     """The 117 MB of static files are generated once per checkout, not per start."""
-    from ktor_lab import nginx
+    from ktor_lab.parts import nginx
     from ktor_lab.processes import free_port as fp
 
     first, second = tmp_path / "a", tmp_path / "b"

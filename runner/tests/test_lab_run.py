@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ktor_lab import matrix, report, verdict
+from ktor_lab import run_report, verdict
+from ktor_lab.cases import SCENARIOS
 from ktor_lab.cli import main
-from ktor_lab.paths import LOCUST_DIR, SCENARIOS
+from ktor_lab.paths import LOCUST_DIR
+from ktor_lab.results import Load, LocustFigures, Plan, Results, Run, Warmup, parse_load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -27,16 +29,16 @@ LAB = str(Path(sys.executable).with_name("lab"))
 @pytest.mark.parametrize(
     "text,load",
     [
-        ("closed/50/0", matrix.Load("closed", 50)),
-        ("closed/1000/1-2", matrix.Load("closed", 1000, 1.0, 2.0)),
-        ("rate/500", matrix.Load("rate", 50, target_rps=500.0)),
-        ("rate/20", matrix.Load("rate", 10, target_rps=20.0)),
-        ("rate/500/200", matrix.Load("rate", 200, target_rps=500.0)),
+        ("closed/50/0", Load("closed", 50)),
+        ("closed/1000/1-2", Load("closed", 1000, 1.0, 2.0)),
+        ("rate/500", Load("rate", 50, target_rps=500.0)),
+        ("rate/20", Load("rate", 10, target_rps=20.0)),
+        ("rate/500/200", Load("rate", 200, target_rps=500.0)),
     ],
 )
 def test_load_levels_parse(text, load):
-    assert matrix.parse_load(text) == load
-    assert matrix.parse_load(load.label) == load
+    assert parse_load(text) == load
+    assert parse_load(load.label) == load
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,7 @@ def test_load_levels_parse(text, load):
 )
 def test_bad_load_levels_name_the_accepted_forms(text):
     with pytest.raises(ValueError, match=re.escape("closed/USERS/WAIT")):
-        matrix.parse_load(text)
+        parse_load(text)
 
 
 @pytest.mark.parametrize(
@@ -69,10 +71,8 @@ def test_run_needs_docker_for_the_compose_backend(monkeypatch, capsys):
 
 
 def test_repeats_are_interleaved_across_cases():
-    plan = matrix.Plan(
-        ["singleton-cio", "per-call-cio"], ["static-small"], [matrix.parse_load("rate/10")], repeats=2
-    )
-    order = [(r["case"], r["repeat"]) for r in plan.runs()]
+    plan = Plan(["singleton-cio", "per-call-cio"], ["static-small"], [parse_load("rate/10")], repeats=2)
+    order = [(r.case, r.repeat) for r in plan.runs()]
     assert order == [("singleton-cio", 1), ("per-call-cio", 1), ("singleton-cio", 2), ("per-call-cio", 2)]
 
 
@@ -85,56 +85,55 @@ def test_scenarios_are_the_locustfiles():
 
 
 def a_run(model="closed", users=50, wait=(0.0, 0.0), target=0.0, rps=1000.0, avg_ms=20.0, cpu=40.0, fails=0):
-    return {
-        "load": {
-            "model": model,
-            "users": users,
-            "wait_min": wait[0],
-            "wait_max": wait[1],
-            "target_rps": target,
-        },
-        "locust": {
-            "rps": rps,
-            "avg_ms": avg_ms,
-            "requests": int(rps * 30),
-            "failures": fails,
-            "cpu_peak_percent": {"local": cpu},
-            "saturated": cpu >= 90,
-        },
-        "warmup": {"seconds": 20, "settled": True},
-    }
+    return Run(
+        case="singleton-cio",
+        engine="cio",
+        lifetime="singleton",
+        scenario="static-small",
+        load=Load(model, users, wait[0], wait[1], target),
+        repeat=1,
+        warmup=Warmup(seconds=20, settled=True),
+        locust=LocustFigures(
+            rps=rps,
+            avg_ms=avg_ms,
+            requests=int(rps * 30),
+            failures=fails,
+            cpu_peak_percent={"local": cpu},
+            saturated=cpu >= 90,
+        ),
+    )
 
 
 def test_the_earlier_compose_labs_setup_is_flagged_as_load_model_bound():
     # 1000 users, 1-2 s wait: singleton CIO ~600 rps at 100 ms, per-call Apache ~150 rps at 5 s.
     fast = verdict.judge(a_run(users=1000, wait=(1, 2), rps=600, avg_ms=100))
-    assert fast["flags"] == ["load-model"] and not fast["capacity"]
-    assert "1000 users / (1.5 s wait + 100 ms) = 625 rps, measured 600" in fast["reasons"][0]
+    assert fast.flags == ["load-model"] and not fast.capacity
+    assert "1000 users / (1.5 s wait + 100 ms) = 625 rps, measured 600" in fast.reasons[0]
     # With 5 s latency the wait no longer dominates the cycle: the rate is not the wait's.
     slow = verdict.judge(a_run(users=1000, wait=(1, 2), rps=150, avg_ms=5000))
-    assert "load-model" not in slow["flags"]
+    assert "load-model" not in slow.flags
 
 
 def test_a_saturated_generator_is_flagged_whatever_the_model():
     v = verdict.judge(a_run(cpu=97))
-    assert v["flags"] == ["generator-saturated"] and not v["capacity"]
-    assert "97%" in v["reasons"][0]
+    assert v.flags == ["generator-saturated"] and not v.capacity
+    assert "97%" in v.reasons[0]
 
 
 def test_rate_model_that_reached_its_target_is_not_capacity():
-    assert verdict.judge(a_run("rate", 50, target=500, rps=498))["flags"] == ["target"]
+    assert verdict.judge(a_run("rate", 50, target=500, rps=498)).flags == ["target"]
     fell_short = verdict.judge(a_run("rate", 50, target=5000, rps=2100))
-    assert fell_short["capacity"], fell_short
+    assert fell_short.capacity, fell_short
 
 
 def test_no_wait_and_an_idle_generator_is_capacity():
-    assert verdict.judge(a_run()) == {"flags": [], "capacity": True, "reasons": []}
+    assert verdict.judge(a_run()) == verdict.Verdict([], True, [])
 
 
 def test_errors_and_a_short_warm_up_are_flagged():
     run = a_run(fails=500)
-    run["warmup"]["settled"] = False
-    assert verdict.judge(run)["flags"] == ["errors", "not-warm"]
+    run.warmup.settled = False
+    assert verdict.judge(run).flags == ["errors", "not-warm"]
 
 
 # --- the report from a stored result -----------------------------------------------------------
@@ -159,13 +158,19 @@ class Page(HTMLParser):
             self.cells.append(data)
 
 
-def test_report_from_a_stored_result(tmp_path):
+def stored_report(tmp_path: Path) -> tuple[dict, str, str]:
     for f in FIXTURE.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
-    results = json.loads((FIXTURE / "results.json").read_text())
     assert main(["report", str(tmp_path)]) == 0
-    md = (tmp_path / "report.md").read_text()
-    page = (tmp_path / "report.html").read_text()
+    return (
+        json.loads((FIXTURE / "results.json").read_text()),
+        (tmp_path / "report.md").read_text(),
+        (tmp_path / "report.html").read_text(),
+    )
+
+
+def test_report_from_a_stored_result(tmp_path):
+    results, md, page = stored_report(tmp_path)
 
     # One table per scenario and load, one row per case, the figures the issue lists.
     assert "## static-small, closed model, 1000 users, 1-2 s wait" in md
@@ -175,9 +180,11 @@ def test_report_from_a_stored_result(tmp_path):
     # The earlier lab's setup is flagged, and its rps is not shown as capacity.
     earlier = [ln for ln in md.splitlines() if ln.startswith("| ") and "load-model" in ln]
     assert len(earlier) == len(results["plan"]["cases"]), md
-    assert all("*not capacity*" in ln for ln in earlier)
+    assert all("(not capacity)" in ln for ln in earlier)
     # Medians and the spread over the two repeats.
-    singleton = [r for r in results["runs"] if r["case"] == "singleton-cio" and r["load"]["model"] == "rate"]
+    singleton = [
+        r for r in results["runs"] if r["case"] == "singleton-cio" and r["load"]["model"] == "closed"
+    ]
     rps = sorted(r["locust"]["rps"] for r in singleton)
     assert f"{sum(rps) / 2:,.0f} ({rps[0]:,.0f}-{rps[1]:,.0f})" in md
     # Settings beside the numbers.
@@ -187,9 +194,48 @@ def test_report_from_a_stored_result(tmp_path):
     parser = Page()
     parser.feed(page)
     assert page.startswith("<!doctype html>")
-    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * len(report.CHARTS)
-    assert "<script" not in page and "http://" not in page.split("<pre>")[0].replace('xmlns="http://', "")
+    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * len(run_report.CHARTS)
+    assert "<script" not in page and "http://" not in page.split("<h2>Settings")[0].replace(
+        'xmlns="http://', ""
+    )
     assert "singleton-cio" in parser.cells and "load-model" in " ".join(parser.cells)
+
+
+def test_report_opens_with_a_verdict_in_words(tmp_path):
+    _, md, page = stored_report(tmp_path)
+    # Before any table: per scenario and load, who leads on each figure, by how much, and
+    # whether that is beyond the spread of the repeats; flagged rows named.
+    verdict_text = md.split("## Verdict")[1].split("\n## ")[0]
+    assert md.index("## Verdict") < md.index("| case |")
+    lead = "p99 ms (lower is better): singleton-cio leads with 500.0, against 2,200.0 for per-call-apache"
+    assert f"{lead} (4.40x)" in verdict_text
+    assert "beyond the spread of the repeats" in verdict_text and "within the spread" in verdict_text
+    # Every row of the fixture is not warm: the rate ranks nothing, and the rest says so.
+    assert "rps: no row's rate is its capacity" in verdict_text
+    assert "Indicative only: every row is flagged" in verdict_text
+    assert "Their rate is not their capacity: singleton-cio (load-model, not-warm)" in verdict_text
+    # The page says the same, in HTML and not in Markdown.
+    text = re.sub(r"<[^>]+>", " ", page.split("<svg")[0])
+    assert "leads with 500.0" in text and "higher is better" in text.lower() and "lower is better" in text
+    for leak in ("*", "`", "| ", "](", "##"):
+        assert leak not in text, leak
+
+
+def test_report_page_as_a_browser_shows_it(tmp_path, browser):
+    stored_report(tmp_path)
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto((tmp_path / "report.html").as_uri())
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    # The verdict is the first thing a reader sees, above the fold; tables and charts follow.
+    box = page.locator("section.verdict").bounding_box()
+    assert box is not None and box["y"] < 300 and box["height"] > 100, box
+    assert page.locator("section.verdict li").count() == 12
+    assert page.locator("table").count() == 2 and page.locator("svg").count() == 2 * len(run_report.CHARTS)
+    # Charts say which way is better and mark the rates that are not capacity.
+    assert page.locator("svg >> text=higher is better").count() == 2
+    assert page.locator("svg >> text=/not capacity/").count() == 4
+    shot = (tmp_path / "report.png").read_bytes()
+    assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
 
 
 def test_report_of_a_folder_without_results_says_so(tmp_path, capsys):
@@ -202,7 +248,24 @@ def test_report_recomputes_verdicts_with_todays_rules():
     changed = copy.deepcopy(results)
     for run in changed["runs"]:
         run["verdict"] = {"flags": [], "capacity": True, "reasons": []}  # as if stored by older rules
-    assert report.markdown(changed) == report.markdown(results)
+    assert run_report.markdown(Results.from_json(changed)) == run_report.markdown(Results.from_json(results))
+
+
+def test_results_json_keeps_its_shape_through_the_typed_model():
+    stored = json.loads((FIXTURE / "results.json").read_text())
+    again = Results.from_json(stored).to_json()
+    assert again["format"] == 1 and again["plan"] == stored["plan"]
+    for old, new in zip(stored["runs"], again["runs"], strict=True):
+        for part in ("load", "locust", "warmup", "window"):
+            assert {k: v for k, v in new[part].items() if k in old[part]} == old[part], part
+        assert new["proxy"]["upstream_requests"] == old["proxy"]["upstream_requests"]
+        assert new["prometheus"]["threads_live_max"] == old["prometheus"]["threads_live_max"]
+
+
+def test_a_results_json_of_another_format_is_refused(tmp_path, capsys):
+    (tmp_path / "results.json").write_text(json.dumps({"format": 2}))
+    assert main(["report", str(tmp_path)]) == 2
+    assert "results.json has format 2; this lab reads format 1" in capsys.readouterr().err
 
 
 # --- real parts ----------------------------------------------------------------------------------
@@ -267,7 +330,7 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
     md = (out / "report.md").read_text()
     assert "target" in md  # 200 rps is far below capacity: flagged, not presented as capacity
     for run in results["runs"]:
-        assert f"{run['locust']['rps']:,.0f} *not capacity*" in md
+        assert f"{run['locust']['rps']:,.0f} (not capacity)" in md
 
 
 @pytest.mark.slow

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import answers, sample, scrape, wait_until
-from ktor_lab import loadgen
+from conftest import answers, scrape, wait_until
+from ktor_lab.parts import loadgen
 from ktor_lab.paths import LOCUST_DIR, REPO
-from ktor_lab.processes import Service, free_port
+from ktor_lab.processes import Service, free_port, local_url
 
 SCENARIOS = ("static-small", "static-large", "upload", "slow", "mix")
 
@@ -237,82 +237,46 @@ def test_export_parses_and_equals_locusts_own_stats(upstream, tmp_path):
     n = own["static-small"]["num_requests"]
     assert n > 0
     labels = {"name": "static-small", "method": "GET"}
-    assert sample(samples, "locust_requests_total", **labels) == n
-    assert sample(samples, "locust_failures_total", **labels) == own["static-small"]["num_failures"]
-    assert sample(samples, "locust_response_time_seconds_count", **labels) == n
-    assert sample(samples, "locust_response_time_seconds_bucket", le="+Inf", **labels) == n
-    assert sample(samples, "locust_response_time_seconds_bucket", le="0.001", **labels) <= n
-    assert (
-        sample(samples, "locust_lab_info", scenario="static-small", load_model="closed", case="direct") == 1
-    )
-    assert sample(samples, "locust_cpu_peak_percent", node="local") > 0
-    assert ("locust_lab_generator_saturated", ()) in samples
+    assert samples.sum("locust_requests_total", **labels) == n
+    assert samples.sum("locust_failures_total", **labels) == own["static-small"]["num_failures"]
+    assert samples.sum("locust_response_time_seconds_count", **labels) == n
+    assert samples.sum("locust_response_time_seconds_bucket", le="+Inf", **labels) == n
+    assert samples.sum("locust_response_time_seconds_bucket", le="0.001", **labels) <= n
+    assert samples.sum("locust_lab_info", scenario="static-small", load_model="closed", case="direct") == 1
+    assert samples.sum("locust_cpu_peak_percent", node="local") > 0
+    assert samples.get("locust_lab_generator_saturated") is not None
 
 
 def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
     """The master's settings reach the workers, and the master's export holds both workers' work."""
-    port, master_port = free_port(), free_port()
-    web = f"http://127.0.0.1:{port}"
-    master = Service(
-        "locust-master",
-        loadgen.argv(
-            "--master",
-            "--master-bind-host",
-            "127.0.0.1",
-            "--master-bind-port",
-            str(master_port),
-            "--expect-workers",
-            "2",
-            "--autostart",
-            "--autoquit",
-            "20",
-            "-t",
-            "5s",
-            "-u",
-            "10",
-            "-r",
-            "10",
-            "--scenario",
-            "upload",
-            "--upload-size",
-            "1k",
-            "--wait-min",
-            "0",
-            "--wait-max",
-            "0",
-            "-H",
-            upstream.url,
-            "--web-host",
-            "127.0.0.1",
-            "--web-port",
-            str(port),
-        ),
-        tmp_path / "master.log",
+    port = free_port()
+    web = local_url(port)
+    # loadgen.start gives the workers no scenario or wait options of their own: those come
+    # from the master.
+    services = loadgen.start(
+        tmp_path,
+        "locust",
+        port,
+        ["-H", upstream.url, "--autostart", "--autoquit", "20", "-t", "5s", "-u", "10", "-r", "10"]
+        + ["--scenario", "upload", "--upload-size", "1k", "--wait-min", "0", "--wait-max", "0"],
+        workers=2,
     )
-    # The workers get no scenario or wait options of their own: those come from the master.
-    workers = [
-        Service(
-            f"locust-worker-{i}",
-            loadgen.argv("--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)),
-            tmp_path / f"worker-{i}.log",
-        )
-        for i in range(2)
-    ]
+    master, workers = services[0], services[1:]
     try:
         assert wait_until(lambda: loadgen.run_finished(web), timeout=40), master.tail()
         own = {e["name"]: e for e in requests.get(f"{web}/stats/requests", timeout=5).json()["stats"]}
         samples = scrape(web)
     finally:
-        for s in (master, *workers):
+        for s in reversed(services):
             s.stop()
-    assert sample(samples, "locust_workers") == 2
-    worker_nodes = {dict(ls)["node"] for (n, ls) in samples if n == "locust_cpu_peak_percent"} - {"master"}
+    assert samples.sum("locust_workers") == 2
+    worker_nodes = samples.label_values("locust_cpu_peak_percent", "node") - {"master"}
     assert len(worker_nodes) == 2, worker_nodes
     assert set(own) == {"upload", "Aggregated"}, own.keys()
     n = own["upload"]["num_requests"]
     assert n > 10 * 5 * 2, n  # with the workers' default 1-2 s wait it would be about 10 a second
     assert own["upload"]["num_failures"] == 0
-    assert sample(samples, "locust_requests_total", name="upload") == n
+    assert samples.sum("locust_requests_total", name="upload") == n
     for w in workers:
         assert "Traceback" not in w.tail(200)
 
@@ -338,14 +302,14 @@ def test_a_scenario_chosen_in_the_web_ui_is_the_one_that_runs(upstream, tmp_path
             "wait_max": "0.01",
         }
         assert requests.post(f"{web}/swarm", data=form, timeout=5).json()["success"]
-        assert wait_until(lambda: sample(scrape(web), "locust_requests_total", name="slow") >= 20, timeout=20)
+        assert wait_until(lambda: scrape(web).sum("locust_requests_total", name="slow") >= 20, timeout=20)
         requests.get(f"{web}/stop", timeout=5)
         own = {e["name"] for e in requests.get(f"{web}/stats/requests", timeout=5).json()["stats"]}
         samples = scrape(web)
     finally:
         svc.stop()
     assert own == {"slow", "Aggregated"}
-    assert sample(samples, "locust_lab_info", scenario="slow", delay_ms="50") == 1
+    assert samples.sum("locust_lab_info", scenario="slow", delay_ms="50") == 1
 
 
 def test_requirements_match_the_lab_package():

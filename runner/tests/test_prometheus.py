@@ -15,8 +15,9 @@ import requests
 import yaml
 
 from conftest import wait_until
-from ktor_lab import grafana, loadgen
-from ktor_lab import prometheus as prom
+from ktor_lab.metrics import query, scalar
+from ktor_lab.parts import grafana, loadgen
+from ktor_lab.parts import prometheus as prom
 from ktor_lab.paths import REPO
 from ktor_lab.processes import Service, free_port
 
@@ -49,17 +50,10 @@ def test_render_moves_targets_and_refuses_unknown_jobs(tmp_path):
         prom.render(tmp_path, {"grafana": "127.0.0.1:1"})
 
 
-def query(base: str, q: str, at: float | None = None) -> list[dict]:
-    params = {"query": q} if at is None else {"query": q, "time": f"{at:.3f}"}
-    body = requests.get(f"{base}/api/v1/query", params=params, timeout=5).json()
-    assert body["status"] == "success", (q, body)
-    return body["data"]["result"]
-
-
 def value(base: str, q: str, at: float | None = None) -> float:
-    result = query(base, q, at)
-    assert result, f"empty result for {q}"
-    return float(result[0]["value"][1])
+    v = scalar(base, q, at)
+    assert v is not None, f"empty result for {q}"
+    return v
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from conftest import payload, sha256_of_stream
-from ktor_lab.paths import CASES, split_case
+from ktor_lab.cases import CASES, split_case
 from ktor_lab.processes import free_port
 
 
@@ -164,9 +164,8 @@ def test_metrics_carry_the_case(case_proxy):
     requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=10)
     samples = case_proxy.metrics()
     assert samples, "no metrics"
-    for (name, labels), _ in samples.items():
-        d = dict(labels)
-        assert (d.get("engine"), d.get("lifetime")) == (engine, lifetime), name
+    for s in samples.samples:
+        assert (s.labels.get("engine"), s.labels.get("lifetime")) == (engine, lifetime), s.name
     assert case_proxy.metric("lab_proxy_info", case=case_proxy.case) == 1
     assert case_proxy.metric("lab_upstream_requests_seconds_count", outcome="success") > 0
     assert case_proxy.metric("ktor_http_server_requests_seconds_bucket", status="200") > 0

@@ -1,6 +1,6 @@
 """Faults, for every engine: no cut body passes as whole, no desynced connection, timeouts hold.
 
-Against the lab's fault server (ktor_lab/faults.py, which logs every request it receives and how
+Against the lab's fault server (ktor_lab/parts/faults.py, which logs every request it receives and how
 its body ended) and real nginx. Timing is asserted relative to the configured timeouts.
 """
 
@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from conftest import wait_until
-from ktor_lab import faults, nginx
-from ktor_lab.faults import exchange, get, read_reply
-from ktor_lab.paths import CASES, ENGINES
+from ktor_lab.cases import CASES, ENGINES
+from ktor_lab.parts import faults, nginx
+from ktor_lab.parts.faults import exchange, get, read_reply
 from ktor_lab.processes import free_port
 
 REQUEST_TIMEOUT_MS = 1500

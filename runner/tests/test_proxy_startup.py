@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from conftest import wait_until
-from ktor_lab import proxy
+from ktor_lab.machine import java
+from ktor_lab.parts import proxy
 from ktor_lab.paths import PROXY_JAR
 from ktor_lab.processes import free_port
 
@@ -18,7 +19,7 @@ from ktor_lab.processes import free_port
 def run_with(env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {"HOST": "127.0.0.1", "PORT": str(free_port()), "UPSTREAM_URL": "http://127.0.0.1:9"}
     return subprocess.run(
-        [proxy.java(), "-jar", str(PROXY_JAR)],
+        [java(), "-jar", str(PROXY_JAR)],
         env={**os.environ, **base, **env},
         capture_output=True,
         text=True,

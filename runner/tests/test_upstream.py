@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from conftest import payload, sha256_of_stream
-from ktor_lab import nginx
+from ktor_lab.parts import nginx
 from ktor_lab.processes import free_port
 
 SIZES = {"1k.bin": 1024, "100k.bin": 102400, "1m.bin": 1 << 20, "15m.bin": 15 << 20, "100m.bin": 100 << 20}

@@ -1,7 +1,7 @@
 """Where `lab run` finds the parts: host processes (native) or the compose stack.
 
 A backend starts the shared parts once (`open`), a fresh proxy per run (`start_case`),
-and tells the matrix where Locust's web API, the proxy's /metrics and Prometheus answer.
+and tells the measurement where Locust's web API, the proxy's /metrics and Prometheus answer.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import compose
+from .parts import compose
 from .processes import free_port
-from .stack import NativeStack, Ports
+from .stack import Ports, Stack, missing
 
 
 class NativeBackend:
@@ -19,7 +19,7 @@ class NativeBackend:
     scrape_seconds = 2
 
     def __init__(self, run_dir: Path, ports: Ports, java_opts: str, workers: int, first_case: str):
-        self.stack = NativeStack(run_dir, ports, java_opts.split(), scrape_interval=f"{self.scrape_seconds}s")
+        self.stack = Stack(run_dir, ports, java_opts.split(), scrape_interval=f"{self.scrape_seconds}s")
         self.java_opts = java_opts
         self.workers = workers
         self.first_case = first_case
@@ -40,25 +40,29 @@ class NativeBackend:
     def prometheus_url(self) -> str:
         return self.stack.prometheus_url
 
+    @staticmethod
+    def missing() -> list[str]:
+        return missing()
+
     def open(self) -> None:
-        self.stack.start_upstream()
-        self.stack.start_prometheus()
-        self.stack.start_locust(self.first_case, self.workers)
+        self.stack.nginx()
+        self.stack.exporter()
+        self.stack.prometheus()
+        self.stack.locust(self.first_case, self.workers)
 
     def start_case(self, case: str, env: dict[str, str]) -> int | None:
-        return self.stack.start_proxy(case, **env).pid
+        return self.stack.proxy(case, **env).service.pid
 
     def close(self) -> None:
         self.stack.stop()
 
     def describe(self) -> dict:
-        p = self.stack.ports
         return {
             "kind": "native",
             "java_opts": self.java_opts,
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
-            "ports": vars(p),
+            "ports": vars(self.stack.ports),
             "note": "every part shares this machine's CPUs; no limits per process",
         }
 
@@ -95,7 +99,7 @@ class ComposeBackend:
         return self.project.url("prometheus")
 
     @staticmethod
-    def preflight() -> list[str]:
+    def missing() -> list[str]:
         problem = compose.engine_problem()
         return [f"{problem} (--backend compose)"] if problem else []
 

@@ -202,3 +202,8 @@ class Service:
         Guardian.release(self.proc.pid)
         self._log_file.close()
         return self.proc.returncode
+
+
+def local_url(port: int, path: str = "") -> str:
+    """http://127.0.0.1:PORT[path]: where every part of the native lab answers."""
+    return f"http://127.0.0.1:{port}{path}"

@@ -1,8 +1,13 @@
-"""The lab's parts as host processes on loopback: what compose runs, without Docker.
+"""The one owner of the lab's running parts: up in order, and every one of them down.
 
-nginx and its exporter, the proxy (one case at a time, restartable), Prometheus, Locust
-with its web UI, and Grafana when a `grafana` binary is installed. The config files are
-the compose stack's, rendered for loopback ports (see nginx.py, prometheus.py, grafana.py).
+    with Stack(run_dir, ports) as lab:
+        lab.nginx(); lab.exporter(); lab.proxy("per-call-cio"); lab.prometheus(); lab.locust(...)
+
+On leaving the block (or `stop()`), everything it started stops, newest first; a part that
+died is reported by `exited()`. Every command and study brings its parts up through a Stack:
+nginx and its exporter, the proxy (one at a time, restartable with another case), Prometheus,
+Locust, Grafana when installed, the fault server, and any other process (`service`). The config
+files are the compose stack's, rendered for loopback (parts/).
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import os
 import secrets
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from . import grafana, loadgen, nginx, prometheus, proxy
+from .errors import LabError
+from .machine import java
+from .parts import faults, grafana, loadgen, nginx, prometheus, proxy
 from .paths import PROXY_JAR, REPO
-from .processes import Service, free_port, port_in_use
+from .processes import Service, free_port, local_url, port_in_use
 
 NJS_MODULE = Path("/usr/share/nginx/modules/ngx_http_js_module.so")
 
@@ -30,6 +37,11 @@ class Ports:
     prometheus: int = 19090
     exporter: int = 19113
     grafana: int = 13000
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Ports free on 127.0.0.1 right now, for runs that must not clash with a running `lab up`."""
+        return cls(*(free_port() for _ in fields(cls)))
 
 
 # Each port of Ports: the part that listens there and the option of `lab` that moves it.
@@ -56,29 +68,24 @@ def busy_ports(ports: Ports, parts: tuple[str, ...] | None = None) -> list[str]:
     return problems
 
 
-def free_ports() -> Ports:
-    """Ports free on 127.0.0.1 right now, for runs that must not clash with a running `lab up`."""
-    return Ports(*(free_port() for _ in range(7)))
-
-
 def grafana_binary() -> str | None:
     return shutil.which("grafana") or shutil.which("grafana-server")
 
 
-def preflight(need_prometheus: bool = True) -> list[str]:
-    """What is missing to run the native stack, each with how to get it."""
+def missing(prometheus_too: bool = True, nginx_too: bool = True) -> list[str]:
+    """What is missing to run the native parts, each with how to get it."""
     problems = []
-    if not Path(nginx.NGINX).exists():
+    if nginx_too and not Path(nginx.NGINX).exists():
         problems.append("nginx is missing: apt-get install nginx-light libnginx-mod-http-js")
-    elif not NJS_MODULE.exists():
+    elif nginx_too and not NJS_MODULE.exists():
         problems.append("njs is missing: apt-get install libnginx-mod-http-js")
-    if not shutil.which(proxy.java()):
+    if not shutil.which(java()):
         problems.append("java is missing: apt-get install openjdk-17-jre-headless")
     if not PROXY_JAR.exists():
         problems.append(f"{PROXY_JAR.relative_to(REPO)} is missing: make build")
     if not Path(loadgen.locust_bin()).exists():
         problems.append("locust is missing from this Python environment: make setup")
-    if need_prometheus:
+    if prometheus_too:
         if not Path(prometheus.PROMETHEUS).exists():
             problems.append("prometheus is missing: apt-get install prometheus")
         if not Path(prometheus.NGINX_EXPORTER).exists():
@@ -86,84 +93,166 @@ def preflight(need_prometheus: bool = True) -> list[str]:
     return problems
 
 
-def cannot_start(problems: list[str]) -> bool:
-    """Prints the preflight's problems, if any, for the user; true when there were some."""
+def require(problems: list[str]) -> None:
+    """LabError (exit 2) listing `problems` (from `missing`, `busy_ports`...), if there are any."""
     if len(problems) == 1:
-        print(f"lab: cannot start: {problems[0]}", file=sys.stderr)
-    elif problems:
-        print("lab: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
-    return bool(problems)
+        raise LabError(f"cannot start: {problems[0]}")
+    if problems:
+        raise LabError("cannot start:\n  " + "\n  ".join(problems))
 
 
-class NativeStack:
-    """Starts parts in order and stops all it started (newest first) on `stop()`."""
+@dataclass
+class Proxy:
+    """A running proxy: its case, where it answers, its process."""
 
-    def __init__(self, run_dir: Path, ports: Ports, java_opts: list[str], scrape_interval: str = "5s"):
+    case: str
+    url: str
+    service: Service
+
+
+class Stack:
+    """Starts parts in order and stops all it started (newest first) on `stop()` or leaving `with`."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        ports: Ports | None = None,
+        java_opts: list[str] | None = None,
+        scrape_interval: str = "5s",
+    ):
         self.run_dir = run_dir
-        self.ports = ports
-        self.java_opts = java_opts
+        self.ports = ports or Ports.free()
+        self.java_opts = java_opts if java_opts is not None else ["-Xmx512m"]
         self.scrape_interval = scrape_interval
         self.services: list[Service] = []
-        self.proxy: Service | None = None
-        self.locust: list[Service] = []
+        self.current_proxy: Proxy | None = None
+        self.locust_services: list[Service] = []
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop()
+
+    # --- where the parts answer ------------------------------------------------------------
 
     @property
     def upstream_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.nginx}"
+        return local_url(self.ports.nginx)
+
+    @property
+    def status_url(self) -> str:
+        return local_url(self.ports.nginx_status)
 
     @property
     def proxy_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.proxy}"
+        return local_url(self.ports.proxy)
 
     @property
     def locust_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.locust}"
+        return local_url(self.ports.locust)
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.prometheus}"
+        return local_url(self.ports.prometheus)
 
     @property
     def grafana_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.grafana}"
+        return local_url(self.ports.grafana)
 
-    def start_upstream(self) -> None:
-        self.services.append(
-            nginx.start(self.run_dir, nginx.NginxPorts(self.ports.nginx, self.ports.nginx_status))
+    # --- the parts ---------------------------------------------------------------------------
+
+    def service(self, name: str, argv: list[str], ready_url: str | None = None, **env: str) -> Service:
+        """Any other process, watched and stopped like the parts; waits for `ready_url` if given."""
+        s = Service(name, argv, self.run_dir / f"{name}.log", env=env or None)
+        self.services.append(s)
+        if ready_url:
+            s.wait_http(ready_url, timeout=60)
+        return s
+
+    def stop_service(self, s: Service) -> None:
+        s.stop()
+        if s in self.services:
+            self.services.remove(s)
+
+    def nginx(self) -> Service:
+        """The upstream, with the lab's static files (generated once per checkout)."""
+        s = nginx.start(self.run_dir, nginx.NginxPorts(self.ports.nginx, self.ports.nginx_status))
+        self.services.append(s)
+        return s
+
+    def exporter(self) -> Service:
+        s = prometheus.start_nginx_exporter(
+            self.run_dir, self.ports.exporter, f"{self.status_url}/stub_status"
         )
-        status = f"http://127.0.0.1:{self.ports.nginx_status}/stub_status"
-        self.services.append(prometheus.start_nginx_exporter(self.run_dir, self.ports.exporter, status))
+        self.services.append(s)
+        return s
 
-    def start_proxy(self, case: str, **extra_env: str) -> Service:
-        """A fresh proxy process for `case` on the proxy port (the previous one is stopped)."""
+    def proxy(
+        self, case: str, upstream_url: str | None = None, port: int | None = None, **settings: str
+    ) -> Proxy:
+        """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
+        `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables."""
         self.stop_proxy()
-        env = proxy.case_env(case, self.upstream_url, self.ports.proxy, **extra_env)
-        self.proxy = proxy.start(self.run_dir, env, self.java_opts)
-        return self.proxy
+        port = port or self.ports.proxy
+        env = proxy.case_env(case, upstream_url or self.upstream_url, port, **settings)
+        service = proxy.start(self.run_dir, env, self.java_opts)
+        self.current_proxy = Proxy(case, local_url(port), service)
+        return self.current_proxy
 
     def stop_proxy(self) -> None:
-        if self.proxy is not None:
-            self.proxy.stop()
-            self.proxy = None
+        if self.current_proxy is not None:
+            self.current_proxy.service.stop()
+            self.current_proxy = None
 
-    def start_locust(self, case: str, workers: int = 0, options: list[str] | None = None) -> None:
-        """Locust's web UI aimed at the proxy; no run starts until the UI or `LocustWeb.swarm` asks."""
-        opts = ["-H", self.proxy_url, "--lab-case", case, *(options or [])]
-        self.locust = loadgen.start(self.run_dir, "locust", self.ports.locust, opts, workers)
+    def proxy_pass(self) -> tuple[Service, str]:
+        """nginx `proxy_pass` to the lab's nginx (`lab bench`'s reference) on a free port: the
+        process (`stop_service` ends it) and its URL."""
+        port = free_port()
+        s = nginx.start_proxy_pass(self.run_dir, self.ports.nginx, port)
+        self.services.append(s)
+        return s, local_url(port)
 
-    def start_prometheus(self) -> None:
-        targets = {
+    def prometheus(self, targets: dict[str, str] | None = None) -> Service:
+        """Prometheus scraping the proxy, Locust and the exporter (or `targets`, job to host:port)."""
+        targets = targets or {
             "proxy": f"127.0.0.1:{self.ports.proxy}",
             "locust": f"127.0.0.1:{self.ports.locust}",
             "nginx": f"127.0.0.1:{self.ports.exporter}",
         }
-        self.services.append(
-            prometheus.start(
-                self.run_dir, self.ports.prometheus, targets, scrape_interval=self.scrape_interval
-            )
+        s = prometheus.start(
+            self.run_dir, self.ports.prometheus, targets, scrape_interval=self.scrape_interval
         )
+        self.services.append(s)
+        return s
 
-    def start_grafana(self) -> str | None:
+    def locust(
+        self,
+        case: str = "",
+        workers: int = 0,
+        options: list[str] | None = None,
+        host: str | None = None,
+        sweep: bool = False,
+        name: str = "locust",
+    ) -> list[Service]:
+        """Locust's web UI (and its export) aimed at the proxy, or `host`; no run starts until the UI,
+        `LocustWeb.swarm` or an --autostart in `options` asks. One at a time (the previous stops)."""
+        self.stop_locust()
+        opts = ["-H", host or self.proxy_url, *(["--lab-case", case] if case else []), *(options or [])]
+        self.locust_services = loadgen.start(self.run_dir, name, self.ports.locust, opts, workers, sweep)
+        return self.locust_services
+
+    def stop_locust(self) -> None:
+        for s in reversed(self.locust_services):
+            s.stop()
+        self.locust_services = []
+
+    def faults(self) -> faults.FaultServer:
+        """The lab's fault server on the nginx port (it stands in for the upstream)."""
+        self.services.append(faults.start(self.run_dir, self.ports.nginx))
+        return faults.FaultServer(self.upstream_url)
+
+    def grafana(self) -> str | None:
         """Grafana with the lab's provisioning; None once started, else why it was not.
 
         Its admin password is GRAFANA_ADMIN_PASSWORD, else a random one printed here once (as
@@ -173,7 +262,9 @@ class NativeStack:
             return "grafana is not installed (the dashboards run in the compose stack)"
         password = os.environ.get("GRAFANA_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
         if not os.environ.get("GRAFANA_ADMIN_PASSWORD"):
-            print(f"lab: Grafana admin password, made for this start (user admin): {password}")
+            print(
+                f"lab: Grafana admin password, made for this start (user admin): {password}", file=sys.stderr
+            )
         ini = grafana.render(self.run_dir, self.prometheus_url, self.ports.grafana)
         home = next(
             (
@@ -184,26 +275,27 @@ class NativeStack:
             Path("/usr/share/grafana"),
         )
         argv = [binary, "server"] if Path(binary).name == "grafana" else [binary]
-        service = Service(
+        self.service(
             "grafana",
             [*argv, "--config", str(ini), "--homepath", str(home)],
-            self.run_dir / "grafana.log",
-            env={"GF_SECURITY_ADMIN_PASSWORD": password},
+            f"{self.grafana_url}/api/health",
+            GF_SECURITY_ADMIN_PASSWORD=password,
         )
-        self.services.append(service)
-        service.wait_http(f"{self.grafana_url}/api/health", timeout=60)
         return None
+
+    # --- all of them ---------------------------------------------------------------------------
 
     def exited(self) -> list[Service]:
         """Processes that have exited (empty while all run)."""
-        return [
-            s for s in [*self.services, *self.locust, *([self.proxy] if self.proxy else [])] if not s.alive()
+        running = [
+            *self.services,
+            *self.locust_services,
+            *([self.current_proxy.service] if self.current_proxy else []),
         ]
+        return [s for s in running if not s.alive()]
 
     def stop(self) -> None:
-        for s in reversed(self.locust):
-            s.stop()
-        self.locust = []
+        self.stop_locust()
         self.stop_proxy()
         for s in reversed(self.services):
             s.stop()

@@ -25,6 +25,8 @@ that concurrency: its rate is presented as the case's capacity.
 
 from __future__ import annotations
 
+from .results import Run, Verdict
+
 SATURATION_CPU_PERCENT = 90.0
 WAIT_SHARE_LIMIT = 0.5
 TARGET_TOLERANCE = 0.05
@@ -35,46 +37,44 @@ LEAK_FILES = 200
 RATE_FLAGS = ("generator-saturated", "load-model", "target", "errors", "not-warm")
 
 
-def judge(run: dict) -> dict:
-    """`run` as stored in results.json; returns {"flags": [...], "capacity": bool, "reasons": [...]}."""
-    load, locust = run["load"], run["locust"]
+def judge(run: Run) -> Verdict:
+    """The flags of one run, each with its reason; `capacity` when none is a rate flag."""
+    load, locust = run.load, run.locust
     flags, reasons = [], []
-    peak = max(locust.get("cpu_peak_percent", {}).values(), default=0.0)
-    if locust.get("saturated") or peak >= SATURATION_CPU_PERCENT:
+    peak = max(locust.cpu_peak_percent.values(), default=0.0)
+    if locust.saturated or peak >= SATURATION_CPU_PERCENT:
         flags.append("generator-saturated")
         reasons.append(f"Locust reached {peak:.0f}% CPU: the rate is the generator's")
-    rps = locust.get("rps") or 0.0
-    latency_s = (locust.get("avg_ms") or 0.0) / 1000
-    if load["model"] == "closed" and load.get("wait_max", 0) > 0:
-        wait = (load["wait_min"] + load["wait_max"]) / 2
+    rps = locust.rps or 0.0
+    latency_s = (locust.avg_ms or 0.0) / 1000
+    if load.model == "closed" and load.wait_max > 0:
+        wait = (load.wait_min + load.wait_max) / 2
         share = wait / (wait + latency_s)
-        model_rps = load["users"] / (wait + latency_s)
+        model_rps = load.users / (wait + latency_s)
         if share >= WAIT_SHARE_LIMIT:
             flags.append("load-model")
             reasons.append(
-                f"closed loop: {load['users']} users / ({wait:g} s wait + {latency_s * 1000:.0f} ms) = "
+                f"closed loop: {load.users} users / ({wait:g} s wait + {latency_s * 1000:.0f} ms) = "
                 f"{model_rps:.0f} rps, measured {rps:.0f}: the wait sets the rate"
             )
-    if load["model"] == "rate" and load.get("target_rps"):
-        if rps >= (1 - TARGET_TOLERANCE) * load["target_rps"]:
+    if load.model == "rate" and load.target_rps:
+        if rps >= (1 - TARGET_TOLERANCE) * load.target_rps:
             flags.append("target")
-            reasons.append(f"reached its target of {load['target_rps']:g} rps: capacity is higher")
-    requests = locust.get("requests") or 0
-    if requests and (locust.get("failures") or 0) / requests > ERROR_RATIO_LIMIT:
+            reasons.append(f"reached its target of {load.target_rps:g} rps: capacity is higher")
+    if locust.requests and (locust.failures or 0) / locust.requests > ERROR_RATIO_LIMIT:
         flags.append("errors")
-        reasons.append(f"{locust['failures']} of {requests} requests failed")
-    warm = run.get("warmup", {})
-    if warm and not warm.get("settled", True):
+        reasons.append(f"{locust.failures} of {locust.requests} requests failed")
+    if not run.warmup.settled:
         flags.append("not-warm")
-        reasons.append(f"not warm after {warm.get('seconds', 0):.0f} s of warm-up: figures may still climb")
-    leak = run.get("leak")
-    if leak and None not in leak.values():
-        threads = leak["threads_after"] - leak["threads_idle"]
-        files = leak["files_after"] - leak["files_idle"]
+        reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
+    leak = run.leak
+    if leak is not None and leak.known():
+        threads = leak.threads_after - leak.threads_idle
+        files = leak.files_after - leak.files_idle
         if threads > LEAK_THREADS or files > LEAK_FILES:
             flags.append("leak")
             reasons.append(
                 f"{threads:.0f} threads and {files:.0f} open files above the idle proxy's "
-                f"{leak['settle_s']:.0f} s after the load stopped (threshold {LEAK_THREADS} and {LEAK_FILES})"
+                f"{leak.settle_s:.0f} s after the load stopped (threshold {LEAK_THREADS} and {LEAK_FILES})"
             )
-    return {"flags": flags, "capacity": not any(f in RATE_FLAGS for f in flags), "reasons": reasons}
+    return Verdict(flags, not any(f in RATE_FLAGS for f in flags), reasons)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from .. import stack
+from ..errors import LabError
 from . import engines, faults, io, replay, streaming, threads
 
 STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io, faults)}
@@ -24,20 +24,16 @@ def add_parser(sub) -> None:
         module.add_parser(studies)
 
 
-def cmd_study(args: argparse.Namespace, argv: list[str]) -> int:
+def run(args: argparse.Namespace, argv: list[str]) -> int:
     module = STUDIES[args.study]
     args.argv_text = shlex.join(argv[argv.index(args.study) + 1 :])
     needs = getattr(module, "NEEDS", "upstream")  # upstream: nginx, java, the proxy jar
-    if needs != "java" and stack.cannot_start(stack.preflight(need_prometheus=needs == "prometheus")):
-        return 2
+    if needs != "java":
+        stack.require(stack.missing(prometheus_too=needs == "prometheus"))
     try:
         report = module.run(args)
-    except KeyboardInterrupt:
-        print(f"lab study {args.study}: interrupted", file=sys.stderr)
-        return 130
-    except (RuntimeError, TimeoutError, OSError, ValueError) as e:
-        print(f"lab study {args.study}: {e}", file=sys.stderr)
-        return 1
+    except ValueError as e:
+        raise LabError(f"study {args.study}: {e}") from None
     print(f"lab study {args.study}: {report}")
     print()
     print(report.read_text())

@@ -2,8 +2,7 @@
 
 Ktor's client benchmark, corrected: a fresh JVM per engine and mode runs
 `engine-bench/target/engine-bench.jar` (the module engine-bench/) against nginx on loopback:
-unmeasured batches,
-then 10 batches x 1000 requests behind a real limit of 100 in flight, with every request's
+unmeasured batches, then 10 batches x 1000 requests behind a real limit of 100 in flight, with every request's
 latency. The same engine "as published" (all 1000 of a batch launched at once) runs beside it,
 so the difference between the two designs is on the page.
 """
@@ -17,9 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import nginx, proxy
-from ..paths import ENGINES, REPO
-from ..processes import free_port
+from .. import render
+from ..cases import ENGINES
+from ..errors import LabError
+from ..machine import java
+from ..paths import REPO
+from ..rundirs import results_dir
+from ..stack import Stack
 from . import common
 
 NAME = "engines"
@@ -28,7 +31,7 @@ JAR = REPO / "engine-bench" / "target" / "engine-bench.jar"
 
 def run_engine(url: str, engine: str, concurrency: int, args, log: Path) -> dict:
     argv = [
-        proxy.java(),
+        java(),
         *args.java_opts.split(),
         "-jar",
         str(JAR),
@@ -49,31 +52,30 @@ def mode_name(concurrency: int, batch_size: int) -> str:
 
 
 COLUMNS = [
-    common.Column("engine", lambda r: r["engine"]),
-    common.Column("in flight", lambda r: r["mode"]),
-    common.Column("rps", lambda r: r["rps"]),
-    common.Column("batch rps min-max", lambda r: f"{r['batch_rps_min']:,.0f}-{r['batch_rps_max']:,.0f}"),
-    common.Column("p50 ms", lambda r: r["p50_ms"], 1),
-    common.Column("p90 ms", lambda r: r["p90_ms"], 1),
-    common.Column("p99 ms", lambda r: r["p99_ms"], 1),
-    common.Column("max ms", lambda r: r["max_ms"], 1),
-    common.Column("errors", lambda r: r["failures"]),
+    render.Column("engine", lambda r: r["engine"]),
+    render.Column("in flight", lambda r: r["mode"]),
+    render.Column("rps", lambda r: r["rps"]),
+    render.Column("batch rps min-max", lambda r: f"{r['batch_rps_min']:,.0f}-{r['batch_rps_max']:,.0f}"),
+    render.Column("p50 ms", lambda r: r["p50_ms"], 1),
+    render.Column("p90 ms", lambda r: r["p90_ms"], 1),
+    render.Column("p99 ms", lambda r: r["p99_ms"], 1),
+    render.Column("max ms", lambda r: r["max_ms"], 1),
+    render.Column("errors", lambda r: r["failures"]),
 ]
 
 
 def run(args) -> Path:
     if not JAR.exists():
-        raise FileNotFoundError(f"{JAR.relative_to(REPO)} is missing: make build")
+        raise LabError(f"{JAR.relative_to(REPO)} is missing: make build")
     started = time.time()
     engines = args.engines.split(",")
     modes = [args.concurrency] + ([0] if args.as_published else [])
-    d = common.out_dir(NAME, args.out)
+    d = results_dir(args.out, NAME)
     logs = d / "logs"
-    ports = nginx.NginxPorts(free_port(), free_port())
-    upstream = nginx.start(logs, ports)
-    url = f"http://127.0.0.1:{ports.http}{args.path}"
     rows = []
-    try:
+    with Stack(logs) as lab:
+        lab.nginx()
+        url = lab.upstream_url + args.path
         for concurrency in modes:
             for engine in engines:
                 out = run_engine(url, engine, concurrency, args, logs / f"engine-{engine}-{concurrency}.log")
@@ -91,8 +93,6 @@ def run(args) -> Path:
                     f"p99 {row['p99_ms']:.1f} ms, {row['failures']} errors",
                     flush=True,
                 )
-    finally:
-        upstream.stop()
     settings = {
         "target": f"nginx on 127.0.0.1, GET {args.path}",
         "batches": f"{args.warmup_batches} unmeasured, then {args.batches} measured"
@@ -105,7 +105,7 @@ def run(args) -> Path:
     charts = [
         (
             "engines-rps.svg",
-            common.svg_grouped_bars(
+            render.bars(
                 "Requests per second, in-process, no proxy",
                 engines,
                 {
@@ -118,7 +118,7 @@ def run(args) -> Path:
         ),
         (
             "engines-p99.svg",
-            common.svg_grouped_bars(
+            render.bars(
                 "p99 latency (ms), from the moment a request may start",
                 engines,
                 {

@@ -2,7 +2,7 @@
 
 For every engine and lifetime, with the lab's settings (`CLIENT_LIMITS=fair`,
 `CLIENT_RETRY_ON_STALE=on`) and with the engine's own (`defaults`, `engine`), the proxy is put
-in front of the lab's fault server (ktor_lab/faults.py) and each fault is tried `--repeats`
+in front of the lab's fault server (ktor_lab/parts/faults.py) and each fault is tried `--repeats`
 times. Per fault: what the caller gets (status; a body ended whole by its framing, or cut),
 how long it took, what the next healthy request gets, how long until a request is served
 cleanly again, and the proxy's live threads and open files after it. For uploads cut off by
@@ -24,10 +24,12 @@ from pathlib import Path
 
 import requests
 
-from .. import faults, proxy
-from ..faults import FaultServer, exchange, get
-from ..paths import ENGINES, LIFETIMES
-from ..processes import free_port
+from .. import metrics, render
+from ..cases import ENGINES, LIFETIMES
+from ..parts import faults
+from ..parts.faults import FaultServer, exchange, get
+from ..rundirs import results_dir
+from ..stack import Stack
 from . import common
 
 NAME = "faults"
@@ -121,7 +123,7 @@ def served_cleanly_after(proxy_url: str, since: float, limit_s: float = 10.0) ->
 
 
 def gauges(proxy_url: str) -> tuple[float, float]:
-    live, fds = common.proxy_metric(
+    live, fds = common.proxy_figures(
         proxy_url, ("jvm_threads_live_threads", {}), ("process_files_open_files", {})
     )
     return live, fds
@@ -170,44 +172,27 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> dict:
     return out
 
 
-def run_case(
-    run_dir: Path, server: FaultServer, engine: str, lifetime: str, setting: str, args
-) -> list[dict]:
-    port = free_port()
-    env = proxy.case_env(
+def run_case(lab: Stack, server: FaultServer, engine: str, lifetime: str, setting: str, args) -> list[dict]:
+    url = lab.proxy(
         f"{lifetime}-{engine}",
         server.url,
-        port,
         CLIENT_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS),
         **SETTINGS[setting],
-    )
-    service = proxy.start(run_dir, env, args.java_opts.split())
-    url = f"http://127.0.0.1:{port}"
+    ).url
     rows = []
     try:
         for _ in range(3):  # unmeasured: the client made, classes loaded
             requests.get(f"{url}/ok", timeout=10)
         baseline = gauges(url)
-        settings = proxy_settings(url)
+        settings = metrics.scrape(url, timeout=10).labels("lab_proxy_info")
         for name in args.faults.split(","):
             fault = BY_NAME[name]
             trials = [trial(fault, url, server) for _ in range(args.repeats)]
             live, fds = gauges(url)
             rows.append(summarize(fault, engine, lifetime, setting, trials, baseline, (live, fds), settings))
     finally:
-        service.stop()
+        lab.stop_proxy()
     return rows
-
-
-def proxy_settings(url: str) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "lab_proxy_info":
-                return dict(s.labels)
-    return {}
 
 
 def tally(values: list[str]) -> str:
@@ -266,17 +251,15 @@ def run(args) -> Path:
         raise ValueError(f"unknown fault {bad[0]!r}; faults: {', '.join(BY_NAME)}")
     if bad := [s for s in settings if s not in SETTINGS]:
         raise ValueError(f"unknown settings {bad[0]!r}; valid: {', '.join(SETTINGS)}")
-    d = common.out_dir(NAME, args.out)
-    port = free_port()
-    service = faults.start(d / "logs", port)
-    server = FaultServer(f"http://127.0.0.1:{port}")
+    d = results_dir(args.out, NAME)
     rows: list[dict] = []
-    try:
+    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
+        server = lab.faults()
         total = len(engines) * len(lifetimes) * len(settings)
         for setting in settings:
             for lifetime in lifetimes:
                 for engine in engines:
-                    case_rows = run_case(d / "logs", server, engine, lifetime, setting, args)
+                    case_rows = run_case(lab, server, engine, lifetime, setting, args)
                     rows += case_rows
                     whole = sum(r["passed_whole"] + r["upload_passed_whole"] for r in case_rows)
                     print(
@@ -285,8 +268,6 @@ def run(args) -> Path:
                         f"{sum(r['next_failed'] for r in case_rows)} next requests failed",
                         flush=True,
                     )
-    finally:
-        service.stop()
     return write(d, args, rows, names, started)
 
 
@@ -306,20 +287,20 @@ def write(d: Path, args, rows: list[dict], names: list[str], started: float) -> 
         for setting, lifetime, engine in groups
     ]
     matrix = common.table(
-        [common.Column("case", lambda r: r["case"]), common.Column("settings", lambda r: r["settings"])]
-        + [common.Column(n, lambda r, n=n: r[n]) for n in names],
+        [render.Column("case", lambda r: r["case"]), render.Column("settings", lambda r: r["settings"])]
+        + [render.Column(n, lambda r, n=n: r[n]) for n in names],
         matrix_rows,
     )
     summary = common.table(
         [
-            common.Column("case", lambda r: r["case"]),
-            common.Column("settings", lambda r: r["settings"]),
-            common.Column("retry_on_stale", lambda r: r["retry_on_stale"]),
-            common.Column("cut bodies passed as whole", lambda r: r["whole"]),
-            common.Column("next requests failed", lambda r: r["next_failed"]),
-            common.Column("slowest return to clean, ms", lambda r: r["clean_ms"], 0),
-            common.Column("threads added (max)", lambda r: r["threads"], 0),
-            common.Column("open files added (max)", lambda r: r["files"], 0),
+            render.Column("case", lambda r: r["case"]),
+            render.Column("settings", lambda r: r["settings"]),
+            render.Column("retry_on_stale", lambda r: r["retry_on_stale"]),
+            render.Column("cut bodies passed as whole", lambda r: r["whole"]),
+            render.Column("next requests failed", lambda r: r["next_failed"]),
+            render.Column("slowest return to clean, ms", lambda r: r["clean_ms"], 0),
+            render.Column("threads added (max)", lambda r: r["threads"], 0),
+            render.Column("open files added (max)", lambda r: r["files"], 0),
         ],
         [
             {
@@ -344,13 +325,13 @@ def write(d: Path, args, rows: list[dict], names: list[str], started: float) -> 
     )
     timing = common.table(
         [
-            common.Column("case", lambda r: case_label(r)),
-            common.Column("settings", lambda r: r["settings"]),
-            common.Column("fault", lambda r: r["fault"]),
-            common.Column("caller", lambda r: r["caller"]),
-            common.Column("caller ms (median)", lambda r: r["caller_ms"], 0),
-            common.Column("next", lambda r: r["next"]),
-            common.Column("clean again ms (median)", lambda r: r["clean_ms"], 0),
+            render.Column("case", lambda r: case_label(r)),
+            render.Column("settings", lambda r: r["settings"]),
+            render.Column("fault", lambda r: r["fault"]),
+            render.Column("caller", lambda r: r["caller"]),
+            render.Column("caller ms (median)", lambda r: r["caller_ms"], 0),
+            render.Column("next", lambda r: r["next"]),
+            render.Column("clean again ms (median)", lambda r: r["clean_ms"], 0),
         ],
         sorted(
             rows, key=lambda r: (_order((r["settings"], r["lifetime"], r["engine"])), names.index(r["fault"]))

@@ -14,8 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import proxy
+from .. import render
+from ..machine import java
 from ..paths import REPO
+from ..rundirs import results_dir
 from . import common
 
 NAME = "io"
@@ -32,7 +34,7 @@ def jmh(args, out_json: Path, log: Path) -> list[dict]:
     if not JAR.exists():
         raise FileNotFoundError(f"{JAR.relative_to(REPO)} is missing: make build (mvn -f io-bench package)")
     argv = [
-        proxy.java(),
+        java(),
         "-jar",
         str(JAR),
         *("-p", f"size={args.size}", "-p", f"chunk={args.chunk}"),
@@ -84,18 +86,18 @@ def _pm(score: float, error: float | None) -> str:
 
 
 COLUMNS = [
-    common.Column("operation", lambda r: r["what"]),
-    common.Column("JVM ms/op", lambda r: _pm(r["jvm_ms"], r["jvm_ms_error"])),
-    common.Column("Ktor ms/op", lambda r: _pm(r["ktor_ms"], r["ktor_ms_error"])),
-    common.Column("JVM MB/s", lambda r: r["jvm_mb_per_s"]),
-    common.Column("Ktor MB/s", lambda r: r["ktor_mb_per_s"]),
-    common.Column("Ktor time / JVM time", lambda r: f"{r['ktor_over_jvm_time']:.2f}x"),
+    render.Column("operation", lambda r: r["what"]),
+    render.Column("JVM ms/op", lambda r: _pm(r["jvm_ms"], r["jvm_ms_error"])),
+    render.Column("Ktor ms/op", lambda r: _pm(r["ktor_ms"], r["ktor_ms_error"])),
+    render.Column("JVM MB/s", lambda r: r["jvm_mb_per_s"]),
+    render.Column("Ktor MB/s", lambda r: r["ktor_mb_per_s"]),
+    render.Column("Ktor time / JVM time", lambda r: f"{r['ktor_over_jvm_time']:.2f}x"),
 ]
 
 
 def run(args) -> Path:
     started = time.time()
-    d = common.out_dir(NAME, args.out)
+    d = results_dir(args.out, NAME)
     results = jmh(args, d / "jmh.json", d / "jmh.log")
     rows = rows_from(results, args.size)
     for r in rows:
@@ -113,7 +115,7 @@ def run(args) -> Path:
         "JVM": rows[0]["jvm"],
         "fork JVM options": "-Xmx512m",
     }
-    chart = common.svg_grouped_bars(
+    chart = render.bars(
         "MB/s (10^6 bytes per second), higher is better",
         [r["what"] for r in rows],
         {"JVM": [r["jvm_mb_per_s"] for r in rows], "Ktor": [r["ktor_mb_per_s"] for r in rows]},

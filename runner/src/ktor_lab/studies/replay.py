@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import matrix, report, verdict
+from .. import measure, render, run_report, verdict
 from ..backends import NativeBackend
-from ..stack import free_ports
+from ..results import Plan, Results, Run, parse_load
+from ..results import load as load_results
+from ..rundirs import results_dir
+from ..stack import Ports
 from . import common
 
 NAME = "replay"
@@ -32,56 +35,54 @@ PUBLISHED = {
 HELD_P99_MS = 1000.0
 
 
-def plan(args) -> matrix.Plan:
+def plan(args) -> Plan:
     loads = [args.replay_load, *[f"rate/{r}" for r in args.rates.split(",")], args.capacity_load]
-    return matrix.Plan(
+    return Plan(
         cases=args.cases.split(","),
         scenarios=["static-small"],
-        loads=[matrix.parse_load(x) for x in loads],
+        loads=[parse_load(x) for x in loads],
         warmup_s=args.warmup,
         duration_s=args.duration,
         java_opts=args.java_opts,
     )
 
 
-def held(run: dict) -> bool:
-    flags = run["verdict"]["flags"]
-    return "target" in flags and "errors" not in flags and (run["locust"]["p99_ms"] or 0) <= HELD_P99_MS
+def held(run: Run) -> bool:
+    flags = run.verdict.flags
+    return "target" in flags and "errors" not in flags and (run.locust.p99_ms or 0) <= HELD_P99_MS
 
 
-def summarize(results: dict, replay_label: str, capacity_label: str) -> list[dict]:
+def summarize(results: Results, replay_label: str, capacity_label: str) -> list[dict]:
     rows = []
-    for case in results["plan"]["cases"]:
-        runs = {r["load"]["label"]: r for r in results["runs"] if r["case"] == case}
+    for case in results.plan.cases:
+        runs = {r.load.label: r for r in results.runs if r.case == case}
         replay, capacity = runs.get(replay_label), runs.get(capacity_label)
-        rates = sorted(
-            (r for r in runs.values() if r["load"]["model"] == "rate"), key=lambda r: r["load"]["target_rps"]
-        )
-        held_rates = [r["load"]["target_rps"] for r in rates if held(r)]
+        rates = sorted((r for r in runs.values() if r.load.model == "rate"), key=lambda r: r.load.target_rps)
+        held_rates = [r.load.target_rps for r in rates if held(r)]
         row = {
             "case": case,
             "published_rps": PUBLISHED.get(case, (None, None))[0],
             "published_p50_ms": PUBLISHED.get(case, (None, None))[1],
-            "replay_rps": replay and replay["locust"]["rps"],
-            "replay_p50_ms": replay and replay["locust"]["p50_ms"],
-            "replay_flags": replay and replay["verdict"]["flags"],
-            "replay_reasons": replay and replay["verdict"]["reasons"],
+            "replay_rps": replay and replay.locust.rps,
+            "replay_p50_ms": replay and replay.locust.p50_ms,
+            "replay_flags": replay and replay.verdict.flags,
+            "replay_reasons": replay and replay.verdict.reasons,
             "rates": [
                 {
-                    "target": r["load"]["target_rps"],
-                    "rps": r["locust"]["rps"],
-                    "p50_ms": r["locust"]["p50_ms"],
-                    "p99_ms": r["locust"]["p99_ms"],
-                    "cpu_per_1000": r["proxy"].get("cpu_seconds_per_1000_requests"),
-                    "threads_max": r["prometheus"].get("threads_live_max"),
+                    "target": r.load.target_rps,
+                    "rps": r.locust.rps,
+                    "p50_ms": r.locust.p50_ms,
+                    "p99_ms": r.locust.p99_ms,
+                    "cpu_per_1000": r.proxy.cpu_seconds_per_1000_requests,
+                    "threads_max": r.prometheus.threads_live_max,
                     "held": held(r),
                 }
                 for r in rates
             ],
             "highest_rate_held": max(held_rates) if held_rates else None,
-            "capacity_rps": capacity and capacity["locust"]["rps"],
-            "capacity_p99_ms": capacity and capacity["locust"]["p99_ms"],
-            "capacity_flags": capacity and capacity["verdict"]["flags"],
+            "capacity_rps": capacity and capacity.locust.rps,
+            "capacity_p99_ms": capacity and capacity.locust.p99_ms,
+            "capacity_flags": capacity and capacity.verdict.flags,
         }
         rows.append(row)
     return rows
@@ -103,41 +104,39 @@ def _rank(rows: list[dict], key: str) -> dict[str, int]:
 def run(args) -> Path:
     started = time.time()
     p = plan(args)
-    d = common.out_dir(NAME, args.out)
+    d = results_dir(args.out, NAME)
     matrix_dir = d / "matrix"
     if args.from_matrix:
-        results = report.load(args.from_matrix)
-        if results["plan"]["cases"] != p.cases or [x["label"] for x in results["plan"]["loads"]] != [
+        results = load_results(args.from_matrix)
+        if results.plan.cases != p.cases or [x.label for x in results.plan.loads] != [
             x.label for x in p.loads
         ]:
             raise ValueError(f"{args.from_matrix} ran other cases or loads than these options give")
     else:
-        backend = NativeBackend(matrix_dir / "logs", free_ports(), args.java_opts, 0, p.cases[0])
+        backend = NativeBackend(matrix_dir / "logs", Ports.free(), args.java_opts, 0, p.cases[0])
         try:
             backend.open()
-            results = matrix.run_matrix(p, backend, matrix_dir)
+            results = measure.run_plan(p, backend, matrix_dir)
         finally:
             backend.close()
-        if results["interrupted"]:
+        if results.interrupted:
             raise KeyboardInterrupt
-        report.write_report(matrix_dir)
-    for r in results["runs"]:
-        r["verdict"] = verdict.judge(r)
-    replay_label, capacity_label = (
-        matrix.parse_load(x).label for x in (args.replay_load, args.capacity_load)
-    )
+        run_report.write_report(matrix_dir)
+    for r in results.runs:
+        r.verdict = verdict.judge(r)
+    replay_label, capacity_label = (parse_load(x).label for x in (args.replay_load, args.capacity_load))
     rows = summarize(results, replay_label, capacity_label)
     for key in ("replay_rps", "capacity_rps", "highest_rate_held"):
         ranks = _rank(rows, key)
         for r in rows:
             r[f"rank_by_{key}"] = ranks.get(r["case"])
     replay_cols = [
-        common.Column("case", lambda r: r["case"]),
-        common.Column("published rps", lambda r: r["published_rps"]),
-        common.Column("published p50 ms", lambda r: r["published_p50_ms"]),
-        common.Column("replayed rps", lambda r: r["replay_rps"]),
-        common.Column("replayed p50 ms", lambda r: r["replay_p50_ms"], 1),
-        common.Column("what set the rate", lambda r: ", ".join(r["replay_flags"] or []) or "capacity"),
+        render.Column("case", lambda r: r["case"]),
+        render.Column("published rps", lambda r: r["published_rps"]),
+        render.Column("published p50 ms", lambda r: r["published_p50_ms"]),
+        render.Column("replayed rps", lambda r: r["replay_rps"]),
+        render.Column("replayed p50 ms", lambda r: r["replay_p50_ms"], 1),
+        render.Column("what set the rate", lambda r: ", ".join(r["replay_flags"] or []) or "capacity"),
     ]
     rate_tables = []
     for target in sorted({x["target"] for r in rows for x in r["rates"]}):
@@ -147,32 +146,32 @@ def run(args) -> Path:
                 f"Fixed rate {target:g} rps",
                 common.table(
                     [
-                        common.Column("case", lambda r: r["case"]),
-                        common.Column("rps", lambda r: r["rps"]),
-                        common.Column("p50 ms", lambda r: r["p50_ms"], 1),
-                        common.Column("p99 ms", lambda r: r["p99_ms"], 1),
-                        common.Column("CPU s / 1000 req", lambda r: r["cpu_per_1000"], 3),
-                        common.Column("threads max", lambda r: r["threads_max"]),
-                        common.Column("held", lambda r: r["held"]),
+                        render.Column("case", lambda r: r["case"]),
+                        render.Column("rps", lambda r: r["rps"]),
+                        render.Column("p50 ms", lambda r: r["p50_ms"], 1),
+                        render.Column("p99 ms", lambda r: r["p99_ms"], 1),
+                        render.Column("CPU s / 1000 req", lambda r: r["cpu_per_1000"], 3),
+                        render.Column("threads max", lambda r: r["threads_max"]),
+                        render.Column("held", lambda r: r["held"]),
                     ],
                     at,
                 ),
             )
         )
     ranking_cols = [
-        common.Column("case", lambda r: r["case"]),
-        common.Column("highest rate held", lambda r: r["highest_rate_held"]),
-        common.Column(f"capacity rps ({capacity_label})", lambda r: r["capacity_rps"]),
-        common.Column("capacity p99 ms", lambda r: r["capacity_p99_ms"], 1),
-        common.Column("capacity flags", lambda r: ", ".join(r["capacity_flags"] or []) or "none"),
-        common.Column("rank by capacity", lambda r: r["rank_by_capacity_rps"]),
-        common.Column("rank by replayed rps", lambda r: r["rank_by_replay_rps"]),
+        render.Column("case", lambda r: r["case"]),
+        render.Column("highest rate held", lambda r: r["highest_rate_held"]),
+        render.Column(f"capacity rps ({capacity_label})", lambda r: r["capacity_rps"]),
+        render.Column("capacity p99 ms", lambda r: r["capacity_p99_ms"], 1),
+        render.Column("capacity flags", lambda r: ", ".join(r["capacity_flags"] or []) or "none"),
+        render.Column("rank by capacity", lambda r: r["rank_by_capacity_rps"]),
+        render.Column("rank by replayed rps", lambda r: r["rank_by_replay_rps"]),
     ]
     cases = [r["case"] for r in rows]
     charts = [
         (
             "replay-rps.svg",
-            common.svg_grouped_bars(
+            render.bars(
                 "rps: published, replayed (load-model bound), and capacity",
                 cases,
                 {
@@ -184,7 +183,7 @@ def run(args) -> Path:
         ),
         (
             "replay-rate-p99.svg",
-            common.svg_grouped_bars(
+            render.bars(
                 "p99 ms at each fixed rate (same work for every case)",
                 cases,
                 {

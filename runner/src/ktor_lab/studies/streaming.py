@@ -20,9 +20,11 @@ from pathlib import Path
 
 import requests
 
-from .. import nginx, proxy
-from ..paths import ENGINES
-from ..processes import free_port
+from .. import render
+from ..cases import ENGINES
+from ..parts import nginx
+from ..rundirs import results_dir
+from ..stack import Stack
 from . import common
 
 NAME = "streaming"
@@ -42,7 +44,7 @@ class ProxyProbe:
         self.cpu_seconds: float | None = None
 
     def read(self) -> dict[str, float]:
-        heap, cpu_ns = common.proxy_metric(
+        heap, cpu_ns = common.proxy_figures(
             self.url, ("jvm_memory_used_bytes", {"area": "heap"}), ("process_cpu_time_ns_total", {})
         )
         return {"heap": heap, "cpu": cpu_ns / 1e9}
@@ -155,40 +157,30 @@ def measure_target(target: str, base: str, probe_url: str | None, files: Path, a
 
 
 COLUMNS = [
-    common.Column("through", lambda r: r["target"]),
-    common.Column("MB/s (median)", lambda r: r["mb_per_s"], 1),
-    common.Column("range", lambda r: f"{r['mb_per_s_min']:,.0f}-{r['mb_per_s_max']:,.0f}"),
-    common.Column("of direct", lambda r: r.get("of_direct"), 2),
-    common.Column("proxy heap max MiB", lambda r: r["heap_max_mib"], 0),
-    common.Column("proxy CPU s", lambda r: r["cpu_seconds"], 2),
-    common.Column("checksums", lambda r: "all match" if r["intact"] else "MISMATCH"),
+    render.Column("through", lambda r: r["target"]),
+    render.Column("MB/s (median)", lambda r: r["mb_per_s"], 1),
+    render.Column("range", lambda r: f"{r['mb_per_s_min']:,.0f}-{r['mb_per_s_max']:,.0f}"),
+    render.Column("of direct", lambda r: r.get("of_direct"), 2),
+    render.Column("proxy heap max MiB", lambda r: r["heap_max_mib"], 0),
+    render.Column("proxy CPU s", lambda r: r["cpu_seconds"], 2),
+    render.Column("checksums", lambda r: "all match" if r["intact"] else "MISMATCH"),
 ]
 
 
 def run(args) -> Path:
     started = time.time()
     engines = args.engines.split(",")
-    d = common.out_dir(NAME, args.out)
+    d = results_dir(args.out, NAME)
     logs = d / "logs"
-    ports = nginx.NginxPorts(free_port(), free_port())
-    upstream_service = nginx.start(logs, ports)
-    upstream = f"http://127.0.0.1:{ports.http}"
-    files = Path(nginx.env(logs, ports)["LAB_FILES_DIR"])
+    files = nginx.shared_files_dir()
     rows: list[dict] = []
-    try:
-        rows += measure_target(DIRECT, upstream, None, files, args)
+    with Stack(logs, java_opts=args.java_opts.split()) as lab:
+        lab.nginx()
+        rows += measure_target(DIRECT, lab.upstream_url, None, files, args)
         for engine in engines:
-            port = free_port()
-            env = proxy.case_env(f"singleton-{engine}", upstream, port)
-            service = proxy.start(logs, env, args.java_opts.split())
-            try:
-                rows += measure_target(
-                    engine, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}", files, args
-                )
-            finally:
-                service.stop()
-    finally:
-        upstream_service.stop()
+            url = lab.proxy(f"singleton-{engine}").url
+            rows += measure_target(engine, url, url, files, args)
+            lab.stop_proxy()
     for r in rows:
         ref = next(
             x
@@ -208,7 +200,7 @@ def run(args) -> Path:
     charts = [
         (
             f"streaming-{direction}.svg",
-            common.svg_grouped_bars(
+            render.bars(
                 f"MB/s per {direction} (median of {args.repeats})",
                 targets,
                 {

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import requests
 
-from .. import nginx, proxy
-from ..paths import ENGINES
-from ..processes import free_port
+from .. import metrics, render
+from ..cases import ENGINES
+from ..rundirs import results_dir
+from ..stack import Stack
 from . import common
 
 NAME = "threads"
@@ -35,7 +36,7 @@ def raise_fd_limit() -> None:
 
 def thread_gauges(proxy_url: str) -> dict[str, float]:
     """Live and active-unparked threads from the proxy's own /metrics."""
-    live, unparked = common.proxy_metric(
+    live, unparked = common.proxy_figures(
         proxy_url, ("jvm_threads_live_threads", {}), ("lab_threads_active_unparked", {})
     )
     return {"live": live, "unparked": unparked}
@@ -107,21 +108,16 @@ async def burst(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadlin
     }
 
 
-def run_one(run_dir: Path, upstream: str, engine: str, limits: str, n: int, args) -> dict:
-    port = free_port()
-    env = proxy.case_env(
+def run_one(lab: Stack, engine: str, limits: str, n: int, args) -> dict:
+    url = lab.proxy(
         f"singleton-{engine}",
-        upstream,
-        port,
         CLIENT_LIMITS=limits,
         CLIENT_MAX_CONNECTIONS=str(args.max_connections),
         # Queued requests must wait, not time out: the completion time is the finding. Both
         # timeouts, since CIO counts the wait for a free connection against the connect timeout.
         CLIENT_REQUEST_TIMEOUT_MS=str(int((args.deadline + 30) * 1000)),
         CLIENT_CONNECT_TIMEOUT_MS=str(args.connect_timeout_ms or int((args.deadline + 30) * 1000)),
-    )
-    service = proxy.start(run_dir, env, args.java_opts.split())
-    url = f"http://127.0.0.1:{port}"
+    ).url
     try:
         # Unmeasured: the first calls create the client, load classes and open a few connections.
         for _ in range(5):
@@ -129,9 +125,9 @@ def run_one(run_dir: Path, upstream: str, engine: str, limits: str, n: int, args
         time.sleep(0.5)
         idle = thread_gauges(url)
         result = asyncio.run(burst(url, n, args.delay_ms, args.sample_at, args.deadline))
-        settings = _info_labels(url)
+        settings = metrics.scrape(url).labels("lab_proxy_info")
     finally:
-        service.stop()
+        lab.stop_proxy()
     at = result["at"]
     return {
         "engine": engine,
@@ -157,29 +153,23 @@ def _minus(a, b):
     return None if a is None or b is None else a - b
 
 
-def _info_labels(url: str) -> dict:
-    from ..matrix import proxy_snapshot
-
-    return proxy_snapshot(url).get("settings", {})
-
-
-def columns(sample_at: float) -> list[common.Column]:
+def columns(sample_at: float) -> list[render.Column]:
     return [
-        common.Column("engine", lambda r: r["engine"]),
-        common.Column("limits", lambda r: r["limits"]),
-        common.Column("N", lambda r: r["n"]),
-        common.Column(
+        render.Column("engine", lambda r: r["engine"]),
+        render.Column("limits", lambda r: r["limits"]),
+        render.Column("N", lambda r: r["n"]),
+        render.Column(
             f"live threads at {sample_at:g} s (idle + added)",
             lambda r: _plus_text(r["idle_live"], r["live_added"]),
         ),
-        common.Column(
+        render.Column(
             f"active unparked at {sample_at:g} s (idle + added)",
             lambda r: _plus_text(r["idle_unparked"], r["unparked_added"]),
         ),
-        common.Column("live peak", lambda r: r["live_peak"]),
-        common.Column("completion s", lambda r: _completion_text(r)),
-        common.Column("waves", lambda r: r["waves"]),
-        common.Column("errors", lambda r: r["failed"]),
+        render.Column("live peak", lambda r: r["live_peak"]),
+        render.Column("completion s", lambda r: _completion_text(r)),
+        render.Column("waves", lambda r: r["waves"]),
+        render.Column("errors", lambda r: r["failed"]),
     ]
 
 
@@ -200,18 +190,16 @@ def run(args) -> Path:
     engines = args.engines.split(",")
     ns = [int(x) for x in args.n.split(",")]
     limits = args.limits.split(",")
-    d = common.out_dir(NAME, args.out)
+    d = results_dir(args.out, NAME)
     raise_fd_limit()
-    ports = nginx.NginxPorts(free_port(), free_port())
-    upstream_service = nginx.start(d / "logs", ports)
-    upstream = f"http://127.0.0.1:{ports.http}"
     rows = []
-    try:
+    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
+        lab.nginx()
         total = len(engines) * len(limits) * len(ns)
         for lim in limits:
             for engine in engines:
                 for n in ns:
-                    row = run_one(d / "logs", upstream, engine, lim, n, args)
+                    row = run_one(lab, engine, lim, n, args)
                     row["deadline_s"] = args.deadline
                     rows.append(row)
                     print(
@@ -220,8 +208,6 @@ def run(args) -> Path:
                         f"{_completion_text(row)} s, {row['waves']} waves, {row['failed']} errors",
                         flush=True,
                     )
-    finally:
-        upstream_service.stop()
     settings = {
         "lifetime": "singleton",
         "delay_ms": args.delay_ms,
@@ -239,7 +225,7 @@ def run(args) -> Path:
         charts.append(
             (
                 f"threads-unparked-{lim}.svg",
-                common.svg_grouped_bars(
+                render.bars(
                     f"Active unparked threads added at {args.sample_at:g} s, {lim} limits",
                     engines,
                     {
@@ -252,7 +238,7 @@ def run(args) -> Path:
         charts.append(
             (
                 f"threads-completion-{lim}.svg",
-                common.svg_grouped_bars(
+                render.bars(
                     f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
                     engines,
                     {

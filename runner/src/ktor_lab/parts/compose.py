@@ -17,7 +17,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from .paths import CASES, REPO
+from ..cases import CASES
+from ..paths import REPO
+from ..processes import local_url
 
 BASE = REPO / "docker-compose.yml"
 OVERLAYS = REPO / "compose"
@@ -139,7 +141,7 @@ class Project:
         self.case: str | None = None
 
     def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[service]}"
+        return local_url(self.ports[service])
 
     def services(self) -> list[str]:
         return [
@@ -163,29 +165,10 @@ class Project:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
         same = case == self.case
-        self.compose(
-            case,
-            "up",
-            "-d",
-            "--wait",
-            "--wait-timeout",
-            str(timeout),
-            *self.services(),
-            stdout=subprocess.DEVNULL,
-        )
+        up = ("up", "-d", "--wait", "--wait-timeout", str(timeout))
+        self.compose(case, *up, *self.services(), stdout=subprocess.DEVNULL)
         if fresh_proxy and same:
-            self.compose(
-                case,
-                "up",
-                "-d",
-                "--wait",
-                "--wait-timeout",
-                str(timeout),
-                "--no-deps",
-                "--force-recreate",
-                "proxy",
-                stdout=subprocess.DEVNULL,
-            )
+            self.compose(case, *up, "--no-deps", "--force-recreate", "proxy", stdout=subprocess.DEVNULL)
         self.case = case
 
     def build(self) -> None:

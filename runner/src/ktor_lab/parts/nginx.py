@@ -17,8 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import NGINX_DIR, REPO
-from .processes import Service
+from ..paths import NGINX_DIR, REPO
+from ..processes import Service, local_url
 
 FILES_SCRIPT = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
 
@@ -116,5 +116,29 @@ def start(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Se
     generate_files(run_dir, ports, files_dir)
     check(conf)
     service = Service("nginx", [NGINX, "-c", str(conf), "-g", "daemon off;"], run_dir / "nginx.log")
-    service.wait_http(f"http://127.0.0.1:{ports.status}/health", timeout=15)
+    service.wait_http(local_url(ports.status, "/health"), timeout=15)
+    return service
+
+
+def start_proxy_pass(run_dir: Path, upstream_port: int, port: int) -> Service:
+    """nginx `proxy_pass` to the nginx on `upstream_port` (nginx/bench/proxy-pass.conf.template),
+    listening on `port`: the reference `lab bench` measures the proxy against."""
+    run_dir = run_dir.resolve()
+    (run_dir / "tmp" / "proxy-pass").mkdir(parents=True, exist_ok=True)
+    conf = run_dir / "proxy-pass.conf"
+    template = (NGINX_DIR / "bench" / "proxy-pass.conf.template").read_text()
+    conf.write_text(
+        render_template(
+            template, {"RUN_DIR": str(run_dir), "UPSTREAM_PORT": str(upstream_port), "PORT": str(port)}
+        )
+    )
+    check(conf)
+    service = Service(
+        "nginx-proxy-pass", [NGINX, "-c", str(conf), "-g", "daemon off;"], run_dir / "proxy-pass.log"
+    )
+    try:
+        service.wait_http(local_url(port, "/files/manifest.json"), timeout=15)
+    except BaseException:
+        service.stop()
+        raise
     return service

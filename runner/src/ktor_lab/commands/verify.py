@@ -3,16 +3,21 @@ metric the dashboards use answers, tear it down. A smoke test users can run (abo
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
-from argparse import Namespace
 
 import requests
 
-from . import grafana, stack
-from .loadgen import LocustWeb
-from .paths import split_case
-from .prometheus import query as prom
+from .. import stack
+from ..cases import split_case
+from ..errors import LabError
+from ..metrics import query as prom
+from ..parts import grafana
+from ..parts.loadgen import LocustWeb
+from ..processes import local_url
+from ..rundirs import run_dir
+from . import options
 
 LOAD_SECONDS = 15
 
@@ -49,34 +54,38 @@ def wait_for(condition, timeout: float) -> bool:
     return False
 
 
-def cmd_verify(args: Namespace) -> int:
-    from .cli import run_dir
+def add_parser(sub) -> None:
+    p = sub.add_parser("verify", help="start the stack on free ports, check every endpoint and metric, stop")
+    p.add_argument("case", nargs="?", default="singleton-cio", help="the case (default: %(default)s)")
+    options.add_java_opts(p, "-Xmx256m")
+    options.add_run_dir(p)
 
+
+def run(args: argparse.Namespace) -> int:
     try:
         lifetime, engine = split_case(args.case)
     except ValueError as e:
-        print(f"lab: {e}", file=sys.stderr)
-        return 2
-    if stack.cannot_start(stack.preflight()):
-        return 2
-    d = run_dir(args, "verify")
-    lab = stack.NativeStack(d, stack.free_ports(), args.java_opts.split(), scrape_interval="1s")
+        raise LabError(str(e)) from None
+    stack.require(stack.missing())
+    d = run_dir("verify", args.run_dir)
+    lab = stack.Stack(d, stack.Ports.free(), args.java_opts.split(), scrape_interval="1s")
     c = Checks()
     print(f"lab verify: {args.case} on free loopback ports (logs in {d})", flush=True)
     try:
-        lab.start_upstream()
-        lab.start_proxy(args.case)
-        lab.start_prometheus()
-        lab.start_locust(args.case)
-        why_no_grafana = lab.start_grafana()
+        lab.nginx()
+        lab.exporter()
+        lab.proxy(args.case)
+        lab.prometheus()
+        lab.locust(args.case)
+        why_no_grafana = lab.grafana()
 
         r = get(f"{lab.upstream_url}/files/tiny.txt")
         c.check("nginx serves /files/tiny.txt", r is not None and r.text == "Success!\n")
         r = get(f"{lab.upstream_url}/files/manifest.json")
         c.check("nginx serves the manifest of its files", r is not None and "100m.bin" in r.text)
-        r = get(f"http://127.0.0.1:{lab.ports.nginx_status}/stub_status")
+        r = get(f"{lab.status_url}/stub_status")
         c.check("nginx stub_status answers", r is not None and "Active connections" in r.text)
-        r = get(f"http://127.0.0.1:{lab.ports.exporter}/metrics")
+        r = get(local_url(lab.ports.exporter, "/metrics"))
         c.check("nginx exporter reads stub_status", r is not None and "nginx_up 1" in r.text)
         r = get(f"{lab.proxy_url}/health")
         c.check("proxy /health", r is not None and r.ok)

@@ -6,15 +6,13 @@ stub_status as the compose service does.
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 
-import requests
 import yaml
 
-from .paths import REPO
-from .processes import Service
+from ..paths import REPO
+from ..processes import Service, local_url
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NGINX_EXPORTER = shutil.which("prometheus-nginx-exporter") or "/usr/bin/prometheus-nginx-exporter"
@@ -59,7 +57,7 @@ def start(run_dir: Path, port: int, targets: dict[str, str], scrape_interval: st
         ],
         run_dir / "prometheus.log",
     )
-    service.wait_http(f"http://127.0.0.1:{port}/-/ready", timeout=30)
+    service.wait_http(local_url(port, "/-/ready"), timeout=30)
     return service
 
 
@@ -74,23 +72,5 @@ def start_nginx_exporter(run_dir: Path, port: int, status_url: str) -> Service:
         ],
         run_dir / "nginx-exporter.log",
     )
-    service.wait_http(f"http://127.0.0.1:{port}/metrics", timeout=15)
+    service.wait_http(local_url(port, "/metrics"), timeout=15)
     return service
-
-
-def query(base: str, expr: str, at: float | None = None) -> list[dict]:
-    """An instant query's result vector (at `at`, else now); RuntimeError naming the query if refused."""
-    params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
-    body = requests.get(f"{base}/api/v1/query", params=params, timeout=10).json()
-    if body.get("status") != "success":
-        raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('error')}")
-    return body["data"]["result"]
-
-
-def scalar(base: str, expr: str, at: float | None = None) -> float | None:
-    """The first value of a query's result; None when empty or not a finite number."""
-    result = query(base, expr, at)
-    if not result:
-        return None
-    v = float(result[0]["value"][1])
-    return v if math.isfinite(v) else None

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from . import prometheus
-from .paths import REPO
+from .. import metrics
+from ..paths import REPO
 
 GRAFANA_DIR = REPO / "grafana"
 PROVISIONING = GRAFANA_DIR / "provisioning"
@@ -87,7 +87,7 @@ def panels_without_data(
     empty = []
     for path, dashboard in dashboards().items():
         for q in panel_queries(dashboard):
-            result = prometheus.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
+            result = metrics.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
             if not any(math.isfinite(float(r["value"][1])) for r in result):
                 empty.append(f"{path.name}: {q.panel} {q.ref_id}")
     return empty

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import requests
 
-from .paths import LOCUST_DIR
-from .processes import Service, free_port
+from ..paths import LOCUST_DIR
+from ..processes import Service, free_port, local_url
 
 
 def locust_bin() -> str:
@@ -82,9 +82,9 @@ def start(
                 )
         else:
             services.append(Service(name, argv(*web, *options, sweep=sweep), run_dir / f"{name}.log"))
-        services[0].wait_http(f"http://127.0.0.1:{web_port}/metrics", timeout=60)
+        services[0].wait_http(local_url(web_port, "/metrics"), timeout=60)
         if workers:
-            client = LocustWeb(f"http://127.0.0.1:{web_port}")
+            client = LocustWeb(local_url(web_port))
             deadline = time.monotonic() + 60
             while client.stats()["workers"] < workers:
                 if time.monotonic() > deadline:
@@ -122,6 +122,13 @@ class LocustWeb:
 
     def reset(self) -> None:
         requests.post(f"{self.base}/stats/reset", timeout=10).raise_for_status()
+
+    def rate_over(self, seconds: float) -> float:
+        """Requests per second over the next `seconds` (the load keeps running)."""
+        before = self.stats()
+        time.sleep(seconds)
+        after = self.stats()
+        return (after["requests"] - before["requests"]) / max(after["now"] - before["now"], 1e-3)
 
     def stats(self) -> dict:
         """Totals since the last reset (see locust/lab_export.py, window_stats)."""

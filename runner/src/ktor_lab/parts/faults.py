@@ -1,6 +1,6 @@
 """A small upstream that misbehaves on purpose: the proxy's fault tests and `lab study faults`.
 
-`python -m ktor_lab.faults --port N` (127.0.0.1 only). Every request it receives is logged
+`python -m ktor_lab.parts.faults --port N` (127.0.0.1 only). Every request it receives is logged
 (method, target, headers, the body's bytes and whether it ended properly) and answered as its
 path says:
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import requests
 
-from .processes import Service
+from ..processes import Service, local_url
 
 FAULTS = (
     "ok",
@@ -249,10 +249,10 @@ def start(run_dir: Path, port: int) -> Service:
     """The fault server as a process of its own on 127.0.0.1:`port`; waits until it answers."""
     service = Service(
         "faults",
-        [sys.executable, "-m", "ktor_lab.faults", "--port", str(port)],
+        [sys.executable, "-m", "ktor_lab.parts.faults", "--port", str(port)],
         run_dir / f"faults-{port}.log",
     )
-    service.wait_http(f"http://127.0.0.1:{port}/_log", timeout=15)
+    service.wait_http(local_url(port, "/_log"), timeout=15)
     return service
 
 
@@ -368,7 +368,7 @@ async def main_async(port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ktor_lab.faults", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ktor_lab.parts.faults", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
     args = p.parse_args(argv)
     try:

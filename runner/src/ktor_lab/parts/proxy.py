@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-from .paths import PROXY_JAR, split_case
-from .processes import Service
-
-
-def java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    return shutil.which("java") or "java"
+from ..cases import split_case
+from ..machine import java
+from ..paths import PROXY_JAR
+from ..processes import Service, local_url
 
 
 def case_env(case: str, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
@@ -44,5 +38,5 @@ def start(
     name = f"proxy-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
     service = Service(name, [java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env)
     if wait:
-        service.wait_http(f"http://127.0.0.1:{env['PORT']}/health", timeout=60)
+        service.wait_http(local_url(int(env["PORT"]), "/health"), timeout=60)
     return service

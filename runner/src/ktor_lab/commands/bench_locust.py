@@ -1,0 +1,109 @@
+"""`lab bench-locust`: the most requests a second the lab's Locust makes here, against nginx directly.
+
+One process, then a master with N workers, each with users that never wait (closed model,
+wait 0), so the rate is the generator's ceiling. Prints rps and each process's peak CPU
+(from the lab's own export), and writes bench-locust.json to the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+
+import requests
+
+from .. import metrics, stack
+from ..parts import loadgen
+from ..processes import free_port
+from ..rundirs import run_dir
+from . import options
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench-locust", help="the most rps the lab's Locust makes against nginx: 1 process, then workers"
+    )
+    options.add_stack_options(p)
+    p.add_argument("--users", type=int, default=100, help="users, never waiting (default: %(default)s)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="workers in the distributed run (default: %(default)s)"
+    )
+    p.add_argument("--duration", type=int, default=15, help="seconds per run (default: %(default)s)")
+
+
+def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> dict:
+    lab.ports.locust = free_port()
+    csv_prefix = lab.run_dir / name.replace(" ", "-").replace("+", "and")
+    lab.locust(
+        host=lab.upstream_url,
+        workers=workers,
+        name=name.replace(" ", "-"),
+        options=[
+            "-u",
+            str(users),
+            "-r",
+            str(users),
+            "-t",
+            f"{seconds}s",
+            "--wait-min",
+            "0",
+            "--wait-max",
+            "0",
+            "--autostart",
+            "--autoquit",
+            "30",
+            "--csv",
+            str(csv_prefix),
+        ],
+    )
+    try:
+        deadline = time.monotonic() + seconds + 60
+        while not loadgen.run_finished(lab.locust_url) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stats = requests.get(f"{lab.locust_url}/stats/requests", timeout=5).json()
+        peaks = metrics.scrape(lab.locust_url, timeout=5).by_label("locust_cpu_peak_percent", "node")
+    finally:
+        lab.stop_locust()
+    total = next(e for e in stats["stats"] if e["name"] == "Aggregated")
+    # Locust's own rate over the time between its first and last request, not over the
+    # nominal duration, which also holds spawning and the workers' last stats report.
+    with open(f"{csv_prefix}_stats.csv", newline="") as f:
+        aggregated = next(row for row in csv.DictReader(f) if row["Name"] == "Aggregated")
+    r = {
+        "setup": name,
+        "users": users,
+        "workers": workers,
+        "seconds": seconds,
+        "requests": total["num_requests"],
+        "failures": total["num_failures"],
+        "rps": float(aggregated["Requests/s"]),
+        "cpu_peak_percent": peaks,
+    }
+    print(
+        f"  {name:<22} {r['rps']:>8.0f} rps  failures {r['failures']}  peak CPU "
+        + ", ".join(f"{k} {v:.0f}%" for k, v in sorted(peaks.items())),
+        flush=True,
+    )
+    return r
+
+
+def run(args: argparse.Namespace) -> int:
+    stack.require([p for p in stack.missing(prometheus_too=False) if "proxy-app" not in p])
+    ports = options.ports(args)
+    stack.require(stack.busy_ports(ports, ("nginx", "nginx_status")))
+    d = run_dir("bench-locust", args.run_dir)
+    print(
+        f"lab bench-locust: static-small against nginx directly, users={args.users}, wait 0, "
+        f"{args.duration} s"
+    )
+    with stack.Stack(d, ports) as lab:
+        lab.nginx()
+        results = [
+            one(lab, "one process", args.users, args.duration, 0),
+            one(lab, f"master + {args.workers} workers", args.users, args.duration, args.workers),
+        ]
+    (d / "bench-locust.json").write_text(json.dumps(results, indent=2))
+    print(f"lab bench-locust: written {d / 'bench-locust.json'}")
+    return 0

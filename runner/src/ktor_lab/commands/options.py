@@ -1,0 +1,98 @@
+"""Options and helpers several commands share: ports, JVM options, proxy variables, signals."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+from ..errors import LabError
+from ..stack import Ports
+
+
+def add_stack_options(p: argparse.ArgumentParser) -> None:
+    """nginx's and the proxy's ports, the proxy's JVM options, the run folder."""
+    defaults = Ports()
+    for name, env, default, what in [
+        ("nginx", "LAB_NGINX_PORT", defaults.nginx, "nginx load port on 127.0.0.1"),
+        ("nginx-status", "LAB_NGINX_STATUS_PORT", defaults.nginx_status, "nginx stub_status port"),
+        ("proxy", "LAB_PROXY_PORT", defaults.proxy, "proxy port on 127.0.0.1"),
+    ]:
+        add_port(p, name, env, default, what)
+    add_java_opts(p, "-Xmx512m")
+    add_run_dir(p)
+
+
+def add_service_ports(p: argparse.ArgumentParser) -> None:
+    defaults = Ports()
+    for name, env, default, what in [
+        ("locust", "LAB_LOCUST_PORT", defaults.locust, "Locust web UI and its /metrics on 127.0.0.1"),
+        ("prometheus", "LAB_PROMETHEUS_PORT", defaults.prometheus, "Prometheus on 127.0.0.1"),
+        ("exporter", "LAB_EXPORTER_PORT", defaults.exporter, "nginx exporter on 127.0.0.1"),
+        ("grafana", "LAB_GRAFANA_PORT", defaults.grafana, "Grafana (if installed) on 127.0.0.1"),
+    ]:
+        add_port(p, name, env, default, what)
+
+
+def add_port(p: argparse.ArgumentParser, name: str, env: str, default: int, what: str) -> None:
+    p.add_argument(
+        f"--{name}-port",
+        type=int,
+        default=int(os.environ.get(env, default)),
+        help=f"{what} (env {env}, default %(default)s)",
+    )
+
+
+def add_java_opts(p: argparse.ArgumentParser, default: str, what: str = "") -> None:
+    p.add_argument(
+        "--java-opts",
+        default=os.environ.get("JAVA_OPTS", default),
+        help="JVM options of the proxy, written as --java-opts='-Xmx256m -XX:+UseParallelGC' "
+        f"(env JAVA_OPTS, default %(default)s){what}",
+    )
+
+
+def add_run_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="folder for configs and logs (default: runs/<time>-<name>/)",
+    )
+
+
+def add_settings(p: argparse.ArgumentParser, example: str = "") -> None:
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"an extra proxy variable{example} (repeatable)",
+    )
+
+
+def ports(args: argparse.Namespace) -> Ports:
+    """The ports the options give; the ones a command has no option for keep their defaults."""
+    defaults = vars(Ports())
+    return Ports(**{name: getattr(args, f"{name}_port", default) for name, default in defaults.items()})
+
+
+def settings(pairs: list[str]) -> dict[str, str]:
+    """NAME=VALUE pairs of --set; LabError naming the first bad one."""
+    if bad := [kv for kv in pairs if "=" not in kv or not kv.split("=", 1)[0]]:
+        raise LabError(f"--set takes NAME=VALUE, not {bad[0]!r}")
+    return dict(kv.split("=", 1) for kv in pairs)
+
+
+def handle_signals() -> None:
+    """Our own handlers: a process started in the background inherits SIGINT as ignored, and
+    Ctrl-C (or SIGTERM, SIGHUP) must stop everything however the command was started."""
+
+    def on_signal(*_):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # the clean-up that follows must not be cut short
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)

@@ -1,0 +1,130 @@
+"""`lab run`: a headless matrix of cases x scenarios x load levels into results/<time>/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import measure, run_report, stack, verdict
+from ..backends import ComposeBackend, NativeBackend
+from ..cases import CASES, SCENARIOS, case_list
+from ..errors import LabError
+from ..parts import compose
+from ..results import LOAD_HELP, Plan, parse_load
+from ..rundirs import results_dir
+from . import options
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="a headless matrix of cases x scenarios x load levels; writes results/<timestamp>/",
+        description="Runs every case x scenario x load level (x repeats, interleaved) with a fresh proxy, "
+        "an unmeasured warm-up and a fixed window; writes results.json, report.md and report.html.",
+    )
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated cases (default: all 10)")
+    p.add_argument(
+        "--scenarios",
+        default="static-small",
+        help=f"comma-separated, of: {', '.join(SCENARIOS)} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--loads",
+        default="closed/50/0",
+        help=f"comma-separated load levels: {LOAD_HELP} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="runs per cell, interleaved A B A B (default: %(default)s)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="most seconds of unmeasured load per run; ends sooner once the rate is stable and the JIT "
+        "quiet (default: %(default)s; on 2 cores a proxy needs 50-100 s to be fully warm)",
+    )
+    p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
+    p.add_argument(
+        "--backend",
+        choices=("native", "compose"),
+        default="native",
+        help="where the parts run: host processes, or the compose stack as a project of its own on free "
+        "host ports, removed at the end (default: %(default)s)",
+    )
+    p.add_argument(
+        "--grafana", action="store_true", help="compose: also start Grafana (it has no part in the figures)"
+    )
+    options.add_java_opts(p, "-Xmx512m")
+    options.add_settings(p)
+    p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    try:
+        return Plan(
+            cases=case_list(args.cases),
+            scenarios=[s.strip() for s in args.scenarios.split(",") if s.strip()],
+            loads=[parse_load(x) for x in args.loads.split(",") if x.strip()],
+            repeats=args.repeats,
+            warmup_s=args.warmup,
+            duration_s=args.duration,
+            workers=args.workers,
+            java_opts=args.java_opts,
+            proxy_env=options.settings(args.set),
+        )
+    except ValueError as e:
+        raise LabError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_of(args)
+    if args.backend == "compose" and (bad := sorted(set(plan.proxy_env) - set(compose.PROXY_VARIABLES))):
+        raise LabError(
+            f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
+            f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
+        )
+    stack.require(NativeBackend.missing() if args.backend == "native" else ComposeBackend.missing())
+    out = results_dir(args.out)
+    if args.backend == "native":
+        backend = NativeBackend(out / "logs", stack.Ports.free(), args.java_opts, args.workers, plan.cases[0])
+    else:
+        backend = ComposeBackend(args.workers, grafana=args.grafana)
+        backend.project.env["PROXY_JAVA_OPTS"] = args.java_opts
+    runs = len(plan.runs())
+    print(
+        f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
+        f"{len(plan.loads)} loads x {plan.repeats} repeats), warm-up <= {plan.warmup_s} s, "
+        f"window {plan.duration_s} s; at most about {measure.format_seconds(measure.planned_seconds(plan))}; "
+        f"results in {out}",
+        flush=True,
+    )
+    options.handle_signals()
+    try:
+        backend.open()
+        results = measure.run_plan(plan, backend, out)
+    except KeyboardInterrupt:
+        print("lab run: interrupted before the first run finished", file=sys.stderr)
+        return 130
+    finally:
+        backend.close()
+    if results.runs:
+        md, page = run_report.write_report(out)
+        print(
+            f"lab run: {len(results.runs)} runs in {measure.format_seconds(results.wall_seconds)}; "
+            f"report: {md} and {page}"
+        )
+        print()
+        print(run_report.summary(results))
+    if results.interrupted:
+        return 130
+    if failed := [r for r in results.runs if "errors" in r.verdict.flags]:
+        for r in failed:
+            print(
+                f"lab run: {r.title()}: {r.locust.failures} of {r.locust.requests} requests failed "
+                f"(more than {verdict.ERROR_RATIO_LIMIT:.0%})",
+                file=sys.stderr,
+            )
+        return 1
+    return 0

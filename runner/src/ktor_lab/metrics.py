@@ -1,0 +1,67 @@
+"""Reading figures: a process's Prometheus text (`/metrics`) and a Prometheus server's queries.
+
+One parser for every `/metrics` the lab reads (the proxy's, Locust's export, the exporter's),
+and one client for Prometheus' query API.
+"""
+
+from __future__ import annotations
+
+import math
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+
+class Samples:
+    """The samples of one scrape."""
+
+    def __init__(self, text: str):
+        self.samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def matching(self, name: str, /, **labels: str) -> list:
+        return [
+            s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def sum(self, name: str, /, **labels: str) -> float:
+        """Sum of the samples called `name` whose labels include `labels` (0 when none)."""
+        return sum(s.value for s in self.matching(name, **labels))
+
+    def get(self, name: str, /, **labels: str) -> float | None:
+        """Like `sum`, but None when no sample matches."""
+        found = self.matching(name, **labels)
+        return sum(s.value for s in found) if found else None
+
+    def labels(self, name: str) -> dict[str, str]:
+        """The labels of the first sample called `name` (an info metric's settings); {} when none."""
+        return next((dict(s.labels) for s in self.samples if s.name == name), {})
+
+    def label_values(self, name: str, label: str) -> set[str]:
+        return {s.labels[label] for s in self.samples if s.name == name and label in s.labels}
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """The samples called `name`, by the value of their `label` (e.g. Locust's CPU per node)."""
+        return {s.labels[label]: s.value for s in self.samples if s.name == name and label in s.labels}
+
+
+def scrape(base_url: str, timeout: float = 30) -> Samples:
+    """`base_url`/metrics, parsed."""
+    return Samples(requests.get(f"{base_url}/metrics", timeout=timeout).text)
+
+
+def query(prometheus_url: str, expr: str, at: float | None = None) -> list[dict]:
+    """An instant query's result vector (at `at`, else now); RuntimeError naming the query if refused."""
+    params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+    body = requests.get(f"{prometheus_url}/api/v1/query", params=params, timeout=10).json()
+    if body.get("status") != "success":
+        raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('error')}")
+    return body["data"]["result"]
+
+
+def scalar(prometheus_url: str, expr: str, at: float | None = None) -> float | None:
+    """The first value of a query's result; None when empty or not a finite number."""
+    result = query(prometheus_url, expr, at)
+    if not result:
+        return None
+    v = float(result[0]["value"][1])
+    return v if math.isfinite(v) else None

@@ -1,0 +1,304 @@
+"""What `lab run` measured, typed: the plan, every run's figures, and results.json.
+
+results.json keeps the shape it always had (`"format": 1`, nested objects with the same keys);
+`Results.from_json` reads any file of that format, old or new, ignoring keys it does not know
+and leaving figures it does not find at None.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+
+from .cases import SCENARIOS, split_case
+from .warmup import Warmup
+
+FORMAT = 1
+LOAD_HELP = "closed/USERS/WAIT (e.g. closed/50/0, closed/1000/1-2) or rate/RPS[/USERS] (e.g. rate/500)"
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load level: `closed/USERS/WAIT` (WAIT in seconds, `0` or `1-2`) or `rate/RPS[/USERS]`."""
+
+    model: str
+    users: int
+    wait_min: float = 0.0
+    wait_max: float = 0.0
+    target_rps: float = 0.0
+
+    @property
+    def label(self) -> str:
+        if self.model == "rate":
+            return f"rate/{self.target_rps:g}/{self.users}"
+        wait = (
+            f"{self.wait_min:g}" if self.wait_min == self.wait_max else f"{self.wait_min:g}-{self.wait_max:g}"
+        )
+        return f"closed/{self.users}/{wait}"
+
+    def describe(self) -> str:
+        if self.model == "rate":
+            return f"rate model, {self.target_rps:g} rps target, {self.users} users"
+        wait = "no wait" if self.wait_max == 0 else f"{self.wait_min:g}-{self.wait_max:g} s wait"
+        return f"closed model, {self.users} users, {wait}"
+
+    def to_json(self) -> dict:
+        return {"label": self.label, **asdict(self)}
+
+
+def parse_load(text: str) -> Load:
+    """ValueError with the accepted forms for anything else."""
+    parts = text.strip().split("/")
+    try:
+        if parts[0] == "closed" and len(parts) == 3:
+            users = int(parts[1])
+            lo, _, hi = parts[2].partition("-")
+            wait_min, wait_max = float(lo), float(hi or lo)
+            if users >= 1 and 0 <= wait_min <= wait_max:
+                return Load("closed", users, wait_min, wait_max)
+        if parts[0] == "rate" and len(parts) in (2, 3):
+            rps = float(parts[1])
+            users = int(parts[2]) if len(parts) == 3 else max(10, math.ceil(rps / 10))
+            if rps > 0 and users >= 1:
+                return Load("rate", users, target_rps=rps)
+    except ValueError:
+        pass
+    raise ValueError(f"load level {text!r} is not valid; give {LOAD_HELP}")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One run of the plan, before it is made."""
+
+    repeat: int
+    case: str
+    scenario: str
+    load: Load
+
+
+@dataclass
+class Plan:
+    cases: list[str]
+    scenarios: list[str]
+    loads: list[Load]
+    repeats: int = 1
+    warmup_s: int = 20
+    duration_s: int = 30
+    workers: int = 0
+    java_opts: str = "-Xmx512m"
+    proxy_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for case in self.cases:
+            split_case(case)
+        if bad := [s for s in self.scenarios if s not in SCENARIOS]:
+            raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
+        if self.repeats < 1 or self.duration_s < 1 or self.warmup_s < 0 or self.workers < 0:
+            raise ValueError("repeats and duration must be at least 1; warm-up and workers at least 0")
+        if not (self.cases and self.scenarios and self.loads):
+            raise ValueError("the matrix is empty: give at least one case, scenario and load level")
+
+    def runs(self) -> list[Spec]:
+        """Every run in the order it is made: each repeat goes through all cases before the next."""
+        return [
+            Spec(r + 1, case, scenario, load)
+            for r in range(self.repeats)
+            for case in self.cases
+            for scenario in self.scenarios
+            for load in self.loads
+        ]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["loads"] = [load.to_json() for load in self.loads]
+        return d
+
+
+@dataclass
+class Window:
+    start: float = 0.0
+    end: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class LocustFigures:
+    """The generator's view of the window (Locust's stats after the reset)."""
+
+    requests: int = 0
+    failures: int = 0
+    rps: float = 0.0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    avg_ms: float | None = None
+    users: int = 0
+    workers: int = 0
+    target_rps: float | None = None
+    cpu_peak_percent: dict[str, float] = field(default_factory=dict)
+    saturated: bool = False
+    settings: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+
+
+@dataclass
+class ProxyFigures:
+    """The proxy's own counters over the window (exact deltas of its /metrics) and its settings."""
+
+    upstream_requests: float = 0.0
+    cpu_seconds: float = 0.0
+    clients_opened: float = 0.0
+    gc_pause_seconds: float = 0.0
+    settings: dict[str, str] = field(default_factory=dict)
+    cpu_seconds_per_1000_requests: float | None = None
+    jit_cpu_seconds_in_window: float | None = None
+
+
+@dataclass
+class PrometheusFigures:
+    """What Prometheus saw over the window (see measure.window_queries)."""
+
+    cpu_seconds: float | None = None
+    upstream_requests: float | None = None
+    threads_live_max: float | None = None
+    threads_active_unparked_max: float | None = None
+    heap_max_bytes: float | None = None
+    open_fds_max: float | None = None
+    clients_opened: float | None = None
+    gc_pause_seconds: float | None = None
+    generator_cpu_max_percent: float | None = None
+
+
+@dataclass
+class Leak:
+    """The proxy's threads and open files idle before the load, and LEAK_SETTLE_S after it."""
+
+    settle_s: float = 0.0
+    threads_idle: float | None = None
+    threads_after: float | None = None
+    files_idle: float | None = None
+    files_after: float | None = None
+
+    def known(self) -> bool:
+        return None not in (self.threads_idle, self.threads_after, self.files_idle, self.files_after)
+
+
+@dataclass
+class Verdict:
+    flags: list[str] = field(default_factory=list)
+    capacity: bool = True
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    case: str
+    engine: str
+    lifetime: str
+    scenario: str
+    load: Load
+    repeat: int
+    warmup: Warmup = field(default_factory=Warmup)
+    window: Window = field(default_factory=Window)
+    locust: LocustFigures = field(default_factory=LocustFigures)
+    proxy: ProxyFigures = field(default_factory=ProxyFigures)
+    prometheus: PrometheusFigures = field(default_factory=PrometheusFigures)
+    leak: Leak | None = None
+    verdict: Verdict = field(default_factory=Verdict)
+
+    def title(self) -> str:
+        return f"{self.case} {self.scenario} {self.load.label} #{self.repeat}"
+
+
+@dataclass
+class Results:
+    plan: Plan
+    backend: dict
+    environment: dict
+    started: str
+    finished: str | None = None
+    interrupted: bool = False
+    wall_seconds: float = 0.0
+    runs: list[Run] = field(default_factory=list)
+    format: int = FORMAT
+
+    def to_json(self) -> dict:
+        d = {
+            "format": self.format,
+            "started": self.started,
+            "finished": self.finished,
+            "interrupted": self.interrupted,
+            "backend": self.backend,
+            "plan": self.plan.to_json(),
+            "environment": self.environment,
+            "runs": [_plain(r) for r in self.runs],
+            "wall_seconds": self.wall_seconds,
+        }
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict) -> Results:
+        if data.get("format", FORMAT) != FORMAT:
+            raise ValueError(f"results.json has format {data.get('format')}; this lab reads format {FORMAT}")
+        return _build(cls, data)
+
+    def write(self, out_dir: Path) -> None:
+        """out_dir/results.json, replaced whole (a reader never sees half a file)."""
+        tmp = out_dir / "results.json.tmp"
+        tmp.write_text(json.dumps(self.to_json(), indent=2, default=str))
+        tmp.replace(out_dir / "results.json")
+
+
+def load(results_dir: Path) -> Results:
+    path = results_dir / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: give the folder `lab run` wrote")
+    try:
+        return Results.from_json(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path} is not a results.json of `lab run`: {e}") from None
+
+
+def _plain(value):
+    """A dataclass as JSON-ready values (a Load with its label, as the file always held it)."""
+    if isinstance(value, Load):
+        return value.to_json()
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _build(cls, data):
+    """`cls` from a JSON object: known keys only, nested dataclasses built by their type."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in known:
+            continue
+        kwargs[name] = _convert(hints[name], value)
+    return cls(**kwargs)
+
+
+def _convert(hint, value):
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
+    if origin is list:
+        (item,) = typing.get_args(hint) or (object,)
+        return [_convert(item, v) for v in value]
+    if is_dataclass(hint):
+        return _build(hint, value)
+    return value

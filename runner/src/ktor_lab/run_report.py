@@ -1,0 +1,361 @@
+"""The report of a `lab run`: report.md and one self-contained report.html from the same data.
+
+It opens with a verdict in words: per scenario and load level, which case leads on each figure,
+by how much, whether the lead is larger than the spread between repeats, and which rows cannot
+be compared (their flags, verdict.py). Then one table per scenario and load level, one row per
+case (the median over repeats, min-max beside it), charts (inline SVG: the HTML needs nothing
+else to open), and every setting behind the numbers.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import render, verdict
+from .results import Load, Results, Run, load
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    heading: str
+    get: Callable[[Run], float | None]
+    digits: int
+    better: str  # "higher", "lower", or "" (no better direction: a count)
+    # Flags that make a row's value of this figure not comparable with the others'.
+    not_comparable: tuple[str, ...] = ("generator-saturated", "errors", "not-warm")
+
+
+def _mib(v: float | None) -> float | None:
+    return None if v is None else v / (1 << 20)
+
+
+FIGURES = [
+    Figure("rps", "rps", lambda r: r.locust.rps, 0, "higher", verdict.RATE_FLAGS),
+    Figure("p50", "p50 ms", lambda r: r.locust.p50_ms, 1, "lower"),
+    Figure("p95", "p95 ms", lambda r: r.locust.p95_ms, 1, "lower"),
+    Figure("p99", "p99 ms", lambda r: r.locust.p99_ms, 1, "lower"),
+    Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),
+    Figure("cpu", "CPU s / 1000 req", lambda r: r.proxy.cpu_seconds_per_1000_requests, 3, "lower"),
+    Figure("threads", "threads max", lambda r: r.prometheus.threads_live_max, 0, "lower"),
+    Figure("unparked", "active unparked max", lambda r: r.prometheus.threads_active_unparked_max, 0, "lower"),
+    Figure("heap", "heap max MiB", lambda r: _mib(r.prometheus.heap_max_bytes), 0, "lower"),
+]
+BY_KEY = {f.key: f for f in FIGURES}
+# The figures the verdict speaks of, and the charts.
+VERDICT_FIGURES = ("rps", "p99", "cpu", "threads", "heap")
+CHARTS = [
+    ("rps", "Requests per second"),
+    ("p99", "p99 latency (ms)"),
+    ("cpu", "Proxy CPU seconds per 1000 requests"),
+    ("threads", "Live threads (max)"),
+    ("heap", "Heap used (max, MiB)"),
+]
+
+
+@dataclass
+class Spread:
+    median: float | None
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> Spread:
+        known = [v for v in values if v is not None]
+        if not known:
+            return cls(None, None, None)
+        return cls(statistics.median(known), min(known), max(known))
+
+
+@dataclass
+class Row:
+    """One case in one scenario and load level, over its repeats."""
+
+    case: str
+    runs: list[Run]
+    figures: dict[str, Spread] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    capacity: bool = True
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs)
+
+    def cell(self, key: str) -> str:
+        s, digits = self.figures[key], BY_KEY[key].digits
+        if s.median is None:
+            return "-"
+        text = f"{s.median:,.{digits}f}"
+        low, high = f"{s.low:,.{digits}f}", f"{s.high:,.{digits}f}"
+        if self.repeats > 1 and low != high:
+            text += f" ({low}-{high})"
+        if key == "rps" and not self.capacity:
+            text += " (not capacity)"
+        return text
+
+    def verdict_text(self) -> str:
+        """The flags; `capacity` first when none of them is a rate flag (a leak is shown beside it)."""
+        return ", ".join((["capacity"] if self.capacity else []) + self.flags)
+
+
+@dataclass
+class Group:
+    scenario: str
+    load: Load
+    rows: list[Row]
+
+    @property
+    def heading(self) -> str:
+        return f"{self.scenario}, {self.load.describe()}"
+
+
+def groups(results: Results) -> list[Group]:
+    """Runs grouped by (scenario, load), then by case in the plan's order, with medians and
+    spreads; verdicts by today's rules, whatever the runs recorded."""
+    by_cell: dict[tuple[str, str], tuple[Load, dict[str, list[Run]]]] = {}
+    for run in results.runs:
+        run.verdict = verdict.judge(run)
+        _, cases = by_cell.setdefault((run.scenario, run.load.label), (run.load, {}))
+        cases.setdefault(run.case, []).append(run)
+    order = results.plan.cases
+    out = []
+    for (scenario, _), (load_level, cases) in by_cell.items():
+        rows = []
+        for case in sorted(cases, key=lambda c: order.index(c) if c in order else len(order)):
+            runs = cases[case]
+            rows.append(
+                Row(
+                    case,
+                    runs,
+                    {f.key: Spread.of([f.get(r) for r in runs]) for f in FIGURES},
+                    sorted({f for r in runs for f in r.verdict.flags}),
+                    all(r.verdict.capacity for r in runs),
+                    sorted({why for r in runs for why in r.verdict.reasons}),
+                )
+            )
+        out.append(Group(scenario, load_level, rows))
+    return out
+
+
+# --- the verdict in words ------------------------------------------------------------------
+
+
+def lead(group: Group, figure: Figure) -> str:
+    """One sentence: who leads on `figure` among the comparable rows, by how much, and whether
+    that is more than the spread between repeats."""
+    higher = figure.better == "higher"
+    comparable = [
+        r
+        for r in group.rows
+        if r.figures[figure.key].median is not None and not set(r.flags) & set(figure.not_comparable)
+    ]
+    caveat = ""
+    if not comparable:
+        if figure.key == "rps":
+            return "rps: no row's rate is its capacity (flags below), so rps does not rank the cases here."
+        comparable = [r for r in group.rows if r.figures[figure.key].median is not None]
+        if not comparable:
+            return f"{figure.heading}: no figure was measured."
+        caveat = " Indicative only: every row is flagged (below)."
+    ranked = sorted(comparable, key=lambda r: r.figures[figure.key].median, reverse=higher)
+    first = ranked[0]
+    f1 = first.figures[figure.key]
+    text = f"{figure.heading} ({figure.better} is better): {first.case} leads with "
+    text += f"{f1.median:,.{figure.digits}f}"
+    if len(ranked) == 1:
+        return text + ", the only row that can be compared." + caveat
+    second = ranked[1]
+    f2 = second.figures[figure.key]
+    ratio = (f1.median / f2.median if higher else f2.median / f1.median) if f1.median and f2.median else None
+    text += f", against {f2.median:,.{figure.digits}f} for {second.case}"
+    text += f" ({ratio:.2f}x)" if ratio else ""
+    if first.repeats > 1 and second.repeats > 1:
+        clear = f1.low > f2.high if higher else f1.high < f2.low
+        text += (
+            "; beyond the spread of the repeats."
+            if clear
+            else "; within the spread of the repeats: not a clear lead."
+        )
+    else:
+        text += "; one repeat, so no spread is known (--repeats 3 tells whether it holds)."
+    return text + caveat
+
+
+def verdict_lines(group: Group) -> list[str]:
+    lines = [lead(group, BY_KEY[key]) for key in VERDICT_FIGURES]
+    if not_capacity := [r for r in group.rows if not r.capacity]:
+        lines.append(
+            "Their rate is not their capacity: "
+            + "; ".join(f"{r.case} ({', '.join(f for f in r.flags if f != 'leak')})" for r in not_capacity)
+            + "."
+        )
+    else:
+        lines.append("Every row's rate is its capacity.")
+    if leaks := [r.case for r in group.rows if "leak" in r.flags]:
+        lines.append(f"Kept threads or open files after the load (leak): {', '.join(leaks)}.")
+    return lines
+
+
+# --- one document, two renderings ------------------------------------------------------------
+
+
+DIRECTIONS = (
+    "Higher is better: "
+    + ", ".join(f.heading for f in FIGURES if f.better == "higher")
+    + ". Lower is better: "
+    + ", ".join(f.heading for f in FIGURES if f.better == "lower")
+    + "."
+)
+
+
+def table(group: Group) -> render.Table:
+    columns = [
+        render.Column("case", lambda r: r.case),
+        *[render.Column(f.heading, lambda r, k=f.key: r.cell(k)) for f in FIGURES],
+        render.Column("what set the rate", lambda r: r.verdict_text()),
+    ]
+    return render.Table(columns, group.rows, numeric=[False, *[True] * len(FIGURES), False])
+
+
+def charts(group: Group) -> list[str]:
+    out = []
+    for key, title in CHARTS:
+        f = BY_KEY[key]
+        spreads = [r.figures[key] for r in group.rows]
+        out.append(
+            render.bars(
+                title,
+                [r.case for r in group.rows],
+                {title: [s.median for s in spreads]},
+                f.digits,
+                better=f.better,
+                ranges={
+                    title: [
+                        (s.low, s.high) if r.repeats > 1 and s.low is not None else None
+                        for r, s in zip(group.rows, spreads, strict=True)
+                    ]
+                },
+                hatched=[key == "rps" and not r.capacity for r in group.rows],
+                hatched_note="not capacity",
+            )
+        )
+    return out
+
+
+def intro(results: Results) -> str:
+    env, machine = results.environment, results.environment["machine"]
+    return (
+        f"Started {results.started}, finished {results.finished}"
+        + (" (interrupted: only the runs that finished)" if results.interrupted else "")
+        + f"; {len(results.runs)} runs in {results.wall_seconds / 60:.1f} min. "
+        f"Commit {env['commit'][:12]}{' (with local changes)' if env['dirty'] else ''}, "
+        f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB, "
+        f"backend {results.backend['kind']}. Each figure is the median over repeats, with the range "
+        "(min-max) when repeats differ. A rate marked (not capacity) was set by something other "
+        "than the engine; the reason is listed under its table."
+    )
+
+
+def settings(results: Results) -> list[str]:
+    plan = results.plan
+
+    def pairs(d: dict) -> str:
+        return ", ".join(f"{k} ({pairs(v)})" if isinstance(v, dict) else f"{k} {v}" for k, v in d.items())
+
+    lines = [
+        f"Matrix: cases {', '.join(plan.cases)}; scenarios {', '.join(plan.scenarios)}; "
+        f"loads {', '.join(ld.label for ld in plan.loads)}; {plan.repeats} repeat(s), interleaved.",
+        f"Per run: a fresh proxy, warm-up up to {plan.warmup_s} s (until two 5 s windows agree "
+        f"within 5% and the JIT is quiet), then a {plan.duration_s} s window after Locust's stats are reset.",
+        f"Proxy: JAVA_OPTS {plan.java_opts}"
+        + (f", extra {pairs(plan.proxy_env)}" if plan.proxy_env else "")
+        + ".",
+        f"Backend: {pairs(results.backend)}.",
+        f"Versions: {pairs(results.environment['versions'])}.",
+        f"Machine: {pairs(results.environment['machine'])}.",
+    ]
+    seen: dict[str, dict] = {}
+    for run in results.runs:
+        seen.setdefault(run.case, run.proxy.settings)
+    lines += [
+        f"Engine settings of {case} (lab_proxy_info): "
+        + ", ".join(f"{k}={v}" for k, v in sorted(s.items()) if k != "case")
+        for case, s in seen.items()
+    ]
+    for run in results.runs:
+        w = run.warmup
+        lines.append(
+            f"Warm-up of {run.title()}: {w.seconds} s, {'settled' if w.settled else 'not settled'}, "
+            f"window rates {w.window_rates}; the proxy counted {run.proxy.upstream_requests:.0f} "
+            f"upstream exchanges, Locust {run.locust.requests}."
+        )
+    return lines
+
+
+def markdown(results: Results) -> str:
+    gs = groups(results)
+    lines = ["# Lab report", "", intro(results), "", "## Verdict", ""]
+    for g in gs:
+        lines += [f"{g.heading}:", "", *[f"- {line}" for line in verdict_lines(g)], ""]
+    for g in gs:
+        lines += [f"## {g.heading}", "", DIRECTIONS, "", table(g).markdown()]
+        if reasons := [f"- {r.case}: {why}" for r in g.rows for why in r.reasons]:
+            lines += ["", *reasons]
+        lines.append("")
+    lines += ["## Settings", "", *[f"- {s}" for s in settings(results)], ""]
+    return "\n".join(lines)
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 75em; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; }
+.num { text-align: right; white-space: nowrap; } .text { text-align: left; }
+tr.flagged td { background: #fff4e5; }
+.verdict { background: #eef4fb; border-left: 4px solid #3572b0; padding: 0.5em 1em; }
+.charts svg { display: block; margin: 1em 0; }
+"""
+
+
+def page(results: Results) -> str:
+    gs = groups(results)
+
+    def ul(items: list[str]) -> str:
+        return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
+
+    body = [
+        f"<h1>Lab report</h1><p>{html.escape(intro(results))}</p>",
+        '<section class="verdict"><h2>Verdict</h2>',
+    ]
+    for g in gs:
+        body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(verdict_lines(g))}")
+    body.append("</section>")
+    for g in gs:
+        body.append(f"<h2>{html.escape(g.heading)}</h2><p>{html.escape(DIRECTIONS)}</p>")
+        body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))
+        if reasons := [f"{r.case}: {why}" for r in g.rows for why in r.reasons]:
+            body.append(ul(reasons))
+        body.append('<div class="charts">' + "".join(charts(g)) + "</div>")
+    body.append(f"<h2>Settings</h2>{ul(settings(results))}")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Lab report</title>'
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def write_report(results_dir: Path) -> tuple[Path, Path]:
+    results = load(results_dir)
+    md, html_path = results_dir / "report.md", results_dir / "report.html"
+    md.write_text(markdown(results))
+    html_path.write_text(page(results))
+    return md, html_path
+
+
+def summary(results: Results) -> str:
+    """What `lab run` prints at its end: the verdict and the tables, in Markdown."""
+    return markdown(results).split("\n## Settings")[0]

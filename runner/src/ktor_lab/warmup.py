@@ -1,0 +1,60 @@
+"""The warm-up rule: unmeasured load until the rate is stable and the proxy's JIT is quiet.
+
+On 2 cores the JIT compiles the proxy's path for 50-100 s under load, and the rate doubles or
+triples meanwhile; a fixed few seconds would measure the compiler. Load is applied in windows
+of WINDOW_S: warm when two windows in a row agree within TOLERANCE and, for a JVM that can be
+seen, its C1/C2 compiler threads used under JIT_QUIET_SHARE of a core in the last one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WINDOW_S = 5
+TOLERANCE = 0.05
+JIT_QUIET_SHARE = 0.02
+
+
+def jit_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by the JVM's C1/C2 compiler threads (from /proc)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime + stime
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Warmup:
+    seconds: int = 0
+    settled: bool = False
+    window_rates: list[float] = field(default_factory=list)
+    jvm_visible: bool = False
+
+
+def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None) -> Warmup:
+    """Calls `window(WINDOW_S)` (load for that long; returns the rate it saw) until warm or until
+    `limit_s` seconds are spent."""
+    result = Warmup(settled=limit_s == 0, jvm_visible=jvm_pid is not None)
+    previous = None
+    jit = jit_cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    while result.seconds + WINDOW_S <= limit_s:
+        rate = window(WINDOW_S)
+        result.window_rates.append(round(rate, 1))
+        result.seconds += WINDOW_S
+        quiet = True
+        if jvm_pid:
+            now = jit_cpu_seconds(jvm_pid)
+            quiet, jit = now - jit < JIT_QUIET_SHARE * WINDOW_S, now
+        if quiet and previous and abs(rate - previous) <= TOLERANCE * previous:
+            result.settled = True
+            break
+        previous = rate
+    return result

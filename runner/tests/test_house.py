@@ -1,0 +1,113 @@
+"""The runner's house rules, read from its imports (ast, every import, lazy ones included):
+data flows one way, layer by layer, and no module imports one that imports it back.
+
+Layers (docs/README.md draws them): base (errors, paths, cases, processes, rundirs, machine,
+metrics, warmup) < parts/ < the lab's own machinery (stack, results, verdict, render, measure,
+run_report, backends) < commands/ < studies/ < cli. A module imports only its own layer or
+below.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from ktor_lab.paths import REPO
+
+SRC = REPO / "runner" / "src" / "ktor_lab"
+BASE = {"errors", "paths", "cases", "processes", "rundirs", "machine", "metrics", "warmup"}
+MACHINERY = {"stack", "results", "verdict", "render", "measure", "run_report", "backends"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(p for p in parts if p != "__init__") or "ktor_lab"
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    if top in BASE:
+        return 0
+    if top == "parts":
+        return 1
+    if top in MACHINERY:
+        return 2
+    if top == "commands":
+        return 3
+    if top == "studies":
+        return 4
+    if top == "cli":
+        return 5
+    raise AssertionError(f"{module}: no layer; add it to test_house.py and the map in docs/README.md")
+
+
+def imports(path: Path) -> set[str]:
+    """The ktor_lab modules `path` imports, as names relative to the package."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1] if node.level > 1 else package
+            target = [*base, *(node.module.split(".") if node.module else [])]
+            for alias in node.names:
+                candidate = [*target, alias.name]
+                whole = SRC.joinpath(*candidate)
+                is_module = whole.with_suffix(".py").exists() or (whole / "__init__.py").exists()
+                found.add(".".join(candidate if is_module else target))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ktor_lab."):
+            found.add(node.module.removeprefix("ktor_lab."))
+    return {m for m in found if m}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in SRC.rglob("*.py")}
+
+
+def test_every_module_has_a_layer_and_imports_only_downward():
+    wrong = []
+    for module, targets in graph().items():
+        if module == "ktor_lab":
+            continue
+        for target in targets:
+            if layer(target) > layer(module):
+                wrong.append(f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    g = graph()
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(g.get(node, ())):
+            if nxt in path:
+                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt not in done:
+                visit(nxt, [*path, nxt])
+        done.add(node)
+
+    done: set[str] = set()
+    for start in sorted(g):
+        if start not in done:
+            visit(start, [start])
+    assert not cycles, "\n".join(sorted(set(cycles)))
+
+
+def test_the_check_sees_imports_of_every_kind(tmp_path):
+    # A lazy import inside a function counts as much as one at the top.
+    g = graph()
+    assert "parts.loadgen" in g["measure"]
+    assert {"commands.run", "commands.up"} <= g["cli"]
+    assert "stack" in g["studies.faults"] and "errors" in g["stack"]
+    assert g["studies"] >= {"studies.faults", "stack"}
+
+
+def test_parts_come_up_only_through_the_stack():
+    """No command or study starts a part itself: parts' start functions are called by stack.py."""
+    starters = ("nginx.start", "proxy.start", "loadgen.start", "prometheus.start", "faults.start", "Service(")
+    offenders = []
+    for path in [*(SRC / "commands").glob("*.py"), *(SRC / "studies").glob("*.py"), SRC / "measure.py"]:
+        text = path.read_text()
+        offenders += [f"{path.relative_to(SRC)}: {s}" for s in starters if s in text]
+    assert not offenders, offenders
