@@ -65,7 +65,8 @@ def test_lab_up_serves_and_a_signal_leaves_nothing_behind(tmp_path: Path, sig):
         wait_until(lambda: proc.poll() is not None or answers(f"{locust}/metrics"), timeout=90)
         assert proc.poll() is None, proc.communicate()[0]
         assert answers(f"{proxy}/health"), "lab up did not come up"
-        assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
+        # A cold proxy on a busy machine can take seconds for its first forwarded request.
+        assert requests.get(f"{proxy}/files/tiny.txt", timeout=60).text == "Success!\n"
         assert answers(f"http://127.0.0.1:{prom_port}/-/ready")
         assert answers(f"http://127.0.0.1:{exporter_port}/metrics")
         assert "Locust" in requests.get(locust, timeout=5).text
@@ -167,3 +168,22 @@ def test_a_second_start_writes_little_once_the_static_files_exist(tmp_path: Path
     size = sum(f.stat().st_size for f in second.rglob("*") if f.is_file())
     assert size < 5 << 20, size
     assert (nginx.shared_files_dir() / "100m.bin").stat().st_size == 100 << 20
+
+
+def test_a_port_left_in_time_wait_by_an_earlier_run_is_free_and_a_listener_is_not():
+    import socket
+
+    from ktor_lab.processes import port_in_use
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    assert port_in_use(port)  # listening
+    accepted.close()  # the server's side closes first: its port stays in TIME_WAIT
+    client.close()
+    server.close()
+    assert not port_in_use(port), "a TIME_WAIT connection of an earlier run is not a listener"

@@ -121,8 +121,11 @@ def free_port() -> int:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something already listens on host:port (or it cannot be bound)."""
+    """True when something already listens on host:port (or it cannot be bound). Connections of
+    an earlier run still in TIME_WAIT do not count: the parts bind with SO_REUSEADDR, and so
+    does this check."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
