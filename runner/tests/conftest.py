@@ -233,6 +233,8 @@ def compose_engine() -> None:
         if os.environ.get("LAB_COMPOSE_REQUIRED"):
             pytest.fail(f"compose suite: {problem}")
         pytest.skip(f"compose suite skipped: {problem} (../shared/standin/setup.sh . makes one)")
+    if removed := compose.remove_orphans():
+        print(f"\nremoved what killed runs left on the engine: {', '.join(removed)}")
     compose.Project(f"ktor-lab-test-{os.getpid()}-build", {}).build()
 
 

@@ -402,3 +402,26 @@ def test_grafana_entrypoint_never_leaves_admin_admin(compose_engine, tmp_path):
     assert "GF_SECURITY_ADMIN_PASSWORD=\n" not in again
     chosen = start("-e", "GRAFANA_ADMIN_PASSWORD=s3cret-choice")
     assert "GF_SECURITY_ADMIN_PASSWORD=s3cret-choice\n" in chosen
+
+
+def test_what_a_killed_run_left_is_removed_and_a_live_runs_project_is_not(compose_engine):
+    """A run killed with SIGKILL (or a machine stopped under it) cannot `down` its project; the
+    next test session or `lab run --backend compose` removes it, and only it: the owner's PID is
+    in the project's name, and a project whose owner lives is never touched."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = compose.Project(f"ktor-lab-test-{gone.pid}-orphan", {"nginx": free_port()})
+    live = new_project("live")
+    try:
+        for project in (orphan, live):
+            project.compose("singleton-cio", "up", "-d", "--no-deps", "nginx", stdout=subprocess.DEVNULL)
+        assert orphan.leftovers() and live.leftovers()
+        listed = compose.orphaned_projects()
+        assert orphan.name in listed and live.name not in listed, listed
+        assert orphan.name in compose.remove_orphans()
+        assert not compose.wait_gone(orphan), orphan.leftovers()
+        assert live.leftovers(), "a live run's project was removed"
+    finally:
+        orphan.down()
+        live.down()
+    assert not compose.wait_gone(live)

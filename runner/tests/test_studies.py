@@ -16,6 +16,7 @@ import pytest
 from ktor_lab import cli, render
 from ktor_lab.paths import REPO
 from ktor_lab.studies import STUDIES
+from ktor_lab.studies.replay import HELD_P99_MS
 
 
 def run_study(name: str, out: Path, *options: str) -> dict:
@@ -133,7 +134,11 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
     for r in rows.values():
         assert "load-model" in r["replay_flags"]
         assert 15 <= r["replay_rps"] <= 35
-        assert r["rates"][0]["held"] and r["highest_rate_held"] == 50
+        # Held when it reached 95% of the 50 rps with a p99 under the limit; on a busy machine it
+        # may not, and then the study must say so.
+        rate = r["rates"][0]
+        assert rate["held"] == (rate["rps"] >= 0.95 * 50 and (rate["p99_ms"] or 0) <= HELD_P99_MS), rate
+        assert r["highest_rate_held"] == (50 if rate["held"] else None)
         assert r["capacity_rps"] > 3 * r["replay_rps"]
     # the replayed rates tie (the wait sets them); capacity tells the cases apart or ties them honestly
     assert {r["rank_by_replay_rps"] for r in rows.values()} == {1}

@@ -53,6 +53,10 @@ class NativeBackend:
     def start_case(self, case: str, env: dict[str, str]) -> int | None:
         return self.stack.proxy(case, **env).service.pid
 
+    def container_ids(self) -> tuple[str, ...]:
+        """Containers whose processes are the lab's (none: every part is a child of this process)."""
+        return ()
+
     def close(self) -> None:
         self.stack.stop()
 
@@ -104,7 +108,8 @@ class ComposeBackend:
         return [f"{problem} (--backend compose)"] if problem else []
 
     def open(self) -> None:
-        pass
+        if removed := compose.remove_orphans():
+            print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
 
     def start_case(self, case: str, env: dict[str, str]) -> int | None:
         """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen
@@ -112,6 +117,10 @@ class ComposeBackend:
         self.project.env.update(env)
         self.project.up(case, fresh_proxy=True)
         return self.project.container_pid("proxy")
+
+    def container_ids(self) -> tuple[str, ...]:
+        """The project's containers: their processes count as the lab's, not as other work."""
+        return self.project.container_ids()
 
     def close(self) -> None:
         self.project.down()

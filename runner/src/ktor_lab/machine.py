@@ -6,6 +6,7 @@ import os
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
 
@@ -75,3 +76,60 @@ def environment() -> dict:
             "prometheus": version(["prometheus", "--version"]),
         },
     }
+
+
+@dataclass
+class CpuSample:
+    """CPU seconds so far: the whole machine's busy time (not idle, not iowait), its steal, and
+    the lab's own processes' (this process, its descendants, and the given containers')."""
+
+    busy_s: float
+    steal_s: float
+    lab_s: float
+
+
+def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    busy = user + nice + system + irq + softirq + steal
+    lab = sum(t for _, t in _lab_processes(container_ids))
+    return CpuSample(busy / tick, steal / tick, lab / tick)
+
+
+def _lab_processes(container_ids: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(pid, utime + stime + the times of its waited-for children) of this process, its
+    descendants, and the processes in the given containers' cgroups."""
+    me = os.getpid()
+    stats: dict[int, tuple[int, int]] = {}  # pid -> (ppid, ticks)
+    in_containers: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            rest = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if container_ids and any(c in (entry / "cgroup").read_text() for c in container_ids):
+                in_containers.add(pid)
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        stats[pid] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+    ours = {me} | in_containers
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _) in stats.items() if ppid in ours} - ours
+        ours |= children
+        grew = bool(children)
+    return [(pid, stats[pid][1]) for pid in ours if pid in stats]
+
+
+def load_average() -> float:
+    """The 1-minute load average."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a process (all its threads) has used so far."""
+    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import requests
 
-from . import metrics, verdict
+from . import machine, metrics, verdict
 from .cases import split_case
 from .machine import environment
 from .parts.loadgen import LocustWeb
 from .results import (
     Leak,
     LocustFigures,
+    MachineFigures,
     Plan,
     PrometheusFigures,
     ProxyFigures,
@@ -67,6 +68,27 @@ COUNTERS = {
 }
 
 
+# The proxy's server timer (Ktor's MicrometerMetrics, buckets on): its latency as it served.
+SERVER_TIMER = "ktor_http_server_requests_seconds"
+
+
+def machine_figures(before: machine.CpuSample, after: machine.CpuSample, seconds: float) -> MachineFigures:
+    cpus = machine.cpus()
+    seconds = max(seconds, 1e-3)
+    busy, lab = after.busy_s - before.busy_s, after.lab_s - before.lab_s
+    others = max(0.0, busy - lab)
+    return MachineFigures(
+        cpus=cpus,
+        window_s=round(seconds, 3),
+        busy_cores=round(busy / seconds, 3),
+        lab_cores=round(lab / seconds, 3),
+        others_cores=round(others / seconds, 3),
+        others_share=round(others / seconds / cpus, 4),
+        steal_share=round((after.steal_s - before.steal_s) / seconds / cpus, 4),
+        load1=machine.load_average(),
+    )
+
+
 def counters(samples: metrics.Samples) -> dict[str, float]:
     out = {key: samples.sum(name) for key, name in COUNTERS.items()}
     out["cpu_seconds"] /= 1e9
@@ -100,12 +122,19 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         )
         run.warmup = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, jvm_pid)
         jit_before = jit_cpu_seconds(jvm_pid) if jvm_pid else None
+        containers = backend.container_ids()
+        cpu_before = machine.cpu_sample(containers)
+        edge = time.monotonic()
         web.reset()
         before = metrics.scrape(backend.proxy_metrics_url)
+        edges_s = time.monotonic() - edge
         started = time.time()
         time.sleep(plan.duration_s)
+        edge = time.monotonic()
         stats = web.stats()
         after = metrics.scrape(backend.proxy_metrics_url)
+        edges_s += time.monotonic() - edge
+        cpu_after = machine.cpu_sample(containers)
         ended = time.time()
     finally:
         try:
@@ -114,7 +143,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
             pass
         stopped = time.monotonic()
     elapsed = max(stats["now"] - stats["start_time"], 1e-3)
-    run.window = Window(started, ended, round(ended - started, 3))
+    run.window = Window(started, ended, round(ended - started, 3), round(edges_s, 3))
     run.locust = LocustFigures(
         requests=stats["requests"],
         failures=stats["failures"],
@@ -146,7 +175,13 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         proxy.cpu_seconds_per_1000_requests = proxy.cpu_seconds / proxy.upstream_requests * 1000
     if jit_before is not None:
         proxy.jit_cpu_seconds_in_window = round(jit_cpu_seconds(jvm_pid) - jit_before, 2)
+    served = metrics.delta(metrics.buckets(before, SERVER_TIMER), metrics.buckets(after, SERVER_TIMER))
+    proxy.server_requests = served.get(float("inf"))
+    for q in (50, 95, 99):
+        seconds = metrics.quantile(served, q / 100)
+        setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 2))
     run.proxy = proxy
+    run.machine = machine_figures(cpu_before, cpu_after, ended - started)
     time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
     window_s = max(1, round(ended - started))
     run.prometheus = PrometheusFigures(

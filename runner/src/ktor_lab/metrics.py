@@ -65,3 +65,37 @@ def scalar(prometheus_url: str, expr: str, at: float | None = None) -> float | N
         return None
     v = float(result[0]["value"][1])
     return v if math.isfinite(v) else None
+
+
+def buckets(samples: Samples, name: str, /, **labels: str) -> dict[float, float]:
+    """A histogram's cumulative counts by upper bound (`le`), summed over its other labels."""
+    out: dict[float, float] = {}
+    for s in samples.matching(f"{name}_bucket", **labels):
+        le = float(s.labels["le"])
+        out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def delta(before: dict[float, float], after: dict[float, float]) -> dict[float, float]:
+    """The observations between two scrapes of one histogram, bucket by bucket."""
+    return {le: count - before.get(le, 0.0) for le, count in after.items()}
+
+
+def quantile(histogram: dict[float, float], q: float) -> float | None:
+    """Prometheus' histogram_quantile: the bucket holding the q-th observation, linearly within
+    it; None without observations. A quantile in the +Inf bucket is the highest finite bound."""
+    bounds = sorted(histogram)
+    if not bounds or histogram[bounds[-1]] <= 0:
+        return None
+    rank = q * histogram[bounds[-1]]
+    lower_bound, lower_count = 0.0, 0.0
+    for le in bounds:
+        count = histogram[le]
+        if count >= rank:
+            if math.isinf(le):
+                return lower_bound
+            if count == lower_count:
+                return le
+            return lower_bound + (le - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = le, count
+    return bounds[-1]

@@ -123,6 +123,10 @@ class Window:
     start: float = 0.0
     end: float = 0.0
     seconds: float = 0.0
+    # Seconds between Locust's edge of the window and the proxy's (its reset or stats against the
+    # scrape of the proxy's counters), both edges together: requests in that gap count on one side
+    # only, so the two counts may differ by about rps x edges_s.
+    edges_s: float = 0.0
 
 
 @dataclass
@@ -157,6 +161,12 @@ class ProxyFigures:
     settings: dict[str, str] = field(default_factory=dict)
     cpu_seconds_per_1000_requests: float | None = None
     jit_cpu_seconds_in_window: float | None = None
+    # From the proxy's own server histogram (ktor_http_server_requests_seconds) over the window:
+    # the latency the proxy gave, without the generator's share.
+    server_requests: float | None = None
+    server_p50_ms: float | None = None
+    server_p95_ms: float | None = None
+    server_p99_ms: float | None = None
 
 
 @dataclass
@@ -172,6 +182,21 @@ class PrometheusFigures:
     clients_opened: float | None = None
     gc_pause_seconds: float | None = None
     generator_cpu_max_percent: float | None = None
+
+
+@dataclass
+class MachineFigures:
+    """The machine during the window (/proc): how much CPU the lab's own processes used, how much
+    everything else did, steal time, and the load average at its end."""
+
+    cpus: int = 0
+    window_s: float = 0.0
+    busy_cores: float = 0.0
+    lab_cores: float = 0.0
+    others_cores: float = 0.0
+    others_share: float = 0.0  # of all the machine's CPUs
+    steal_share: float = 0.0
+    load1: float = 0.0
 
 
 @dataclass
@@ -209,6 +234,7 @@ class Run:
     proxy: ProxyFigures = field(default_factory=ProxyFigures)
     prometheus: PrometheusFigures = field(default_factory=PrometheusFigures)
     leak: Leak | None = None
+    machine: MachineFigures | None = None
     verdict: Verdict = field(default_factory=Verdict)
 
     def title(self) -> str:

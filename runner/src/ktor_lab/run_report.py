@@ -27,7 +27,7 @@ class Figure:
     digits: int
     better: str  # "higher", "lower", or "" (no better direction: a count)
     # Flags that make a row's value of this figure not comparable with the others'.
-    not_comparable: tuple[str, ...] = ("generator-saturated", "errors", "not-warm")
+    not_comparable: tuple[str, ...] = ("generator-saturated", "errors", "not-warm", "machine-busy")
 
 
 def _mib(v: float | None) -> float | None:
@@ -39,6 +39,8 @@ FIGURES = [
     Figure("p50", "p50 ms", lambda r: r.locust.p50_ms, 1, "lower"),
     Figure("p95", "p95 ms", lambda r: r.locust.p95_ms, 1, "lower"),
     Figure("p99", "p99 ms", lambda r: r.locust.p99_ms, 1, "lower"),
+    Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
+    Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),
     Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),
     Figure("cpu", "CPU s / 1000 req", lambda r: r.proxy.cpu_seconds_per_1000_requests, 3, "lower"),
     Figure("threads", "threads max", lambda r: r.prometheus.threads_live_max, 0, "lower"),
@@ -198,7 +200,27 @@ def verdict_lines(group: Group) -> list[str]:
         lines.append("Every row's rate is its capacity.")
     if leaks := [r.case for r in group.rows if "leak" in r.flags]:
         lines.append(f"Kept threads or open files after the load (leak): {', '.join(leaks)}.")
+    if slow := [r.case for r in group.rows if "generator-latency" in r.flags]:
+        lines.append(
+            "Latency mostly the generator's (Locust's p50 well above the proxy's own): "
+            + ", ".join(slow)
+            + "; the proxy p50/p99 columns are the proxy's."
+        )
     return lines
+
+
+def busy_line(results: Results) -> str | None:
+    """The report's first warning: runs taken while other work loaded the machine."""
+    busy = [r for r in results.runs if "machine-busy" in r.verdict.flags]
+    if not busy:
+        return None
+    worst = max(busy, key=lambda r: r.machine.others_share if r.machine else 0)
+    share = worst.machine.others_share if worst.machine else 0
+    return (
+        f"The machine was busy: in {len(busy)} of {len(results.runs)} runs other processes used at least "
+        f"{verdict.BUSY_SHARE:.0%} of the CPUs (up to {share:.0%}, in {worst.title()}). Their rates are "
+        "not capacity; run again on a quiet machine."
+    )
 
 
 # --- one document, two renderings ------------------------------------------------------------
@@ -300,6 +322,8 @@ def settings(results: Results) -> list[str]:
 def markdown(results: Results) -> str:
     gs = groups(results)
     lines = ["# Lab report", "", intro(results), "", "## Verdict", ""]
+    if busy := busy_line(results):
+        lines += [busy, ""]
     for g in gs:
         lines += [f"{g.heading}:", "", *[f"- {line}" for line in verdict_lines(g)], ""]
     for g in gs:
@@ -317,6 +341,7 @@ table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; }
 .num { text-align: right; white-space: nowrap; } .text { text-align: left; }
 tr.flagged td { background: #fff4e5; }
+.busy { color: #a33; font-weight: bold; }
 .verdict { background: #eef4fb; border-left: 4px solid #3572b0; padding: 0.5em 1em; }
 .charts svg { display: block; margin: 1em 0; }
 """
@@ -332,6 +357,8 @@ def page(results: Results) -> str:
         f"<h1>Lab report</h1><p>{html.escape(intro(results))}</p>",
         '<section class="verdict"><h2>Verdict</h2>',
     ]
+    if busy := busy_line(results):
+        body.append(f'<p class="busy">{html.escape(busy)}</p>')
     for g in gs:
         body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(verdict_lines(g))}")
     body.append("</section>")

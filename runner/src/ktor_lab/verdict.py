@@ -19,8 +19,18 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   keeps its selector thread and sockets). Pools shrink within the keep-alive; this stays.
   It says nothing about who set the rate, so it does not take away `capacity`.
 
-A run without a rate flag (all but `leak`) ran the proxy at the limit of what it does with
-that concurrency: its rate is presented as the case's capacity.
+- `machine-busy`: during the window, processes other than the lab's (this command, its
+  children, the compose project's containers) used at least BUSY_SHARE of the machine's
+  CPUs, or the hypervisor stole at least STEAL_SHARE (from /proc): the rate is partly the
+  other work's. The report says so at its top.
+- `generator-latency`: Locust's median is more than GENERATOR_ADDED_MS and GENERATOR_ADDED_SHARE
+  above the median the proxy's own server timer measured over the same window: the latency
+  columns are largely the generator's (a busy Python process, queueing before the proxy).
+  The server's percentiles stand beside Locust's in the report. It says nothing about who
+  set the rate.
+
+A run without a rate flag (all but `leak` and `generator-latency`) ran the proxy at the limit
+of what it does with that concurrency: its rate is presented as the case's capacity.
 """
 
 from __future__ import annotations
@@ -33,8 +43,12 @@ TARGET_TOLERANCE = 0.05
 ERROR_RATIO_LIMIT = 0.01
 LEAK_THREADS = 200
 LEAK_FILES = 200
+BUSY_SHARE = 0.10
+STEAL_SHARE = 0.05
+GENERATOR_ADDED_MS = 5.0
+GENERATOR_ADDED_SHARE = 0.5
 # Flags that say something else than the engine set the rate.
-RATE_FLAGS = ("generator-saturated", "load-model", "target", "errors", "not-warm")
+RATE_FLAGS = ("generator-saturated", "load-model", "target", "errors", "not-warm", "machine-busy")
 
 
 def judge(run: Run) -> Verdict:
@@ -67,6 +81,22 @@ def judge(run: Run) -> Verdict:
     if not run.warmup.settled:
         flags.append("not-warm")
         reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
+    m = run.machine
+    if m is not None and (m.others_share >= BUSY_SHARE or m.steal_share >= STEAL_SHARE):
+        flags.append("machine-busy")
+        reasons.append(
+            f"other processes used {m.others_cores:.2f} of {m.cpus} CPUs ({m.others_share:.0%}; threshold "
+            f"{BUSY_SHARE:.0%}) and steal was {m.steal_share:.0%} during the window: the machine was busy"
+        )
+    server_p50, locust_p50 = run.proxy.server_p50_ms, locust.p50_ms
+    if server_p50 is not None and locust_p50 is not None:
+        added = locust_p50 - server_p50
+        if added > GENERATOR_ADDED_MS and added > GENERATOR_ADDED_SHARE * server_p50:
+            flags.append("generator-latency")
+            reasons.append(
+                f"Locust's p50 {locust_p50:g} ms against the proxy's own {server_p50:g} ms: "
+                f"{added:.0f} ms of it is the generator's or queueing before the proxy"
+            )
     leak = run.leak
     if leak is not None and leak.known():
         threads = leak.threads_after - leak.threads_idle

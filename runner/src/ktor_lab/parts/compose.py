@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -188,6 +189,16 @@ class Project:
         ).stdout.strip()
         return int(pid) if pid.isdigit() and int(pid) > 0 and Path(f"/proc/{pid}/task").is_dir() else None
 
+    def container_ids(self) -> tuple[str, ...]:
+        """Full IDs of the project's containers (their cgroups name them)."""
+        r = subprocess.run(
+            ["docker", "ps", "-q", "--no-trunc", "--filter", f"label=com.docker.compose.project={self.name}"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+        )
+        return tuple(r.stdout.split())
+
     def down(self) -> None:
         """Stops and removes every container, network and volume of the project."""
         self.compose(
@@ -223,3 +234,39 @@ def wait_gone(project: Project, timeout: float = 30) -> list[str]:
     while (left := project.leftovers()) and time.monotonic() < deadline:
         time.sleep(1)
     return left
+
+
+# Projects the lab names after the process that owns them: `lab run --backend compose`
+# (ktor-lab-run-<pid>) and the test suite (ktor-lab-test-<pid>-<name>).
+OWNED = re.compile(r"ktor-lab-(?:run|test)-(\d+)(?:-[\w-]+)?")
+
+
+def orphaned_projects() -> list[str]:
+    """The lab's own projects whose owning process is gone: what a run killed with SIGKILL (or a
+    machine that stopped under it) left behind. Projects of live processes are never listed."""
+    names = set()
+    for argv in (
+        ["docker", "ps", "-a", "--format", '{{.Label "com.docker.compose.project"}}'],
+        ["docker", "network", "ls", "--format", '{{.Label "com.docker.compose.project"}}'],
+        ["docker", "volume", "ls", "--format", '{{.Label "com.docker.compose.project"}}'],
+    ):
+        names |= set(subprocess.run(argv, capture_output=True, text=True).stdout.split())
+    return sorted(n for n in names if (m := OWNED.fullmatch(n)) and not _alive(int(m[1])))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_orphans() -> list[str]:
+    """Removes what orphaned_projects lists (containers, networks, volumes); returns their names."""
+    orphans = orphaned_projects()
+    for name in orphans:
+        Project(name, {}).down()
+    return orphans
