@@ -11,6 +11,8 @@ PROXY_JAR := proxy-app/target/proxy-app.jar
 PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main -type f 2>/dev/null)
 ENGINEBENCH_JAR := engine-bench/target/engine-bench.jar
 ENGINEBENCH_SOURCES := $(PROXY_SOURCES) engine-bench/pom.xml $(shell find engine-bench/src/main -type f 2>/dev/null)
+LEAN_JAR := lean-proxy/target/lean-proxy.jar
+LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/main -type f 2>/dev/null)
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
@@ -35,16 +37,20 @@ $(ENGINEBENCH_JAR): $(ENGINEBENCH_SOURCES)
 	$(MVN) -q -pl engine-bench -am package -DskipTests
 	touch $@ $(PROXY_JAR)
 
+$(LEAN_JAR): $(LEAN_SOURCES)
+	$(MVN) -q -pl lean-proxy -am package -DskipTests
+	touch $@ $(PROXY_JAR)
+
 $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 	$(MVN) -q -pl io-bench package
 	touch $@
 
-build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(IOBENCH_JAR)  ## the proxy and the two benchmark jars, when their sources changed
+build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
 # Every test, about 40 min on 2 cores (the compose suite and its first image build included).
 test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
 	$(MVN) package
-	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(IOBENCH_JAR)
+	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests
 
@@ -60,7 +66,7 @@ verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every
 matrix: setup $(PROXY_JAR)  ## all 10 cases headless (lab run), then report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
-bench: setup $(PROXY_JAR)  ## wrk: nginx direct, nginx proxy_pass and every case; prints the table
+bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine
 	$(VENV)/bin/lab bench
 
 bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
@@ -79,4 +85,4 @@ lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff format --check runner locust
 
 clean:  ## remove build output, run folders and the generated static files
-	rm -rf proxy-app/target engine-bench/target io-bench/target runs .cache tools/compose-config/compose-config
+	rm -rf proxy-app/target engine-bench/target lean-proxy/target io-bench/target runs .cache tools/compose-config/compose-config

@@ -189,14 +189,20 @@ class Stack:
         return s
 
     def proxy(
-        self, case: str, upstream_url: str | None = None, port: int | None = None, **settings: str
+        self,
+        case: str,
+        upstream_url: str | None = None,
+        port: int | None = None,
+        jar: Path = PROXY_JAR,
+        **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
-        `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables."""
+        `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
+        `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy)."""
         self.stop_proxy()
         port = port or self.ports.proxy
         env = proxy.case_env(case, upstream_url or self.upstream_url, port, **settings)
-        service = proxy.start(self.run_dir, env, self.java_opts)
+        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar)
         self.current_proxy = Proxy(case, local_url(port), service)
         return self.current_proxy
 

@@ -2,8 +2,11 @@
 
 Targets, each on its own: nginx serving the file directly, nginx `proxy_pass` to that
 nginx (the reference a proxy is judged by), then the Ktor proxy for each case, started
-fresh. Every target is warmed up until its rate is stable and its JIT quiet (warmup.py), then
-measured over a fixed window with fixed connections. Figures and every setting go to
+fresh, and after each engine's singleton case the minimal Ktor proxy (lean-proxy/: one client
+built the same way, `client.get`, `respondBytes`, nothing else) with that engine: the lab's
+own overhead, measured beside the cases. Every target is warmed up until its rate is stable
+and its JIT quiet (warmup.py), then measured over a fixed window with fixed connections; for a
+JVM, its CPU time per request over the window too. Figures and every setting go to
 bench.json in the run folder.
 """
 
@@ -15,10 +18,11 @@ import platform
 import time
 
 from .. import render, stack
-from ..cases import CASES, case_list
+from ..cases import CASES, case_list, split_case
 from ..errors import LabError
-from ..machine import cpus, java, version
+from ..machine import cpus, java, process_cpu_seconds, version
 from ..parts import wrk
+from ..paths import LEAN_PROXY_JAR, REPO
 from ..rundirs import run_dir
 from ..warmup import jit_cpu_seconds, warm_up
 from . import options
@@ -46,14 +50,18 @@ def add_parser(sub) -> None:
 def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None = None) -> dict:
     warm = warm_up(lambda s: wrk.run(url, args.connections, args.threads, s)["rps"], args.warmup, jvm_pid)
     jit_before = jit_cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     r = wrk.run(url, args.connections, args.threads, args.duration)
-    r.update(target=name, warmup_s=warm.seconds, warmup_settled=warm.settled)
+    r.update(target=name, warmup_s=warm.seconds, warmup_settled=warm.settled, cpu_ms_per_request=None)
     if jvm_pid:
         r["jit_cpu_s_in_window"] = round(jit_cpu_seconds(jvm_pid) - jit_before, 2)
+        if r["requests"]:
+            r["cpu_ms_per_request"] = (process_cpu_seconds(jvm_pid) - cpu_before) * 1000 / r["requests"]
     note = "" if warm.settled else "  (not warm at the end of the warm-up)"
+    cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
     print(
         f"  {name:<22} {r['rps']:>9.0f} rps  p50 {r['p50_us'] / 1000:7.2f} ms  "
-        f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}  warm-up {warm.seconds:.0f} s{note}",
+        f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}{cpu}  warm-up {warm.seconds:.0f} s{note}",
         flush=True,
     )
     return r
@@ -66,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         cases = case_list(args.cases)
     except ValueError as e:
         raise LabError(str(e)) from None
-    stack.require(stack.missing(prometheus_too=False))
+    missing = stack.missing(prometheus_too=False)
+    if not LEAN_PROXY_JAR.exists():
+        missing.append(f"{LEAN_PROXY_JAR.relative_to(REPO)} is missing: make build")
+    stack.require(missing)
     ports = options.ports(args)
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
     d = run_dir("bench", args.run_dir)
@@ -98,10 +109,27 @@ def run(args: argparse.Namespace) -> int:
             results.append(measure(case, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
             lab.stop_proxy()
             time.sleep(1)
+            lifetime, engine = split_case(case)
+            if lifetime == "singleton" or f"singleton-{engine}" not in cases:
+                lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR)
+                results.append(
+                    measure(f"lean {engine}", lean.url + args.path, args, jvm_pid=lean.service.pid)
+                )
+                lab.stop_proxy()
+                time.sleep(1)
 
     reference_rps = next(r for r in results if r["target"] == "nginx proxy_pass")["rps"]
+    lean_cpu = {
+        r["target"].removeprefix("lean "): r["cpu_ms_per_request"]
+        for r in results
+        if r["target"].startswith("lean ")
+    }
     for r in results:
         r["ratio_to_proxy_pass"] = r["rps"] / reference_rps
+        r["cpu_to_lean"] = None
+        if r["target"] in cases and r["cpu_ms_per_request"]:
+            reference = lean_cpu.get(split_case(r["target"])[1])
+            r["cpu_to_lean"] = r["cpu_ms_per_request"] / reference if reference else None
     text = table(results).markdown()
     print("\n" + text)
     (d / "bench.json").write_text(json.dumps({"settings": settings, "results": results}, indent=2))
@@ -119,11 +147,13 @@ def table(results: list[dict]) -> render.Table:
             render.Column("p99 ms", lambda r: r["p99_us"] / 1000, 2),
             render.Column("errors", lambda r: r["errors"]),
             render.Column("x proxy_pass", lambda r: r["ratio_to_proxy_pass"], 3),
+            render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3),
+            render.Column("CPU x lean", lambda r: r["cpu_to_lean"], 2),
             render.Column(
                 "warm-up s",
                 lambda r: f"{r['warmup_s']:.0f}" + ("" if r["warmup_settled"] else " (unsettled)"),
             ),
         ],
         results,
-        numeric=[False, True, True, True, True, True, True],
+        numeric=[False, True, True, True, True, True, True, True, True],
     )

@@ -33,9 +33,10 @@ def start(
 ) -> Service:
     """Starts `java [java_opts] -jar proxy-app.jar` with `env`; waits for /health unless `wait` is false."""
     if not jar.exists():
-        raise FileNotFoundError(f"{jar} is missing: build it with 'make build' (mvn -f proxy-app package)")
+        raise FileNotFoundError(f"{jar} is missing: build it with 'make build'")
     opts = java_opts if java_opts is not None else os.environ.get("JAVA_OPTS", "").split()
-    name = f"proxy-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
+    kind = "proxy" if jar == PROXY_JAR else jar.stem
+    name = f"{kind}-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
     service = Service(name, [java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env)
     if wait:
         service.wait_http(local_url(int(env["PORT"]), "/health"), timeout=60)
