@@ -15,7 +15,7 @@ from pathlib import Path
 from ktor_lab.paths import REPO
 
 SRC = REPO / "runner" / "src" / "ktor_lab"
-BASE = {"errors", "paths", "cases", "processes", "rundirs", "machine", "metrics", "warmup"}
+BASE = {"errors", "paths", "cases", "processes", "rundirs", "machine", "metrics", "warmup", "versions"}
 MACHINERY = {"stack", "results", "verdict", "render", "measure", "run_report", "backends"}
 
 

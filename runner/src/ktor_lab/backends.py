@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import versions
 from .parts import compose
+from .paths import PROXY_JAR
 from .processes import free_port
 from .stack import Ports, Stack, missing
 
@@ -50,8 +52,12 @@ class NativeBackend:
         self.stack.prometheus()
         self.stack.locust(self.first_case, self.workers)
 
-    def start_case(self, case: str, env: dict[str, str]) -> int | None:
-        return self.stack.proxy(case, **env).service.pid
+    def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
+        """A fresh proxy for `case`, of the Ktor release `ktor` on the JDK `java` ("": the defaults;
+        the jars are built before the run: commands/run.py)."""
+        jar = versions.jar("proxy-app", versions.release(ktor)) if ktor else PROXY_JAR
+        java_bin = versions.jdk(java).java if java else None
+        return self.stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
 
     def container_ids(self) -> tuple[str, ...]:
         """Containers whose processes are the lab's (none: every part is a child of this process)."""
@@ -111,10 +117,14 @@ class ComposeBackend:
         if removed := compose.remove_orphans():
             print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
 
-    def start_case(self, case: str, env: dict[str, str]) -> int | None:
+    def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
         """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen
-        (the engine on this kernel), so the warm-up can watch its JIT as natively."""
+        (the engine on this kernel), so the warm-up can watch its JIT as natively. `ktor` is the
+        release the proxy's image is built with (its own tag per release); the JDK is the image's
+        (PROXY_RUN_IMAGE in .env), so `java` is refused before the run (commands/run.py)."""
         self.project.env.update(env)
+        if ktor:
+            self.project.env["KTOR_VERSION"] = ktor
         self.project.up(case, fresh_proxy=True)
         return self.project.container_pid("proxy")
 

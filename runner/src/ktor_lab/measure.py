@@ -104,7 +104,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
     """One run: fresh proxy, warm-up, reset, window, then the window's figures."""
     lifetime, engine = split_case(spec.case)
     load = spec.load
-    jvm_pid = backend.start_case(spec.case, plan.proxy_env)
+    jvm_pid = backend.start_case(spec.case, plan.proxy_env, ktor=spec.ktor, java=spec.java)
     threads_idle, files_idle = resources(metrics.scrape(backend.proxy_metrics_url))
     web = LocustWeb(backend.locust_url)
     run = Run(spec.case, engine, lifetime, spec.scenario, load, spec.repeat)
@@ -181,6 +181,8 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         seconds = metrics.quantile(served, q / 100)
         setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 2))
     run.proxy = proxy
+    run.ktor, run.java = proxy.settings.get("ktor_version"), proxy.settings.get("java_version")
+    run.dimensions = bool(plan.ktor or plan.java)
     run.machine = machine_figures(cpu_before, cpu_after, ended - started)
     time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
     window_s = max(1, round(ended - started))
@@ -244,7 +246,7 @@ def summary_line(run: Run) -> str:
     cpu = run.proxy.cpu_seconds_per_1000_requests
     cpu_text = f"{cpu:.2f} CPU s/1000" if cpu is not None else "CPU n/a"
     return (
-        f"{run.case:<18} {run.scenario:<12} {run.load.label:<16} #{run.repeat}  "
+        f"{run.variant:<18} {run.scenario:<12} {run.load.label:<16} #{run.repeat}  "
         f"{lc.rps:8.1f} rps  p50 {fmt(lc.p50_ms)} p99 {fmt(lc.p99_ms)} ms  "
         f"fail {lc.failures}  {cpu_text}  [{flags}]"
     )
@@ -267,7 +269,8 @@ def run_plan(plan: Plan, backend, out_dir: Path) -> Results:
     progress = Progress(len(specs), plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
     try:
         for spec in specs:
-            progress.show(f"{spec.case} {spec.scenario} {spec.load.label} #{spec.repeat}")
+            dims = (f" ktor {spec.ktor}" if spec.ktor else "") + (f" jdk {spec.java}" if spec.java else "")
+            progress.show(f"{spec.case}{dims} {spec.scenario} {spec.load.label} #{spec.repeat}")
             run = measure(backend, spec, plan)
             results.runs.append(run)
             results.write(out_dir)

@@ -14,6 +14,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
+from . import versions
 from .cases import SCENARIOS, split_case
 from .warmup import Warmup
 
@@ -78,6 +79,8 @@ class Spec:
     case: str
     scenario: str
     load: Load
+    ktor: str = ""  # a release of ktor-releases.tsv; "" for the default build
+    java: str = ""  # a JDK by major version or folder (versions.jdk); "" for the default java
 
 
 @dataclass
@@ -91,10 +94,17 @@ class Plan:
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)
+    # Dimensions beyond the case (lab run --ktor, --java): empty means the default build and JDK.
+    ktor: list[str] = field(default_factory=list)
+    java: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for case in self.cases:
             split_case(case)
+        for name in self.ktor:
+            versions.check_cases(versions.release(name), self.cases)
+        for name in self.java:
+            versions.jdk(name)
         if bad := [s for s in self.scenarios if s not in SCENARIOS]:
             raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
         if self.repeats < 1 or self.duration_s < 1 or self.warmup_s < 0 or self.workers < 0:
@@ -105,8 +115,10 @@ class Plan:
     def runs(self) -> list[Spec]:
         """Every run in the order it is made: each repeat goes through all cases before the next."""
         return [
-            Spec(r + 1, case, scenario, load)
+            Spec(r + 1, case, scenario, load, ktor, java)
             for r in range(self.repeats)
+            for ktor in self.ktor or [""]
+            for java in self.java or [""]
             for case in self.cases
             for scenario in self.scenarios
             for load in self.loads
@@ -236,9 +248,21 @@ class Run:
     leak: Leak | None = None
     machine: MachineFigures | None = None
     verdict: Verdict = field(default_factory=Verdict)
+    # The Ktor release and the JDK the proxy ran on (from its lab_proxy_info), e.g. 3.5.1, 25.0.3.
+    ktor: str | None = None
+    java: str | None = None
+    # True when the run was one of a --ktor or --java dimension: its rows name both.
+    dimensions: bool = False
+
+    @property
+    def variant(self) -> str:
+        """The case, and with dimensions the release and JDK: what a report row stands for."""
+        if not self.dimensions:
+            return self.case
+        return f"{self.case} ktor {self.ktor} jdk {(self.java or '?').split('.')[0]}"
 
     def title(self) -> str:
-        return f"{self.case} {self.scenario} {self.load.label} #{self.repeat}"
+        return f"{self.variant} {self.scenario} {self.load.label} #{self.repeat}"
 
 
 @dataclass

@@ -123,12 +123,17 @@ def groups(results: Results) -> list[Group]:
     for run in results.runs:
         run.verdict = verdict.judge(run)
         _, cases = by_cell.setdefault((run.scenario, run.load.label), (run.load, {}))
-        cases.setdefault(run.case, []).append(run)
+        cases.setdefault(run.variant, []).append(run)
     order = results.plan.cases
+
+    def place(variant: str) -> int:
+        case = variant.split(" ")[0]
+        return order.index(case) if case in order else len(order)
+
     out = []
     for (scenario, _), (load_level, cases) in by_cell.items():
         rows = []
-        for case in sorted(cases, key=lambda c: order.index(c) if c in order else len(order)):
+        for case in sorted(cases, key=place):  # stable: releases and JDKs in the order they ran
             runs = cases[case]
             rows.append(
                 Row(
@@ -209,6 +214,89 @@ def verdict_lines(group: Group) -> list[str]:
     return lines
 
 
+# --- like with like: one dimension changed (lab run --ktor, --java) -------------------------
+
+# The figures a change of release or JDK is judged on.
+CHANGE_FIGURES = ("rps", "cpu", "threads", "heap")
+
+
+@dataclass
+class Change:
+    """Two rows of one group that differ in one dimension only (the Ktor release or the JDK)."""
+
+    case: str
+    dimension: str  # "Ktor" or "JDK"
+    same: str  # the dimension held, e.g. "JDK 17"
+    before: Row
+    after: Row
+    before_name: str
+    after_name: str
+
+    def figure(self, key: str) -> tuple[str, bool | None]:
+        """`rps 1,200 -> 1,320 (+10.0%)` and whether the change is beyond the repeats' spread
+        (None: one repeat, not known)."""
+        f = BY_KEY[key]
+        a, b = self.before.figures[key], self.after.figures[key]
+        if a.median is None or b.median is None:
+            return f"{f.heading}: not measured", None
+        text = f"{f.heading} {a.median:,.{f.digits}f} -> {b.median:,.{f.digits}f}"
+        if a.median:
+            text += f" ({(b.median - a.median) / a.median:+.1%})"
+        if self.before.repeats > 1 and self.after.repeats > 1:
+            return text, b.low > a.high or b.high < a.low
+        return text, None
+
+    def sentence(self) -> str:
+        parts, beyond = [], []
+        for key in CHANGE_FIGURES:
+            text, clear = self.figure(key)
+            parts.append(text)
+            if clear:
+                beyond.append(BY_KEY[key].heading)
+        head = f"{self.case} on {self.same}, {self.dimension} {self.before_name} -> {self.after_name}: "
+        text = head + "; ".join(parts)
+        if self.before.repeats > 1 and self.after.repeats > 1:
+            text += (
+                f". Beyond the spread of the repeats: {', '.join(beyond)}."
+                if beyond
+                else ". Every change is within the spread of the repeats."
+            )
+        else:
+            text += ". One repeat, so no spread is known (--repeats 3 tells which changes hold)."
+        flagged = sorted(set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS))
+        if flagged:
+            text += f" Rates flagged ({', '.join(flagged)}): rps does not compare capacity here."
+        return text
+
+
+def changes(group: Group) -> list[Change]:
+    """Every pair of rows with the same case and one of Ktor release and JDK changed."""
+    keyed = {}
+    for row in group.rows:
+        run = row.runs[0]
+        if run.dimensions:
+            keyed[(run.case, run.ktor, (run.java or "?").split(".")[0])] = row
+
+    def order(key: tuple[str, str, str]) -> tuple:
+        return key[0], _version(key[1]), _version(key[2])
+
+    out = []
+    for a in sorted(keyed, key=order):
+        for b in sorted(keyed, key=order):
+            if a[0] != b[0] or order(a) >= order(b):
+                continue
+            if a[2] == b[2] and a[1] != b[1]:
+                out.append(Change(a[0], "Ktor", f"JDK {a[2]}", keyed[a], keyed[b], a[1], b[1]))
+            elif a[1] == b[1] and a[2] != b[2]:
+                out.append(Change(a[0], "JDK", f"Ktor {a[1]}", keyed[a], keyed[b], a[2], b[2]))
+    return out
+
+
+def _version(text: str | None) -> tuple:
+    """3.10.0 after 3.5.1: numbers compared as numbers."""
+    return tuple(int(p) if p.isdigit() else 0 for p in (text or "").split("."))
+
+
 def busy_line(results: Results) -> str | None:
     """The report's first warning: runs taken while other work loaded the machine."""
     busy = [r for r in results.runs if "machine-busy" in r.verdict.flags]
@@ -232,6 +320,13 @@ DIRECTIONS = (
     + ". Lower is better: "
     + ", ".join(f.heading for f in FIGURES if f.better == "lower")
     + "."
+)
+
+
+CHANGES_INTRO = (
+    "Each line holds the case, the scenario, the load and one of Ktor release and JDK, and changes the "
+    "other: medians before -> after (the change in percent). Higher rps is better; lower CPU, threads "
+    "and heap are better. A change counts when it is beyond the spread (min-max) of the repeats."
 )
 
 
@@ -301,9 +396,16 @@ def settings(results: Results) -> list[str]:
         f"Versions: {pairs(results.environment['versions'])}.",
         f"Machine: {pairs(results.environment['machine'])}.",
     ]
+    if plan.ktor or plan.java:
+        lines.insert(
+            1,
+            f"Dimensions: Ktor {', '.join(plan.ktor) or 'the default build'}; "
+            f"JDK {', '.join(plan.java) or 'the default java'} "
+            "(each row names the release and the JDK's major version).",
+        )
     seen: dict[str, dict] = {}
     for run in results.runs:
-        seen.setdefault(run.case, run.proxy.settings)
+        seen.setdefault(run.variant, run.proxy.settings)
     lines += [
         f"Engine settings of {case} (lab_proxy_info): "
         + ", ".join(f"{k}={v}" for k, v in sorted(s.items()) if k != "case")
@@ -326,6 +428,11 @@ def markdown(results: Results) -> str:
         lines += [busy, ""]
     for g in gs:
         lines += [f"{g.heading}:", "", *[f"- {line}" for line in verdict_lines(g)], ""]
+    if any(changes(g) for g in gs):
+        lines += ["## One dimension changed", "", CHANGES_INTRO, ""]
+        for g in gs:
+            if cs := changes(g):
+                lines += [f"{g.heading}:", "", *[f"- {c.sentence()}" for c in cs], ""]
     for g in gs:
         lines += [f"## {g.heading}", "", DIRECTIONS, "", table(g).markdown()]
         if reasons := [f"- {r.case}: {why}" for r in g.rows for why in r.reasons]:
@@ -362,6 +469,11 @@ def page(results: Results) -> str:
     for g in gs:
         body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(verdict_lines(g))}")
     body.append("</section>")
+    if any(changes(g) for g in gs):
+        body.append(f"<h2>One dimension changed</h2><p>{html.escape(CHANGES_INTRO)}</p>")
+        for g in gs:
+            if cs := changes(g):
+                body.append(f"<h3>{html.escape(g.heading)}</h3>{ul([c.sentence() for c in cs])}")
     for g in gs:
         body.append(f"<h2>{html.escape(g.heading)}</h2><p>{html.escape(DIRECTIONS)}</p>")
         body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))

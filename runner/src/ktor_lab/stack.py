@@ -194,15 +194,17 @@ class Stack:
         upstream_url: str | None = None,
         port: int | None = None,
         jar: Path = PROXY_JAR,
+        java: str | None = None,
         **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
         `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
-        `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy)."""
+        `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
+        Ktor release, versions.jar), `java` another JDK's java (versions.jdk)."""
         self.stop_proxy()
         port = port or self.ports.proxy
         env = proxy.case_env(case, upstream_url or self.upstream_url, port, **settings)
-        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar)
+        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
         self.current_proxy = Proxy(case, local_url(port), service)
         return self.current_proxy
 

@@ -96,3 +96,35 @@ def handle_signals() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
+
+
+def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
+    """--ktor and --java: the proxy's Ktor release (built on first use) and the JDK it runs on."""
+    each = "comma-separated; each one a dimension of the matrix: " if many else ""
+    p.add_argument(
+        "--ktor",
+        default="",
+        help=f"{each}Ktor release(s) of ktor-releases.tsv, e.g. 3.4.0,3.5.1; a release other than the "
+        "default is built into proxy-app/target/ktor-<release>/ on first use (default: the pom's, 3.4.0)",
+    )
+    p.add_argument(
+        "--java",
+        default="",
+        help=f"{each}JDK(s) by major version (17, 25) or folder; (default: $JAVA_HOME's, else java on PATH)",
+    )
+
+
+def version_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_releases(releases: list[str], modules: tuple[str, ...] = ("proxy-app",)) -> None:
+    """Builds what `releases` need before anything starts; LabError with Maven's words if one fails."""
+    from .. import versions
+
+    for name in releases:
+        for module in modules:
+            try:
+                versions.ensure_jar(module, versions.release(name))
+            except (ValueError, RuntimeError) as e:
+                raise LabError(str(e)) from None

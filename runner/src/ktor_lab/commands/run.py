@@ -56,6 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--grafana", action="store_true", help="compose: also start Grafana (it has no part in the figures)"
     )
+    options.add_versions(p, many=True)
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
@@ -73,6 +74,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
             workers=args.workers,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
+            ktor=options.version_list(args.ktor),
+            java=options.version_list(args.java),
         )
     except ValueError as e:
         raise LabError(str(e)) from None
@@ -85,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
             f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
             f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
         )
+    if args.backend == "compose" and plan.java:
+        raise LabError(
+            "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "
+            "(e.g. eclipse-temurin:25-jre) instead"
+        )
     stack.require(NativeBackend.missing() if args.backend == "native" else ComposeBackend.missing())
+    if args.backend == "native":
+        options.build_releases(plan.ktor)
     out = results_dir(args.out)
     if args.backend == "native":
         backend = NativeBackend(out / "logs", stack.Ports.free(), args.java_opts, args.workers, plan.cases[0])
@@ -93,9 +103,11 @@ def run(args: argparse.Namespace) -> int:
         backend = ComposeBackend(args.workers, grafana=args.grafana)
         backend.project.env["PROXY_JAVA_OPTS"] = args.java_opts
     runs = len(plan.runs())
+    dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
+    dims += f" x {len(plan.java)} JDKs" if plan.java else ""
     print(
         f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
-        f"{len(plan.loads)} loads x {plan.repeats} repeats), warm-up <= {plan.warmup_s} s, "
+        f"{len(plan.loads)} loads x {plan.repeats} repeats{dims}), warm-up <= {plan.warmup_s} s, "
         f"window {plan.duration_s} s; at most about {measure.format_seconds(measure.planned_seconds(plan))}; "
         f"results in {out}",
         flush=True,

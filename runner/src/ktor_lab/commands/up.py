@@ -6,9 +6,10 @@ import argparse
 import sys
 import time
 
-from .. import stack
+from .. import stack, versions
 from ..cases import CASES, split_case
 from ..errors import LabError
+from ..paths import PROXY_JAR
 from ..rundirs import run_dir
 from . import options
 
@@ -19,16 +20,24 @@ def add_parser(sub) -> None:
     options.add_stack_options(p)
     options.add_service_ports(p)
     options.add_settings(p, ", e.g. CLIENT_MAX_CONNECTIONS=200")
+    options.add_versions(p, many=False)
     p.add_argument("--workers", type=int, default=0, help="Locust workers beside the master (default: none)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         split_case(args.case)
+        release = versions.release(args.ktor) if args.ktor else None
+        if release:
+            versions.check_cases(release, [args.case])
+        java = versions.jdk(args.java).java if args.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
     extra = options.settings(args.set)
     stack.require(stack.missing())
+    jar = versions.jar("proxy-app", release) if release else PROXY_JAR
+    if release:
+        options.build_releases([release.name])
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
     stack.require(stack.busy_ports(ports, parts))
@@ -38,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             lab.nginx()
             lab.exporter()
-            lab.proxy(args.case, **extra)
+            lab.proxy(args.case, jar=jar, java=java, **extra)
             lab.prometheus()
             lab.locust(args.case, args.workers)
             why_no_grafana = lab.grafana()

@@ -30,14 +30,17 @@ def start(
     java_opts: list[str] | None = None,
     jar: Path = PROXY_JAR,
     wait: bool = True,
+    java_bin: str | None = None,
 ) -> Service:
     """Starts `java [java_opts] -jar proxy-app.jar` with `env`; waits for /health unless `wait` is false."""
     if not jar.exists():
         raise FileNotFoundError(f"{jar} is missing: build it with 'make build'")
     opts = java_opts if java_opts is not None else os.environ.get("JAVA_OPTS", "").split()
-    kind = "proxy" if jar == PROXY_JAR else jar.stem
+    kind = "proxy" if jar.name == PROXY_JAR.name else jar.stem
     name = f"{kind}-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
-    service = Service(name, [java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env)
+    service = Service(
+        name, [java_bin or java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env
+    )
     if wait:
         service.wait_http(local_url(int(env["PORT"]), "/health"), timeout=60)
     return service

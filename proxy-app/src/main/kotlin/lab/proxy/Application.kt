@@ -13,12 +13,11 @@ import kotlin.system.exitProcess
 
 fun main() {
     val config = try {
-        ProxyConfig.fromEnv(System.getenv())
+        ProxyConfig.fromEnv(System.getenv()).also { ClientFactory.prepareJvm(it) }
     } catch (e: ConfigException) {
         System.err.println("proxy: configuration error: ${e.message}")
         exitProcess(2)
     }
-    ClientFactory.prepareJvm(config)
     LoggerFactory.getLogger("lab.proxy").info(startupSummary(config))
 
     val server = embeddedServer(Netty, configure = {

@@ -83,9 +83,8 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
     }
 
     companion object {
-        /** The Ktor release the jar was built with (from ktor's own manifest, else the pom's). */
-        val KTOR_VERSION: String =
-            io.ktor.client.HttpClient::class.java.`package`?.implementationVersion ?: "3.4.0"
+        /** The Ktor release the jar was built with. */
+        val KTOR_VERSION: String = BuildInfo.ktorVersion
     }
 }
 

@@ -3,6 +3,7 @@ package lab.proxy
 import lab.proxy.engines.EngineSetup
 import kotlin.test.Test
 import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
 import kotlin.test.assertTrue
 
 class EngineSetupTest {
@@ -11,10 +12,12 @@ class EngineSetupTest {
 
     @Test
     fun `retry on stale connections is one setting, reported per engine as in force`() {
-        val on = Engine.entries.associateWith { settings(it)["retry_on_stale"] }
-        val off = Engine.entries.associateWith { settings(it, RetryOnStale.OFF)["retry_on_stale"] }
+        val built = EngineSetup.built()
+        val on = built.associateWith { settings(it)["retry_on_stale"] }
+        val off = built.associateWith { settings(it, RetryOnStale.OFF)["retry_on_stale"] }
         assertEquals(
-            mapOf(Engine.CIO to "n/a", Engine.APACHE to "none", Engine.APACHE5 to "on", Engine.OKHTTP to "on", Engine.JAVA to "always"),
+            mapOf(Engine.CIO to "n/a", Engine.APACHE to "none", Engine.APACHE5 to "on", Engine.OKHTTP to "on", Engine.JAVA to "always")
+                .filterKeys { it in built },
             on,
         )
         assertEquals("off", off[Engine.APACHE5])
@@ -36,13 +39,27 @@ class EngineSetupTest {
 
     @Test
     fun `every engine builds a client and reports the shared settings`() {
-        for (engine in Engine.entries) {
+        for (engine in EngineSetup.built()) {
             val config = ProxyConfig(engine = engine)
             EngineSetup.of(engine).create(config).close()
             val reported = ClientFactory.effectiveSettings(config)
             for (key in listOf("limits", "connect_timeout_ms", "request_timeout_ms", "retry_on_stale", "header_timeout_ms")) {
                 assertTrue(key in reported, "$engine: $key")
             }
+        }
+    }
+
+    @Test
+    fun `the build holds every engine its Ktor release publishes, and names the release for one it lacks`() {
+        val release = BuildInfo.ktorVersion
+        assertTrue(release.matches(Regex("""\d+\.\d+\.\d+.*""")), "ktor.version in lab-build.properties: $release")
+        // ktor-client-apache (HttpClient 4) is published up to 3.4.1; every other engine in every release here.
+        val (major, minor, patch) = release.split(".").take(3).map { it.takeWhile(Char::isDigit).toInt() }
+        val apachePublished = major < 3 || (major == 3 && (minor < 4 || (minor == 4 && patch <= 1)))
+        assertEquals(Engine.entries.filter { it != Engine.APACHE || apachePublished }, EngineSetup.built())
+        if (!apachePublished) {
+            val error = assertFailsWith<ConfigException> { EngineSetup.of(Engine.APACHE) }
+            assertTrue("Ktor $release does not publish the apache engine" in error.message!!, error.message)
         }
     }
 }

@@ -14,6 +14,8 @@ package lab.proxy.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.HttpClientConfig
 import io.ktor.client.plugins.HttpTimeout
+import lab.proxy.BuildInfo
+import lab.proxy.ConfigException
 import lab.proxy.Engine
 import lab.proxy.Limits
 import lab.proxy.ProxyConfig
@@ -29,13 +31,27 @@ interface EngineSetup {
     fun prepareJvm(config: ProxyConfig) = Unit
 
     companion object {
-        fun of(engine: Engine): EngineSetup = when (engine) {
+        /** The engine's setup; a [ConfigException] naming the release when this build lacks it. */
+        fun of(engine: Engine): EngineSetup = builtOrNull(engine) ?: throw ConfigException(
+            "CLIENT_ENGINE='${engine.id}' is not in this build: Ktor ${BuildInfo.ktorVersion} does not publish " +
+                "the ${engine.id} engine; use one of ${built().joinToString(", ") { it.id }}, " +
+                "or a build of a release that has it (see ktor-releases.tsv)",
+        )
+
+        /** The engines this jar holds, in [Engine] order. */
+        fun built(): List<Engine> = Engine.entries.filter { builtOrNull(it) != null }
+
+        private fun builtOrNull(engine: Engine): EngineSetup? = when (engine) {
             Engine.CIO -> CioSetup
-            Engine.APACHE -> ApacheSetup
+            // ktor-client-apache ends at 3.4.1; its setup is compiled only for releases that have it.
+            Engine.APACHE -> optional("lab.proxy.engines.ApacheSetup")
             Engine.APACHE5 -> Apache5Setup
             Engine.OKHTTP -> OkHttpSetup
             Engine.JAVA -> JavaSetup
         }
+
+        private fun optional(className: String): EngineSetup? =
+            runCatching { Class.forName(className).getField("INSTANCE").get(null) as EngineSetup }.getOrNull()
 
         /** Idle keep-alive for pooled connections, the same for every engine that lets us set it. */
         const val KEEP_ALIVE_MS = 5_000L

@@ -1,0 +1,16 @@
+/**
+ * What this jar was built with: the Ktor release (Maven's `ktor.version`, written into
+ * `lab-build.properties` at build time) and so which engines it holds.
+ */
+package lab.proxy
+
+import java.util.Properties
+
+object BuildInfo {
+    private val properties = Properties().apply {
+        BuildInfo::class.java.getResourceAsStream("/lab-build.properties")?.use { load(it) }
+    }
+
+    /** The Ktor release on the classpath, e.g. 3.4.0. */
+    val ktorVersion: String = properties.getProperty("ktor.version") ?: "unknown"
+}

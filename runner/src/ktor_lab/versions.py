@@ -1,0 +1,203 @@
+"""Ktor releases and JDKs as choices: which release publishes which engine, the jars built for a
+release (one folder per release), and the JDKs on this machine by name or path.
+
+The releases are read from ktor-releases.tsv (the repository's one list: Maven, the proxy's image
+and this module read it); the first is the one ./pom.xml builds by default, into target/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cases import split_case
+from .paths import REPO
+
+RELEASES_FILE = REPO / "ktor-releases.tsv"
+JVM_DIRS = (Path("/usr/lib/jvm"),)
+# Module -> its runnable jar's name (io-bench's is JMH's benchmarks.jar).
+JARS = {
+    "proxy-app": "proxy-app.jar",
+    "lean-proxy": "lean-proxy.jar",
+    "engine-bench": "engine-bench.jar",
+    "io-bench": "benchmarks.jar",
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    kotlin: str
+    engines: tuple[str, ...]
+
+    def maven_args(self, default: bool) -> list[str]:
+        """What `mvn` needs to build this release (nothing for the default one, built into target/)."""
+        if default:
+            return []
+        args = [f"-Dktor.version={self.name}", f"-Dkotlin.version={self.kotlin}"]
+        args += [] if "apache" in self.engines else ["-Dno.apache"]
+        return args + [f"-Dlab.build.dir=target/ktor-{self.name}"]
+
+
+def releases(path: Path = RELEASES_FILE) -> list[Release]:
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, kotlin, engines = line.split()
+            out.append(Release(name, kotlin, tuple(engines.split(","))))
+    return out
+
+
+def default_release() -> Release:
+    return releases()[0]
+
+
+def release(name: str) -> Release:
+    """The release named `name`; ValueError naming the known ones otherwise."""
+    known = releases()
+    for r in known:
+        if r.name == name.strip():
+            return r
+    raise ValueError(
+        f"Ktor {name.strip()!r} is not in ktor-releases.tsv (known: {', '.join(r.name for r in known)}); "
+        "add a line with the Kotlin it is built with and the engines it publishes"
+    )
+
+
+def check_cases(rel: Release, cases: list[str]) -> None:
+    """ValueError naming the first case whose engine `rel` does not publish (never swapped)."""
+    for case in cases:
+        _, engine = split_case(case)
+        if engine not in rel.engines:
+            raise ValueError(
+                f"Ktor {rel.name} does not publish the {engine} engine (case {case}); "
+                f"its engines: {', '.join(rel.engines)}. Drop the case or the release"
+            )
+
+
+def build_dir(module: str, rel: Release) -> Path:
+    base = REPO / module / "target"
+    return base if rel == default_release() else base / f"ktor-{rel.name}"
+
+
+def jar(module: str, rel: Release) -> Path:
+    return build_dir(module, rel) / JARS[module]
+
+
+def _sources(module: str) -> list[Path]:
+    roots = [REPO / module / "src", REPO / module / "pom.xml", REPO / "pom.xml", RELEASES_FILE]
+    if module in ("lean-proxy", "engine-bench"):
+        roots += [
+            REPO / "proxy-app" / "src" / "main",
+            REPO / "proxy-app" / "src" / "apache",
+            REPO / "proxy-app" / "pom.xml",
+        ]
+    out = []
+    for root in roots:
+        out += (
+            [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root] if root.exists() else []
+        )
+    return out
+
+
+def stale(module: str, rel: Release) -> bool:
+    path = jar(module, rel)
+    if not path.exists():
+        return True
+    built = path.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in _sources(module))
+
+
+def ensure_jar(module: str, rel: Release, log=sys.stderr) -> Path:
+    """The module's jar for `rel`, built first when missing or older than its sources (about
+    30 s per module; unit tests are `make test`'s). RuntimeError with Maven's last lines on failure."""
+    path = jar(module, rel)
+    if not stale(module, rel):
+        return path
+    print(
+        f"lab: building {module} for Ktor {rel.name} into {path.parent.relative_to(REPO)}/",
+        file=log,
+        flush=True,
+    )
+    argv = ["mvn", "-B", "-ntp", "-q", "-pl", module, "-am", "package", "-DskipTests"]
+    argv += rel.maven_args(rel == default_release())
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0 or not path.exists():
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"building {module} for Ktor {rel.name} failed ({' '.join(argv)}):\n{tail}")
+    path.touch()
+    return path
+
+
+# --- JDKs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Jdk:
+    version: str  # JAVA_VERSION of its release file, e.g. 17.0.15 or 25.0.3
+    home: Path
+
+    @property
+    def major(self) -> str:
+        return self.version.split(".")[0]
+
+    @property
+    def java(self) -> str:
+        return str(self.home / "bin" / "java")
+
+
+def _release_version(home: Path) -> str | None:
+    try:
+        text = (home / "release").read_text()
+    except OSError:
+        return None
+    m = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.M)
+    return m.group(1) if m and (home / "bin" / "java").exists() else None
+
+
+def jdks() -> list[Jdk]:
+    """The JDKs and JREs on this machine ($JAVA_HOME's first, then /usr/lib/jvm), each once."""
+    homes = [Path(os.environ["JAVA_HOME"])] if os.environ.get("JAVA_HOME") else []
+    for d in JVM_DIRS:
+        homes += sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+    seen, out = set(), []
+    for home in homes:
+        real = home.resolve()
+        if real in seen or not (version := _release_version(real)):
+            continue
+        seen.add(real)
+        out.append(Jdk(version, home))
+    return out
+
+
+def default_jdk() -> Jdk | None:
+    """The JDK `java` runs by default ($JAVA_HOME's, else the one on PATH)."""
+    from .machine import java
+
+    home = Path(java()).resolve().parents[1]
+    version = _release_version(home)
+    return Jdk(version, home) if version else None
+
+
+def jdk(name: str) -> Jdk:
+    """A JDK by major version (`17`, `25`) or by its folder (or its bin/java); ValueError naming
+    the JDKs found otherwise."""
+    name = name.strip()
+    if "/" in name:
+        home = Path(name)
+        home = home.parents[1] if home.name == "java" and home.parent.name == "bin" else home
+        if version := _release_version(home):
+            return Jdk(version, home)
+        raise ValueError(f"--java {name}: not a JDK folder (no release file and bin/java in it)")
+    default = default_jdk()
+    for candidate in ([default] if default else []) + jdks():
+        if candidate.major == name:
+            return candidate
+    found = ", ".join(f"{j.major} ({j.home})" for j in jdks()) or "none"
+    raise ValueError(
+        f"--java {name}: no JDK {name} on this machine (found: {found}); give a version or a JDK's folder"
+    )
