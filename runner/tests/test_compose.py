@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ktor_lab import versions
 from ktor_lab.cases import CASES, ENGINES, LIFETIMES, split_case
 from ktor_lab.machine import java
 from ktor_lab.parts import compose
@@ -217,7 +218,12 @@ def test_images_are_pinned():
             assert name and tag and tag != "latest" and re.search(r"\d", tag), (key, image)
     for name, service in render("distributed")["services"].items():
         image = service["image"]
-        assert image in DOTENV.values() or image.endswith(":local"), (name, image)
+        built = image.endswith(":local") or image == f"ktor-lab/proxy:ktor-{DOTENV['KTOR_VERSION']}"
+        assert image in DOTENV.values() or built, (name, image)
+    # The proxy's build takes its release and JVM image from .env.
+    args = render("singleton-cio")["services"]["proxy"]["build"]["args"]
+    assert args == {"KTOR_VERSION": DOTENV["KTOR_VERSION"], "RUN_IMAGE": DOTENV["PROXY_RUN_IMAGE"]}
+    assert DOTENV["KTOR_VERSION"] == versions.default_release().name
     for dockerfile in (REPO / "proxy-app" / "Dockerfile", REPO / "locust" / "Dockerfile"):
         for line in dockerfile.read_text().splitlines():
             if line.startswith("ARG") and "IMAGE=" in line:
@@ -278,7 +284,34 @@ def test_dockerfile_builds_with_the_commands_the_tests_use():
         for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()
         if line.startswith("RUN ")
     ]
-    assert f"{mvn} -f proxy-app package" in runs
+    assert f"{mvn} -f proxy-app $(cat maven-flags) package" in runs
+
+
+def test_the_image_builds_a_release_with_the_flags_the_runner_uses(tmp_path):
+    """The Dockerfile's release step, run by sh over ktor-releases.tsv: the same Maven flags as
+    versions.py gives a native build of that release, and an unknown release stopped by name."""
+    dockerfile = (REPO / "proxy-app" / "Dockerfile").read_text()
+    step = re.search(r"^RUN (line=.*?)\n(?=COPY)", dockerfile, re.M | re.S)[1].replace("\\\n", "\n")
+    (tmp_path / "ktor-releases.tsv").write_text((REPO / "ktor-releases.tsv").read_text())
+    for release in versions.releases():
+        r = subprocess.run(
+            ["sh", "-c", step], cwd=tmp_path, env={"KTOR_VERSION": release.name, "PATH": "/usr/bin:/bin"}
+        )
+        assert r.returncode == 0
+        flags = (tmp_path / "maven-flags").read_text().split()
+        assert flags == [f for f in release.maven_args(default=False) if not f.startswith("-Dlab.build.dir")]
+    assert "-Dno.apache" in [*versions.release("3.5.1").maven_args(default=False)]
+    bad = subprocess.run(
+        ["sh", "-c", step],
+        cwd=tmp_path,
+        env={"KTOR_VERSION": "9.9.9", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        bad.returncode != 0
+        and "KTOR_VERSION=9.9.9 is not in ktor-releases.tsv (known: 3.4.0 3.5.1" in bad.stderr
+    )
 
 
 def test_the_proxy_image_context_sends_what_its_dockerfile_copies_and_no_more():
@@ -293,12 +326,12 @@ def test_the_proxy_image_context_sends_what_its_dockerfile_copies_and_no_more():
     }
     allowed = [ln[1:] for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")]
     assert "*" in (REPO / ".dockerignore").read_text().splitlines()
-    assert copied == {"pom.xml", "proxy-app/pom.xml", "proxy-app/src", "proxy-app/start.sh"}, copied
+    top = {"pom.xml", "ktor-releases.tsv", "proxy-app/pom.xml", "proxy-app/start.sh"}
+    assert copied == top | {"proxy-app/src"}, copied
     for path in copied:
         assert any(a == path or a.startswith(path + "/") for a in allowed), path
-    assert set(allowed) - {"pom.xml", "proxy-app/pom.xml", "proxy-app/start.sh"} == {
-        "proxy-app/src/main",
-        "proxy-app/src/test",
-    }
+    # Every source root the Maven build can use (src/apache for releases with that engine).
+    roots = {f"proxy-app/src/{p.name}" for p in (REPO / "proxy-app" / "src").iterdir()}
+    assert set(allowed) - top == roots == {"proxy-app/src/main", "proxy-app/src/apache", "proxy-app/src/test"}
     # Locust's image installs the same pinned requirements the venv does (pins kept equal in test_locust).
     assert "-r /tmp/lab-requirements.txt" in (REPO / "locust" / "Dockerfile").read_text()

@@ -7,9 +7,9 @@ import shlex
 
 from .. import stack
 from ..errors import LabError
-from . import engines, faults, io, replay, streaming, threads
+from . import engines, faults, io, replay, streaming, threads, versions
 
-STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io, faults)}
+STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io, faults, versions)}
 
 
 def add_parser(sub) -> None:

@@ -30,13 +30,14 @@ PAIRS = [
 ]
 
 
-def jmh(args, out_json: Path, log: Path) -> list[dict]:
-    if not JAR.exists():
-        raise FileNotFoundError(f"{JAR.relative_to(REPO)} is missing: make build (mvn -f io-bench package)")
+def jmh(args, out_json: Path, log: Path, jar: Path = JAR) -> list[dict]:
+    """JMH over io-bench's benchmarks; `jar` another release's build (lab study versions)."""
+    if not jar.exists():
+        raise FileNotFoundError(f"{jar.relative_to(REPO)} is missing: make build (mvn -f io-bench package)")
     argv = [
         java(),
         "-jar",
-        str(JAR),
+        str(jar),
         *("-p", f"size={args.size}", "-p", f"chunk={args.chunk}"),
         *("-wi", str(args.warmup_iterations), "-i", str(args.iterations)),
         *("-w", f"{args.iteration_ms}ms", "-r", f"{args.iteration_ms}ms", "-f", str(args.forks)),

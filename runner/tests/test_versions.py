@@ -1,0 +1,194 @@
+"""Ktor release and JDK as dimensions: the releases' list, refusals before anything starts, the
+builds of both releases (unit tests included), a real `lab run --ktor --java` and `lab study
+versions` at a tiny size."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ktor_lab import cli, run_report, versions
+from ktor_lab.paths import REPO
+from ktor_lab.results import Results
+
+LAB = str(Path(sys.executable).with_name("lab"))
+NEWER = versions.releases()[-1]
+
+
+def test_the_releases_list_and_the_pom_agree_on_the_default():
+    pom = ET.parse(REPO / "pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    assert pom.find("m:properties/m:ktor.version", ns).text == versions.default_release().name
+    assert pom.find("m:properties/m:kotlin.version", ns).text == versions.default_release().kotlin
+    assert versions.default_release().engines == ("cio", "apache", "apache5", "okhttp", "java")
+    assert "apache" not in NEWER.engines  # ktor-client-apache ends at 3.4.1
+
+
+def test_an_engine_a_release_lacks_and_an_unknown_jdk_are_refused_before_anything_starts(capsys):
+    assert cli.main(["run", "--ktor", f"3.4.0,{NEWER.name}", "--cases", "singleton-cio,per-call-apache"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"lab: Ktor {NEWER.name} does not publish the apache engine (case per-call-apache); "
+        f"its engines: {', '.join(NEWER.engines)}. Drop the case or the release"
+    )
+    assert cli.main(["run", "--ktor", "9.9.9", "--cases", "singleton-cio"]) == 2
+    assert "Ktor '9.9.9' is not in ktor-releases.tsv (known: 3.4.0" in capsys.readouterr().err
+    assert cli.main(["run", "--java", "8", "--cases", "singleton-cio"]) == 2
+    err = capsys.readouterr().err
+    assert "--java 8: no JDK 8 on this machine (found: 17" in err and err.count("\n") == 1
+    assert cli.main(["up", "per-call-apache", "--ktor", NEWER.name]) == 2
+    assert "does not publish the apache engine" in capsys.readouterr().err
+    assert cli.main(["run", "--backend", "compose", "--java", "25", "--cases", "singleton-cio"]) == 2
+    assert "PROXY_RUN_IMAGE" in capsys.readouterr().err
+
+
+def test_jdks_are_found_by_major_version_and_by_folder(tmp_path):
+    for jdk in versions.jdks():
+        assert versions.jdk(jdk.major).major == jdk.major
+        assert versions.jdk(str(jdk.home)).version == jdk.version
+        out = subprocess.run([jdk.java, "-version"], capture_output=True, text=True).stderr
+        assert f'"{jdk.version}' in out
+    with pytest.raises(ValueError, match="not a JDK folder"):
+        versions.jdk(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_newer_release_builds_with_its_unit_tests_and_its_jar_refuses_what_it_lacks(tmp_path):
+    """The Maven build of the newer release, unit tests included (they check the build holds
+    exactly the engines the release publishes), in a folder of its own."""
+    build = f"target/ktor-{NEWER.name}-test"
+    args = [a for a in NEWER.maven_args(default=False) if not a.startswith("-Dlab.build.dir")]
+    try:
+        r = subprocess.run(
+            ["mvn", "-B", "-ntp", "-q", "-pl", "proxy-app", "package", *args, f"-Dlab.build.dir={build}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        reports = list((REPO / "proxy-app" / build / "surefire-reports").glob("TEST-*.xml"))
+        ran = sum(int(ET.parse(p).getroot().get("tests")) for p in reports)
+        failed = sum(int(ET.parse(p).getroot().get(k)) for p in reports for k in ("failures", "errors"))
+        assert ran > 50 and failed == 0, (ran, failed)
+        jar = REPO / "proxy-app" / build / "proxy-app.jar"
+        r = subprocess.run(
+            ["java", "-jar", str(jar)],
+            env={"CLIENT_ENGINE": "apache", "PORT": "1", "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2
+        assert r.stderr.strip() == (
+            f"proxy: configuration error: CLIENT_ENGINE='apache' is not in this build: Ktor {NEWER.name} "
+            f"does not publish the apache engine; use one of {', '.join(NEWER.engines)}, or a build of a "
+            "release that has it (see ktor-releases.tsv)"
+        )
+    finally:
+        shutil.rmtree(REPO / "proxy-app" / build, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_change_at_a_time(tmp_path):
+    out = tmp_path / "results"
+    java = [j.major for j in versions.jdks()][:2]
+    assert len(java) == 2, "this machine has JDK 17 and Temurin 25"
+    r = subprocess.run(
+        [
+            LAB,
+            "run",
+            *("--ktor", f"3.4.0,{NEWER.name}", "--java", ",".join(java)),
+            *("--cases", "singleton-okhttp,per-call-cio", "--loads", "rate/20"),
+            *("--warmup", "0", "--duration", "3", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    runs = data["runs"]
+    # Every combination once, each proxy saying itself which release and JDK it ran on.
+    seen = {(run["case"], run["ktor"], run["java"].split(".")[0]) for run in runs}
+    assert seen == {
+        (case, ktor, j)
+        for case in ("singleton-okhttp", "per-call-cio")
+        for ktor in ("3.4.0", NEWER.name)
+        for j in java
+    }
+    for run in runs:
+        assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
+        assert run["locust"]["requests"] > 0
+    # Like with like: for each case, 2 Ktor changes (one per JDK) and 2 JDK changes (one per release).
+    results = Results.from_json(data)
+    (group,) = run_report.groups(results)
+    changes = run_report.changes(group)
+    assert sorted((c.case, c.dimension, c.same) for c in changes) == sorted(
+        [(case, "Ktor", f"JDK {j}") for case in ("singleton-okhttp", "per-call-cio") for j in java]
+        + [
+            (case, "JDK", f"Ktor {k}")
+            for case in ("singleton-okhttp", "per-call-cio")
+            for k in ("3.4.0", NEWER.name)
+        ]
+    )
+    report = (out / "report.md").read_text()
+    assert "## One dimension changed" in report
+    assert f"singleton-okhttp on JDK {java[0]}, Ktor 3.4.0 -> {NEWER.name}: rps " in report
+    assert f"| per-call-cio ktor {NEWER.name} jdk {java[1]} |" in report
+    assert "One dimension changed" in (out / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_study_versions_tiny_writes_both_comparisons_and_io_per_release(tmp_path):
+    out = tmp_path / "study"
+    assert (
+        cli.main(
+            [
+                "study",
+                "versions",
+                *("--cases", "singleton-okhttp", "--load", "rate/20", "--warmup", "0", "--duration", "3"),
+                *(
+                    "--repeats",
+                    "1",
+                    "--io-size",
+                    str(1 << 20),
+                    "--io-iterations",
+                    "1",
+                    "--io-iteration-ms",
+                    "200",
+                ),
+                *("--out", str(out)),
+            ]
+        )
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text())
+    changes = [r for r in results["rows"] if not r.get("io")]
+    io_rows = [r for r in results["rows"] if r.get("io")]
+    assert {(r["dimension"], r["from"], r["to"]) for r in changes} == {
+        ("Ktor", "3.4.0", NEWER.name),
+        ("JDK", "17", "25"),
+    }
+    for r in changes:
+        assert r["cpu_from"] > 0 and r["cpu_to"] > 0 and r["rps_from"] > 0
+    assert {(r["ktor"], r["what"]) for r in io_rows} == {
+        (k, w) for k in ("3.4.0", NEWER.name) for w in ("socket write", "file read")
+    }
+    assert all(r["ktor_mb_per_s"] > 0 for r in io_rows)
+    report = (out / "report.md").read_text()
+    assert "## Ktor changed" in report and "## JDK changed" in report and "per release (JMH)" in report
+    assert (out / "runs" / "report.html").exists()
+    # Three runs: 3.4.0 and the newer on JDK 17, then the newer on JDK 25.
+    runs = json.loads((out / "runs" / "results.json").read_text())["runs"]
+    assert [(r["ktor"], r["java"].split(".")[0]) for r in runs] == [
+        ("3.4.0", "17"),
+        (NEWER.name, "17"),
+        (NEWER.name, "25"),
+    ]
