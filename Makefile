@@ -72,13 +72,14 @@ bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, e
 bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: setup build  ## every study at full size (docs/studies/), one after another: about 50 min
+studies: setup build  ## every study at full size (docs/studies/), one after another: about 85 min
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming
 	$(VENV)/bin/lab study engines
 	$(VENV)/bin/lab study io
 	$(VENV)/bin/lab study faults
+	$(VENV)/bin/lab study versions
 
 lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff check runner locust

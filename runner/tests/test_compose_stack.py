@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from conftest import scrape, wait_until
+from ktor_lab import versions
 from ktor_lab.cases import CASES, split_case
 from ktor_lab.metrics import query
 from ktor_lab.parts import compose, grafana
@@ -213,6 +214,38 @@ def test_proxy_open_files_limit_comes_from_the_environment(lab):
     finally:
         lab.env["PROXY_NOFILE"] = "max"
         lab.up(case)
+
+
+def test_the_proxy_image_of_another_ktor_release_serves_and_refuses_the_engine_it_lacks(compose_engine):
+    """KTOR_VERSION as a user sets it: its own image tag, the release in lab_proxy_info, and the
+    apache overlay stopped with the release named (3.5.1 does not publish that engine)."""
+    newer = versions.releases()[-1]
+    project = new_project("release", env={"KTOR_VERSION": newer.name})
+    try:
+        project.compose("singleton-okhttp", "up", "-d", "--wait", "--wait-timeout", "300", "proxy", "nginx")
+        project.case = "singleton-okhttp"
+        info = scrape(project.url("proxy")).labels("lab_proxy_info")
+        assert (info["ktor_version"], info["case"]) == (newer.name, "singleton-okhttp")
+        assert requests.get(f"{project.url('proxy')}/files/tiny.txt", timeout=10).text.strip() == "Success!"
+        images = subprocess.run(
+            ["docker", "images", "-q", f"ktor-lab/proxy:ktor-{newer.name}"], capture_output=True, text=True
+        )
+        assert images.stdout.strip()
+        refused = project.compose(
+            "singleton-apache",
+            "run",
+            "--rm",
+            "--no-deps",
+            "proxy",
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert refused.returncode == 2
+        assert f"Ktor {newer.name} does not publish the apache engine" in refused.stderr
+    finally:
+        project.down()
+        assert not compose.wait_gone(project), f"left behind: {project.leftovers()}"
 
 
 def test_distributed_master_and_two_workers_share_the_load(compose_engine):

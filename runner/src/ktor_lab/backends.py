@@ -84,7 +84,9 @@ class ComposeBackend:
 
     scrape_seconds = 5  # prometheus/prometheus.yml, used as is
 
-    def __init__(self, workers: int, grafana: bool = False, name: str | None = None):
+    def __init__(
+        self, workers: int, grafana: bool = False, name: str | None = None, releases: tuple[str, ...] = ()
+    ):
         services = ("proxy", "nginx", "locust", "prometheus", *(("grafana",) if grafana else ()))
         self.project = compose.Project(
             name or f"ktor-lab-run-{os.getpid()}",
@@ -93,6 +95,7 @@ class ComposeBackend:
             grafana=grafana,
         )
         self.workers = workers
+        self.releases = releases
 
     @property
     def locust_url(self) -> str:
@@ -116,6 +119,17 @@ class ComposeBackend:
     def open(self) -> None:
         if removed := compose.remove_orphans():
             print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
+        # The images from today's sources (Docker's cache makes this quick when nothing changed),
+        # the proxy's once per Ktor release of the plan (KTOR_VERSION, its own tag).
+        default = self.project.env.get("KTOR_VERSION")
+        for release in self.releases or (default,):
+            if release:
+                self.project.env["KTOR_VERSION"] = release
+            self.project.build()
+        if default:
+            self.project.env["KTOR_VERSION"] = default
+        else:
+            self.project.env.pop("KTOR_VERSION", None)
 
     def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
         """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen

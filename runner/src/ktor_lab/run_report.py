@@ -242,6 +242,8 @@ class Change:
         text = f"{f.heading} {a.median:,.{f.digits}f} -> {b.median:,.{f.digits}f}"
         if a.median:
             text += f" ({(b.median - a.median) / a.median:+.1%})"
+        if key == "rps" and set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS):
+            return text, None  # a rate set by a target or a flag: no change of capacity to judge
         if self.before.repeats > 1 and self.after.repeats > 1:
             return text, b.low > a.high or b.high < a.low
         return text, None

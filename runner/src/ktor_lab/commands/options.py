@@ -100,17 +100,19 @@ def handle_signals() -> None:
 
 def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
     """--ktor and --java: the proxy's Ktor release (built on first use) and the JDK it runs on."""
-    each = "comma-separated; each one a dimension of the matrix: " if many else ""
+    each = "comma-separated, each a dimension of the matrix: " if many else ""
     p.add_argument(
         "--ktor",
         default="",
-        help=f"{each}Ktor release(s) of ktor-releases.tsv, e.g. 3.4.0,3.5.1; a release other than the "
-        "default is built into proxy-app/target/ktor-<release>/ on first use (default: the pom's, 3.4.0)",
+        help=f"{each}Ktor release{'s' if many else ''} of ktor-releases.tsv, e.g. "
+        f"{'3.4.0,3.5.1' if many else '3.5.1'}; a release other than the default is built into "
+        "proxy-app/target/ktor-<release>/ on first use (default: the pom's, 3.4.0)",
     )
     p.add_argument(
         "--java",
         default="",
-        help=f"{each}JDK(s) by major version (17, 25) or folder; (default: $JAVA_HOME's, else java on PATH)",
+        help=f"{each}JDK{'s' if many else ''} by major version (e.g. {'17,25' if many else '25'}) or a JDK's "
+        "folder (default: $JAVA_HOME's, else java on PATH)",
     )
 
 

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "native":
         backend = NativeBackend(out / "logs", stack.Ports.free(), args.java_opts, args.workers, plan.cases[0])
     else:
-        backend = ComposeBackend(args.workers, grafana=args.grafana)
+        backend = ComposeBackend(args.workers, grafana=args.grafana, releases=tuple(plan.ktor))
         backend.project.env["PROXY_JAVA_OPTS"] = args.java_opts
     runs = len(plan.runs())
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""

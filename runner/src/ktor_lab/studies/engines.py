@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import render
+from .. import render, versions
 from ..cases import ENGINES
 from ..errors import LabError
 from ..machine import java
@@ -34,7 +34,7 @@ def run_engine(url: str, engine: str, concurrency: int, args, log: Path) -> dict
         java(),
         *args.java_opts.split(),
         "-jar",
-        str(JAR),
+        str(args.jar),
         *("--engine", engine, "--url", url),
         *("--batches", str(args.batches), "--batch-size", str(args.batch_size)),
         *("--concurrency", str(concurrency), "--warmup-batches", str(args.warmup_batches)),
@@ -65,10 +65,15 @@ COLUMNS = [
 
 
 def run(args) -> Path:
-    if not JAR.exists():
-        raise LabError(f"{JAR.relative_to(REPO)} is missing: make build")
     started = time.time()
     engines = args.engines.split(",")
+    args.jar = JAR
+    if args.ktor:  # another release: its engines only, its own build
+        release = versions.release(args.ktor)
+        versions.check_cases(release, [f"singleton-{e}" for e in engines])
+        args.jar = versions.ensure_jar("engine-bench", release)
+    if not args.jar.exists():
+        raise LabError(f"{args.jar.relative_to(REPO)} is missing: make build")
     modes = [args.concurrency] + ([0] if args.as_published else [])
     d = results_dir(args.out, NAME)
     logs = d / "logs"
@@ -165,6 +170,7 @@ def add_parser(sub) -> None:
         "--path", default="/files/tiny.txt", help="what each request fetches (default: %(default)s)"
     )
     p.add_argument("--java-opts", default="-Xmx512m", help="JVM options (default: %(default)s)")
+    p.add_argument("--ktor", default="", help="a Ktor release of ktor-releases.tsv (default: the pom's)")
     p.add_argument(
         "--timeout", type=int, default=600, help="most seconds per engine run (default: %(default)s)"
     )

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import render
+from .. import render, versions
 from ..machine import java
 from ..paths import REPO
 from ..rundirs import results_dir
@@ -99,7 +99,8 @@ COLUMNS = [
 def run(args) -> Path:
     started = time.time()
     d = results_dir(args.out, NAME)
-    results = jmh(args, d / "jmh.json", d / "jmh.log")
+    jar = versions.ensure_jar("io-bench", versions.release(args.ktor)) if args.ktor else JAR
+    results = jmh(args, d / "jmh.json", d / "jmh.log", jar=jar)
     rows = rows_from(results, args.size)
     for r in rows:
         print(
@@ -112,6 +113,7 @@ def run(args) -> Path:
         "chunk bytes": args.chunk,
         "JMH": f"{args.warmup_iterations} warm-up + {args.iterations} measured iterations of "
         f"{args.iteration_ms} ms, {args.forks} fork(s), average time",
+        "Ktor": args.ktor or versions.default_release().name,
         "JMH version": rows[0]["jmh_version"],
         "JVM": rows[0]["jvm"],
         "fork JVM options": "-Xmx512m",
@@ -144,5 +146,6 @@ def add_parser(sub) -> None:
     p.add_argument("--iterations", type=int, default=5, help="JMH -i (default: %(default)s)")
     p.add_argument("--iteration-ms", type=int, default=2000, help="JMH -w and -r (default: %(default)s)")
     p.add_argument("--forks", type=int, default=1, help="JMH -f (default: %(default)s)")
+    p.add_argument("--ktor", default="", help="a Ktor release of ktor-releases.tsv (default: the pom's)")
     p.add_argument("--timeout", type=int, default=1800, help="most seconds for the whole JMH run")
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/study-io-<time>)")

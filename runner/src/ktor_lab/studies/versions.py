@@ -244,13 +244,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--load",
-        default="rate/300",
+        default="rate/200",
         help="one load level, below every case's capacity (default: %(default)s)",
     )
     p.add_argument(
-        "--warmup", type=int, default=60, help="most seconds of warm-up per run (default: %(default)s)"
+        "--warmup", type=int, default=20, help="most seconds of warm-up per run (default: %(default)s)"
     )
-    p.add_argument("--duration", type=int, default=20, help="seconds measured per run (default: %(default)s)")
+    p.add_argument("--duration", type=int, default=10, help="seconds measured per run (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="runs per cell, interleaved (default: %(default)s)")
     p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")
     p.add_argument(
