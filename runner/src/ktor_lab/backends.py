@@ -121,15 +121,8 @@ class ComposeBackend:
             print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
         # The images from today's sources (Docker's cache makes this quick when nothing changed),
         # the proxy's once per Ktor release of the plan (KTOR_VERSION, its own tag).
-        default = self.project.env.get("KTOR_VERSION")
-        for release in self.releases or (default,):
-            if release:
-                self.project.env["KTOR_VERSION"] = release
-            self.project.build()
-        if default:
-            self.project.env["KTOR_VERSION"] = default
-        else:
-            self.project.env.pop("KTOR_VERSION", None)
+        for release in self.releases or ("",):
+            self.project.build(**({"KTOR_VERSION": release} if release else {}))
 
     def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
         """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen

@@ -255,11 +255,15 @@ class Run:
     dimensions: bool = False
 
     @property
+    def java_major(self) -> str:
+        return (self.java or "?").split(".")[0]
+
+    @property
     def variant(self) -> str:
         """The case, and with dimensions the release and JDK: what a report row stands for."""
         if not self.dimensions:
             return self.case
-        return f"{self.case} ktor {self.ktor} jdk {(self.java or '?').split('.')[0]}"
+        return f"{self.case} ktor {self.ktor} jdk {self.java_major}"
 
     def title(self) -> str:
         return f"{self.variant} {self.scenario} {self.load.label} #{self.repeat}"

@@ -277,7 +277,7 @@ def changes(group: Group) -> list[Change]:
     for row in group.rows:
         run = row.runs[0]
         if run.dimensions:
-            keyed[(run.case, run.ktor, (run.java or "?").split(".")[0])] = row
+            keyed[(run.case, run.ktor, run.java_major)] = row
 
     def order(key: tuple[str, str, str]) -> tuple:
         return key[0], _version(key[1]), _version(key[2])

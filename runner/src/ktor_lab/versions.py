@@ -133,6 +133,18 @@ def ensure_jar(module: str, rel: Release, log=sys.stderr) -> Path:
     return path
 
 
+def ensure_jars(releases: list[Release], modules: tuple[str, ...] = ("proxy-app",)) -> None:
+    """Every module's jar for every release, built before anything starts."""
+    for rel in releases:
+        for module in modules:
+            ensure_jar(module, rel)
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list of releases or JDKs, as the options give them."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 # --- JDKs ------------------------------------------------------------------------------------
 
 

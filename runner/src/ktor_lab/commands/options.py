@@ -114,19 +114,3 @@ def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
         help=f"{each}JDK{'s' if many else ''} by major version (e.g. {'17,25' if many else '25'}) or a JDK's "
         "folder (default: $JAVA_HOME's, else java on PATH)",
     )
-
-
-def version_list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def build_releases(releases: list[str], modules: tuple[str, ...] = ("proxy-app",)) -> None:
-    """Builds what `releases` need before anything starts; LabError with Maven's words if one fails."""
-    from .. import versions
-
-    for name in releases:
-        for module in modules:
-            try:
-                versions.ensure_jar(module, versions.release(name))
-            except (ValueError, RuntimeError) as e:
-                raise LabError(str(e)) from None

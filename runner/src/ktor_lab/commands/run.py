@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import measure, run_report, stack, verdict
+from .. import measure, run_report, stack, verdict, versions
 from ..backends import ComposeBackend, NativeBackend
 from ..cases import CASES, SCENARIOS, case_list
 from ..errors import LabError
@@ -74,8 +74,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
             workers=args.workers,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
-            ktor=options.version_list(args.ktor),
-            java=options.version_list(args.java),
+            ktor=versions.names(args.ktor),
+            java=versions.names(args.java),
         )
     except ValueError as e:
         raise LabError(str(e)) from None
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         )
     stack.require(NativeBackend.missing() if args.backend == "native" else ComposeBackend.missing())
     if args.backend == "native":
-        options.build_releases(plan.ktor)
+        versions.ensure_jars([versions.release(name) for name in plan.ktor])
     out = results_dir(args.out)
     if args.backend == "native":
         backend = NativeBackend(out / "logs", stack.Ports.free(), args.java_opts, args.workers, plan.cases[0])

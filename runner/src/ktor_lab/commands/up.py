@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     stack.require(stack.missing())
     jar = versions.jar("proxy-app", release) if release else PROXY_JAR
     if release:
-        options.build_releases([release.name])
+        versions.ensure_jars([release])
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
     stack.require(stack.busy_ports(ports, parts))

@@ -172,9 +172,11 @@ class Project:
             self.compose(case, *up, "--no-deps", "--force-recreate", "proxy", stdout=subprocess.DEVNULL)
         self.case = case
 
-    def build(self) -> None:
-        """The images compose builds (the proxy, Locust), from the repository's Dockerfiles."""
-        self.compose("singleton-cio", "build", "proxy", "locust", stdout=subprocess.DEVNULL)
+    def build(self, **env: str) -> None:
+        """The images compose builds (the proxy, Locust), from the repository's Dockerfiles;
+        `env` sets variables for this build only (KTOR_VERSION=3.5.1)."""
+        argv = self.argv("singleton-cio", "build", "proxy", "locust")
+        subprocess.run(argv, env={**self.env, **env}, check=True, stdout=subprocess.DEVNULL)
 
     def container_pid(self, service: str) -> int | None:
         """The host PID of the service's main process, when the engine runs on this kernel."""

@@ -89,17 +89,15 @@ IO_COLUMNS = [
 
 def run(args) -> Path:
     started = time.time()
-    releases = [versions.release(n) for n in args.ktor.split(",") if n.strip()]
-    jdks = [versions.jdk(n) for n in args.java.split(",") if n.strip()]
+    names, java_names = versions.names(args.ktor), versions.names(args.java)
+    releases = [versions.release(n) for n in names]
+    jdks = [versions.jdk(n) for n in java_names]
     if len(releases) < 2 or len(jdks) < 2:
         raise ValueError("give at least two releases (--ktor) and two JDKs (--java) to compare")
     cases = case_list(args.cases) if args.cases else common_cases(releases)
     for r in releases:
         versions.check_cases(r, cases)
-    modules = ("proxy-app", "io-bench") if args.io else ("proxy-app",)
-    for r in releases:
-        for module in modules:
-            versions.ensure_jar(module, r)
+    versions.ensure_jars(releases, ("proxy-app", "io-bench") if args.io else ("proxy-app",))
     d = results_dir(args.out, NAME)
     load = parse_load(args.load)
 
@@ -109,8 +107,6 @@ def run(args) -> Path:
             ktor=ktor, java=java,
         )  # fmt: skip
 
-    names = [r.name for r in releases]
-    java_names = [n.strip() for n in args.java.split(",") if n.strip()]
     plans = [("ktor", plan(names, java_names[:1])), ("jdk", plan(names[-1:], java_names[1:]))]
     backend = NativeBackend(d / "logs", Ports.free(), args.java_opts, 0, cases[0])
     parts: list[Results] = []
