@@ -16,7 +16,7 @@ import pytest
 from ktor_lab import cli, render
 from ktor_lab.paths import REPO
 from ktor_lab.studies import STUDIES
-from ktor_lab.studies.replay import HELD_P99_MS
+from ktor_lab.studies.replay import HELD_P99_MS, TIE
 
 
 def run_study(name: str, out: Path, *options: str) -> dict:
@@ -140,8 +140,13 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
         assert rate["held"] == (rate["rps"] >= 0.95 * 50 and (rate["p99_ms"] or 0) <= HELD_P99_MS), rate
         assert r["highest_rate_held"] == (50 if rate["held"] else None)
         assert r["capacity_rps"] > 3 * r["replay_rps"]
-    # the replayed rates tie (the wait sets them); capacity tells the cases apart or ties them honestly
-    assert {r["rank_by_replay_rps"] for r in rows.values()} == {1}
+    # The wait sets both replayed rates, so they differ only by the latency in 20 / (wait + latency):
+    # a few percent, which may or may not cross the 5% tie depending on the machine. What must hold:
+    # the ranks follow the measured rates, sharing a rank within 5%.
+    a, b = sorted(rows.values(), key=lambda r: -r["replay_rps"])
+    assert a["rank_by_replay_rps"] == 1
+    assert b["rank_by_replay_rps"] == (1 if b["replay_rps"] >= (1 - TIE) * a["replay_rps"] else 2)
+    assert b["replay_rps"] >= 0.8 * a["replay_rps"], "the wait, not the engine, sets the replayed rate"
     assert (tmp_path / "matrix" / "results.json").exists() and (tmp_path / "matrix" / "report.md").exists()
     table = table_rows(out["report"], "The published setup replayed (closed/20/0.5-1)")
     assert [r[0] for r in table] == ["singleton-cio", "per-call-cio"]
