@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -13,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ktor_lab import metrics, run_report, verdict
+from ktor_lab import measure, metrics, run_report, verdict
+from ktor_lab.backends import NativeBackend
 from ktor_lab.cases import SCENARIOS
 from ktor_lab.cli import main
 from ktor_lab.paths import LOCUST_DIR
 from ktor_lab.results import Load, LocustFigures, MachineFigures, Plan, Results, Run, Warmup, parse_load
+from ktor_lab.stack import Ports
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -420,6 +424,57 @@ def test_a_run_taken_while_other_work_loads_the_machine_is_flagged_busy(tmp_path
     md = (tmp_path / "report.md").read_text()
     verdict_part = md.split("## Verdict")[1].split("\n## ")[0]
     assert verdict_part.strip().startswith("The machine was busy: in 1 of 1 runs"), verdict_part
+
+
+@pytest.mark.slow
+def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path, monkeypatch):
+    """A collapsed proxy (per-call Java, thousands of threads) once timed out a scrape and ended
+    the whole matrix. Here the proxy's JVM is stopped (SIGSTOP) as its window begins: a real
+    process that accepts connections and answers none. The run keeps Locust's figures, is
+    flagged `unresponsive`, and the next run of the plan is measured as usual."""
+    monkeypatch.setattr(measure, "PROXY_SCRAPE_S", 2)
+    plan = Plan(["singleton-cio", "singleton-okhttp"], ["static-small"], [parse_load("rate/20")])
+    plan.warmup_s, plan.duration_s = 0, 3
+    backend = NativeBackend(tmp_path / "logs", Ports.free(), "-Xmx256m", 0, plan.cases[0])
+    stopped: list[int] = []
+    start_case, container_ids = backend.start_case, backend.container_ids
+
+    def resume():
+        while stopped:
+            os.kill(stopped.pop(), signal.SIGCONT)  # so that the stack's SIGTERM ends it
+
+    def start_and_remember(case, *args, **kwargs):
+        resume()
+        pid = start_case(case, *args, **kwargs)
+        if case == "singleton-cio":
+            stopped.append(pid)
+        return pid
+
+    def stop_the_proxy_as_the_window_begins():
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        return container_ids()
+
+    monkeypatch.setattr(backend, "start_case", start_and_remember)
+    monkeypatch.setattr(backend, "container_ids", stop_the_proxy_as_the_window_begins)
+    try:
+        backend.open()
+        results = measure.run_plan(plan, backend, tmp_path)
+    finally:
+        resume()
+        backend.close()
+    collapsed, fine = results.runs
+    assert collapsed.unanswered == [
+        f"{when}: ReadTimeout after up to 2 s" for when in ("window start", "window end", "leak check")
+    ]
+    assert "unresponsive" in collapsed.verdict.flags and not collapsed.verdict.capacity
+    assert collapsed.proxy.cpu_seconds_per_1000_requests is None and collapsed.leak.threads_after is None
+    assert collapsed.ktor and collapsed.locust.users == plan.loads[0].users  # known from before it stopped
+    assert fine.unanswered == [] and "unresponsive" not in fine.verdict.flags
+    assert fine.proxy.upstream_requests > 0 and fine.leak.known()
+    run_report.write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "the proxy did not answer its /metrics (window start: ReadTimeout" in md
 
 
 @pytest.mark.slow

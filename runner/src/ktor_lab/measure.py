@@ -32,12 +32,14 @@ from .results import (
     Spec,
     Window,
 )
-from .warmup import jit_cpu_seconds, warm_up
+from .warmup import JitClock, warm_up
 
 # Seconds after the load stops before threads and open files are compared with the idle proxy's.
 LEAK_SETTLE_S = 6
 # Seconds a run takes beyond its warm-up and window (a fresh proxy, the last scrape, the leak check).
 RUN_OVERHEAD_S = 8
+# Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
+PROXY_SCRAPE_S = 30
 
 
 def window_queries(engine: str, lifetime: str, seconds: int) -> dict[str, str]:
@@ -105,9 +107,19 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
     lifetime, engine = split_case(spec.case)
     load = spec.load
     jvm_pid = backend.start_case(spec.case, plan.proxy_env, ktor=spec.ktor, java=spec.java)
-    threads_idle, files_idle = resources(metrics.scrape(backend.proxy_metrics_url))
+    idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
+    threads_idle, files_idle = resources(idle)
     web = LocustWeb(backend.locust_url)
     run = Run(spec.case, engine, lifetime, spec.scenario, load, spec.repeat)
+
+    def scrape_proxy(when: str) -> metrics.Samples | None:
+        """The proxy's /metrics, or None (and the run flagged) when a collapsed proxy does not answer."""
+        try:
+            return metrics.scrape(backend.proxy_metrics_url, PROXY_SCRAPE_S)
+        except requests.RequestException as e:
+            run.unanswered.append(f"{when}: {type(e).__name__} after up to {PROXY_SCRAPE_S} s")
+            return None
+
     try:
         web.swarm(
             backend.locust_host,
@@ -121,20 +133,21 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
             lab_case=spec.case,
         )
         run.warmup = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, jvm_pid)
-        jit_before = jit_cpu_seconds(jvm_pid) if jvm_pid else None
+        jit = JitClock(jvm_pid) if jvm_pid else None
         containers = backend.container_ids()
         cpu_before = machine.cpu_sample(containers)
         edge = time.monotonic()
         web.reset()
-        before = metrics.scrape(backend.proxy_metrics_url)
+        before = scrape_proxy("window start")
         edges_s = time.monotonic() - edge
         started = time.time()
         time.sleep(plan.duration_s)
         edge = time.monotonic()
         stats = web.stats()
-        after = metrics.scrape(backend.proxy_metrics_url)
+        after = scrape_proxy("window end")
         edges_s += time.monotonic() - edge
         cpu_after = machine.cpu_sample(containers)
+        jit_in_window = jit.lap() if jit else None
         ended = time.time()
     finally:
         try:
@@ -166,21 +179,13 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
             )
         },
     )
-    edges = counters(before), counters(after)
-    proxy = ProxyFigures(
-        **{key: round(edges[1][key] - edges[0][key], 6) for key in COUNTERS},
-        settings=after.labels("lab_proxy_info"),
-    )
-    if proxy.upstream_requests:
-        proxy.cpu_seconds_per_1000_requests = proxy.cpu_seconds / proxy.upstream_requests * 1000
-    if jit_before is not None:
-        proxy.jit_cpu_seconds_in_window = round(jit_cpu_seconds(jvm_pid) - jit_before, 2)
-    served = metrics.delta(metrics.buckets(before, SERVER_TIMER), metrics.buckets(after, SERVER_TIMER))
-    proxy.server_requests = served.get(float("inf"))
-    for q in (50, 95, 99):
-        seconds = metrics.quantile(served, q / 100)
-        setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 2))
-    run.proxy = proxy
+    if before is not None and after is not None:
+        run.proxy = proxy_figures(before, after)
+    else:
+        run.proxy = ProxyFigures(settings=idle.labels("lab_proxy_info"))
+    proxy = run.proxy
+    if jit_in_window is not None:
+        proxy.jit_cpu_seconds_in_window = round(jit_in_window, 2)
     run.ktor, run.java = proxy.settings.get("ktor_version"), proxy.settings.get("java_version")
     run.dimensions = bool(plan.ktor or plan.java)
     run.machine = machine_figures(cpu_before, cpu_after, ended - started)
@@ -193,10 +198,28 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         }
     )
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - stopped)))
-    threads_after, files_after = resources(metrics.scrape(backend.proxy_metrics_url))
+    settled = scrape_proxy("leak check")
+    threads_after, files_after = resources(settled) if settled is not None else (None, None)
     run.leak = Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after)
     run.verdict = verdict.judge(run)
     return run
+
+
+def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigures:
+    """The proxy's own figures over the window, from its /metrics at the window's edges."""
+    edges = counters(before), counters(after)
+    proxy = ProxyFigures(
+        **{key: round(edges[1][key] - edges[0][key], 6) for key in COUNTERS},
+        settings=after.labels("lab_proxy_info"),
+    )
+    if proxy.upstream_requests:
+        proxy.cpu_seconds_per_1000_requests = proxy.cpu_seconds / proxy.upstream_requests * 1000
+    served = metrics.delta(metrics.buckets(before, SERVER_TIMER), metrics.buckets(after, SERVER_TIMER))
+    proxy.server_requests = served.get(float("inf"))
+    for q in (50, 95, 99):
+        seconds = metrics.quantile(served, q / 100)
+        setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 2))
+    return proxy
 
 
 class Progress:

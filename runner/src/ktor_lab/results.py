@@ -248,6 +248,8 @@ class Run:
     leak: Leak | None = None
     machine: MachineFigures | None = None
     verdict: Verdict = field(default_factory=Verdict)
+    # where the proxy did not answer its /metrics (measure.PROXY_SCRAPE_S), e.g. "window end: timed out"
+    unanswered: list[str] = field(default_factory=list)
     # The Ktor release and the JDK the proxy ran on (from its lab_proxy_info), e.g. 3.5.1, 25.0.3.
     ktor: str | None = None
     java: str | None = None

@@ -415,10 +415,14 @@ def settings(results: Results) -> list[str]:
     ]
     for run in results.runs:
         w = run.warmup
+        counted = (
+            f"the proxy did not answer its /metrics ({'; '.join(run.unanswered)})"
+            if run.unanswered
+            else f"the proxy counted {run.proxy.upstream_requests:.0f} upstream exchanges"
+        )
         lines.append(
             f"Warm-up of {run.title()}: {w.seconds} s, {'settled' if w.settled else 'not settled'}, "
-            f"window rates {w.window_rates}; the proxy counted {run.proxy.upstream_requests:.0f} "
-            f"upstream exchanges, Locust {run.locust.requests}."
+            f"window rates {w.window_rates}; {counted}, Locust {run.locust.requests}."
         )
     return lines
 

@@ -19,6 +19,10 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   keeps its selector thread and sockets). Pools shrink within the keep-alive; this stays.
   It says nothing about who set the rate, so it does not take away `capacity`.
 
+- `unresponsive`: the proxy did not answer its own /metrics (PROXY_SCRAPE_S) at an edge of
+  the window or after it: it collapsed under the load (per-call Java, with thousands of
+  threads). Locust's figures stand; the proxy's own (CPU per request, its percentiles, the
+  leak check) are missing where it did not answer.
 - `machine-busy`: during the window, processes other than the lab's (this command, its
   children, the compose project's containers) used at least BUSY_SHARE of the machine's
   CPUs, or the hypervisor stole at least STEAL_SHARE (from /proc): the rate is partly the
@@ -48,7 +52,15 @@ STEAL_SHARE = 0.05
 GENERATOR_ADDED_MS = 5.0
 GENERATOR_ADDED_SHARE = 0.5
 # Flags that say something else than the engine set the rate.
-RATE_FLAGS = ("generator-saturated", "load-model", "target", "errors", "not-warm", "machine-busy")
+RATE_FLAGS = (
+    "generator-saturated",
+    "load-model",
+    "target",
+    "errors",
+    "not-warm",
+    "unresponsive",
+    "machine-busy",
+)
 
 
 def judge(run: Run) -> Verdict:
@@ -81,6 +93,9 @@ def judge(run: Run) -> Verdict:
     if not run.warmup.settled:
         flags.append("not-warm")
         reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
+    if run.unanswered:
+        flags.append("unresponsive")
+        reasons.append(f"the proxy did not answer its /metrics ({'; '.join(run.unanswered)}): it collapsed")
     m = run.machine
     if m is not None and (m.others_share >= BUSY_SHARE or m.steal_share >= STEAL_SHARE):
         flags.append("machine-busy")

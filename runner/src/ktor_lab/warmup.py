@@ -18,17 +18,34 @@ TOLERANCE = 0.05
 JIT_QUIET_SHARE = 0.02
 
 
-def jit_cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by the JVM's C1/C2 compiler threads (from /proc)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime + stime
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile
-    return total / os.sysconf("SC_CLK_TCK")
+class JitClock:
+    """CPU seconds the JVM's C1/C2 compiler threads used between calls of lap() (from /proc).
+
+    Counted per thread: the JVM ends compiler threads that fall idle (and starts new ones when
+    more than the default two are allowed), and a sum over the live threads would then run
+    backwards and pass for a quiet JIT."""
+
+    def __init__(self, pid: int, proc: Path = Path("/proc")):
+        self.tasks = proc / str(pid) / "task"
+        self.last = self.sample()
+
+    def sample(self) -> dict[str, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for task in self.tasks.iterdir():
+            try:
+                if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    out[task.name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+            except (OSError, IndexError, ValueError):
+                continue  # the thread ended meanwhile
+        return out
+
+    def lap(self) -> float:
+        now = self.sample()
+        used = sum(seconds - self.last.get(tid, 0.0) for tid, seconds in now.items())
+        self.last = now
+        return used
 
 
 @dataclass
@@ -37,6 +54,8 @@ class Warmup:
     settled: bool = False
     window_rates: list[float] = field(default_factory=list)
     jvm_visible: bool = False
+    # CPU seconds the JIT compilers used in each window (when the JVM can be seen)
+    window_jit_s: list[float] = field(default_factory=list)
 
 
 def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None) -> Warmup:
@@ -44,15 +63,16 @@ def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = 
     `limit_s` seconds are spent."""
     result = Warmup(settled=limit_s == 0, jvm_visible=jvm_pid is not None)
     previous = None
-    jit = jit_cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    jit = JitClock(jvm_pid) if jvm_pid else None
     while result.seconds + WINDOW_S <= limit_s:
         rate = window(WINDOW_S)
         result.window_rates.append(round(rate, 1))
         result.seconds += WINDOW_S
         quiet = True
-        if jvm_pid:
-            now = jit_cpu_seconds(jvm_pid)
-            quiet, jit = now - jit < JIT_QUIET_SHARE * WINDOW_S, now
+        if jit:
+            used = jit.lap()
+            result.window_jit_s.append(round(used, 2))
+            quiet = used < JIT_QUIET_SHARE * WINDOW_S
         if quiet and previous and abs(rate - previous) <= TOLERANCE * previous:
             result.settled = True
             break

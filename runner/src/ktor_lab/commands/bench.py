@@ -24,7 +24,7 @@ from ..machine import cpus, java, process_cpu_seconds, version
 from ..parts import wrk
 from ..paths import LEAN_PROXY_JAR, REPO
 from ..rundirs import run_dir
-from ..warmup import jit_cpu_seconds, warm_up
+from ..warmup import JitClock, warm_up
 from . import options
 
 
@@ -49,12 +49,12 @@ def add_parser(sub) -> None:
 
 def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None = None) -> dict:
     warm = warm_up(lambda s: wrk.run(url, args.connections, args.threads, s)["rps"], args.warmup, jvm_pid)
-    jit_before = jit_cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    jit = JitClock(jvm_pid) if jvm_pid else None
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     r = wrk.run(url, args.connections, args.threads, args.duration)
     r.update(target=name, warmup_s=warm.seconds, warmup_settled=warm.settled, cpu_ms_per_request=None)
     if jvm_pid:
-        r["jit_cpu_s_in_window"] = round(jit_cpu_seconds(jvm_pid) - jit_before, 2)
+        r["jit_cpu_s_in_window"] = round(jit.lap(), 2)
         if r["requests"]:
             r["cpu_ms_per_request"] = (process_cpu_seconds(jvm_pid) - cpu_before) * 1000 / r["requests"]
     note = "" if warm.settled else "  (not warm at the end of the warm-up)"

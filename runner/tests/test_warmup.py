@@ -1,0 +1,51 @@
+"""The warm-up rule (warmup.py) with a scripted load, and the JIT clock on a fake /proc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ktor_lab.warmup import WINDOW_S, JitClock, warm_up
+
+
+def scripted(rates: list[float]):
+    calls = iter(rates)
+    return lambda seconds: next(calls)
+
+
+def test_warm_once_two_windows_agree():
+    w = warm_up(scripted([100, 200, 300, 310, 900]), 120, os.getpid())  # a process without a JIT
+    assert (w.settled, w.seconds) == (True, 4 * WINDOW_S)
+    assert w.window_rates == [100, 200, 300, 310]
+    assert w.window_jit_s == [0, 0, 0, 0] and w.jvm_visible
+
+
+def test_still_climbing_at_the_limit_is_not_warm():
+    w = warm_up(scripted([100, 200, 300, 400, 500]), 20)
+    assert (w.settled, w.seconds, w.window_rates) == (False, 20, [100, 200, 300, 400])
+    assert w.window_jit_s == [] and not w.jvm_visible
+
+
+def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
+    task = proc / "4242" / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "comm").write_text(name + "\n")
+    # /proc/PID/task/TID/stat: utime and stime are the 14th and 15th fields
+    (task / "stat").write_text(f"{tid} ({name}) S " + " ".join(["0"] * 10) + f" {ticks} 0 0 0\n")
+
+
+def test_a_compiler_thread_that_ends_does_not_make_jit_time_run_back(tmp_path: Path):
+    hz = os.sysconf("SC_CLK_TCK")
+    compiler_thread(tmp_path, 10, "C2 CompilerThre", 5 * hz)
+    compiler_thread(tmp_path, 11, "C1 CompilerThre", 1 * hz)
+    compiler_thread(tmp_path, 12, "VM Thread", 50 * hz)  # not a compiler
+    clock = JitClock(4242, tmp_path)
+    compiler_thread(tmp_path, 10, "C2 CompilerThre", 7 * hz)
+    assert clock.lap() == 2.0
+    # the JVM ends an idle compiler thread (5+2 s gone from the sum) and starts another
+    for f in (tmp_path / "4242" / "task" / "10").iterdir():
+        f.unlink()
+    (tmp_path / "4242" / "task" / "10").rmdir()
+    compiler_thread(tmp_path, 13, "C2 CompilerThre", 1 * hz)
+    assert clock.lap() == 1.0
+    assert clock.lap() == 0.0
