@@ -45,6 +45,13 @@ def add_parser(sub) -> None:
         help="most seconds of unmeasured load before each target; it ends sooner once two 5 s windows "
         "agree within 5%% and the proxy's JIT compilers were quiet (default: %(default)s)",
     )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds over every target, interleaved (A B A B); the table gives medians, and each "
+        "case's CPU against its minimal proxy as the median of the rounds' ratios (default: %(default)s)",
+    )
 
 
 def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None = None) -> dict:
@@ -70,6 +77,8 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
 def run(args: argparse.Namespace) -> int:
     if problem := wrk.missing():
         raise LabError(problem)
+    if args.repeats < 1:
+        raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
     try:
         cases = case_list(args.cases)
     except ValueError as e:
@@ -87,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         "wrk_threads": args.threads,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
+        "repeats": args.repeats,
         "java_opts": args.java_opts,
         "client_max_connections": "1000 (proxy default)",
         "cpus": cpus(),
@@ -97,45 +107,86 @@ def run(args: argparse.Namespace) -> int:
         "java": version([java(), "-version"]),
     }
     print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
-    results = []
+    rounds: list[dict] = []
     with stack.Stack(d, ports, args.java_opts.split()) as lab:
         lab.nginx()
-        results.append(measure("nginx direct", lab.upstream_url + args.path, args))
-        reference, url = lab.proxy_pass()
-        results.append(measure("nginx proxy_pass", url + args.path, args))
-        lab.stop_service(reference)
-        for case in cases:
-            proxy = lab.proxy(case)
-            results.append(measure(case, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
-            lab.stop_proxy()
-            time.sleep(1)
-            lifetime, engine = split_case(case)
-            if lifetime == "singleton" or f"singleton-{engine}" not in cases:
-                lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR)
-                results.append(
-                    measure(f"lean {engine}", lean.url + args.path, args, jvm_pid=lean.service.pid)
-                )
-                lab.stop_proxy()
-                time.sleep(1)
-
-    reference_rps = next(r for r in results if r["target"] == "nginx proxy_pass")["rps"]
-    lean_cpu = {
-        r["target"].removeprefix("lean "): r["cpu_ms_per_request"]
-        for r in results
-        if r["target"].startswith("lean ")
-    }
-    for r in results:
-        r["ratio_to_proxy_pass"] = r["rps"] / reference_rps
-        r["cpu_to_lean"] = None
-        if r["target"] in cases and r["cpu_ms_per_request"]:
-            reference = lean_cpu.get(split_case(r["target"])[1])
-            r["cpu_to_lean"] = r["cpu_ms_per_request"] / reference if reference else None
+        for n in range(1, args.repeats + 1):
+            if args.repeats > 1:
+                print(f"round {n} of {args.repeats}", flush=True)
+            rounds.extend(dict(r, round=n) for r in one_round(lab, cases, args))
+    results = summarize(rounds, cases)
     text = table(results).markdown()
     print("\n" + text)
-    (d / "bench.json").write_text(json.dumps({"settings": settings, "results": results}, indent=2))
+    (d / "bench.json").write_text(
+        json.dumps({"settings": settings, "results": results, "rounds": rounds}, indent=2)
+    )
     (d / "bench.md").write_text(text + "\n")
     print(f"\nlab bench: written {d / 'bench.json'} and bench.md")
     return 0
+
+
+def one_round(lab: stack.Stack, cases: list[str], args: argparse.Namespace) -> list[dict]:
+    """Every target once: nginx, nginx proxy_pass, then each case and, after each engine's first
+    case, that engine's minimal proxy."""
+    results = [measure("nginx direct", lab.upstream_url + args.path, args)]
+    reference, url = lab.proxy_pass()
+    results.append(measure("nginx proxy_pass", url + args.path, args))
+    lab.stop_service(reference)
+    for case in cases:
+        proxy = lab.proxy(case)
+        results.append(measure(case, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
+        lab.stop_proxy()
+        time.sleep(1)
+        lifetime, engine = split_case(case)
+        if lifetime == "singleton" or f"singleton-{engine}" not in cases:
+            lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR)
+            results.append(measure(f"lean {engine}", lean.url + args.path, args, jvm_pid=lean.service.pid))
+            lab.stop_proxy()
+            time.sleep(1)
+    return results
+
+
+def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
+    """One row per target in the order measured: medians over the rounds, and each case's CPU per
+    request against its engine's minimal proxy as the median of the ratios taken within a round
+    (the two ran minutes apart, not a whole round apart)."""
+    targets = list(dict.fromkeys(r["target"] for r in rounds))
+    rows = []
+    for target in targets:
+        runs = [r for r in rounds if r["target"] == target]
+        row = {
+            "target": target,
+            "rounds": len(runs),
+            **{k: median([r[k] for r in runs]) for k in ("rps", "p50_us", "p99_us")},
+            "requests": sum(r["requests"] for r in runs),
+            "errors": sum(r["errors"] for r in runs),
+            "warmup_s": max(r["warmup_s"] for r in runs),
+            "warmup_settled": all(r["warmup_settled"] for r in runs),
+            "cpu_ms_per_request": median([r["cpu_ms_per_request"] for r in runs]),
+        }
+        rows.append(row)
+    reference_rps = next(r for r in rows if r["target"] == "nginx proxy_pass")["rps"]
+    cpu = {(r["round"], r["target"]): r["cpu_ms_per_request"] for r in rounds}
+    for row in rows:
+        row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
+        ratios = []
+        if row["target"] in cases:
+            lean = f"lean {split_case(row['target'])[1]}"
+            for n in sorted({r["round"] for r in rounds}):
+                mine, ref = cpu.get((n, row["target"])), cpu.get((n, lean))
+                if mine and ref:
+                    ratios.append(mine / ref)
+        row["cpu_to_lean_rounds"] = [round(x, 3) for x in ratios]
+        row["cpu_to_lean"] = median(ratios)
+    return rows
+
+
+def median(values: list) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None
+    mid = len(known) // 2
+    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
 
 
 def table(results: list[dict]) -> render.Table:
@@ -150,10 +201,14 @@ def table(results: list[dict]) -> render.Table:
             render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3),
             render.Column("CPU x lean", lambda r: r["cpu_to_lean"], 2),
             render.Column(
+                "x lean per round",
+                lambda r: " ".join(f"{x:.2f}" for x in r["cpu_to_lean_rounds"]) if r["rounds"] > 1 else "",
+            ),
+            render.Column(
                 "warm-up s",
                 lambda r: f"{r['warmup_s']:.0f}" + ("" if r["warmup_settled"] else " (unsettled)"),
             ),
         ],
         results,
-        numeric=[False, True, True, True, True, True, True, True, True],
+        numeric=[False, True, True, True, True, True, True, True, False, True],
     )
