@@ -40,11 +40,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--warmup",
         type=int,
-        default=20,
-        help="most seconds of unmeasured load per run; ends sooner once the rate is stable and the JIT "
-        "quiet (default: %(default)s; on 2 cores a proxy needs 50-100 s to be fully warm)",
+        default=150,
+        help="most seconds of unmeasured load per run; ends as soon as two 5 s windows agree within 5%% "
+        "and the proxy's JIT was quiet (default: %(default)s; on 2 cores a proxy needs 55-125 s)",
     )
-    p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
+    p.add_argument("--duration", type=int, default=20, help="seconds measured per run (default: %(default)s)")
     p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
     p.add_argument(
         "--backend",
