@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import time
 
 from .. import render, stack
@@ -182,11 +183,9 @@ def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
 
 
 def median(values: list) -> float | None:
-    known = sorted(v for v in values if v is not None)
-    if not known:
-        return None
-    mid = len(known) // 2
-    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+    """The median of the known values (a nginx target has no CPU figure); None when none is known."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def table(results: list[dict]) -> render.Table:
