@@ -470,6 +470,10 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     assert "unresponsive" in collapsed.verdict.flags and not collapsed.verdict.capacity
     assert collapsed.proxy.cpu_seconds_per_1000_requests is None and collapsed.leak.threads_after is None
     assert collapsed.ktor and collapsed.locust.users == plan.loads[0].users  # known from before it stopped
+    # the machine's CPU is shared by the time its samples span, stalled scrapes included (it once
+    # divided 52 s of CPU by a 22 s window and flagged the machine busy)
+    assert collapsed.machine.window_s >= plan.duration_s + 2 * measure.PROXY_SCRAPE_S
+    assert collapsed.machine.busy_cores <= collapsed.machine.cpus + 0.05
     assert fine.unanswered == [] and "unresponsive" not in fine.verdict.flags
     assert fine.proxy.upstream_requests > 0 and fine.leak.known()
     run_report.write_report(tmp_path)

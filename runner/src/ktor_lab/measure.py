@@ -136,7 +136,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         jit = JitClock(jvm_pid) if jvm_pid else None
         containers = backend.container_ids()
         cpu_before = machine.cpu_sample(containers)
-        edge = time.monotonic()
+        edge = cpu_from = time.monotonic()
         web.reset()
         before = scrape_proxy("window start")
         edges_s = time.monotonic() - edge
@@ -147,6 +147,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         after = scrape_proxy("window end")
         edges_s += time.monotonic() - edge
         cpu_after = machine.cpu_sample(containers)
+        cpu_span_s = time.monotonic() - cpu_from  # with the edges: a stalled scrape is inside it
         jit_in_window = jit.lap() if jit else None
         ended = time.time()
     finally:
@@ -188,7 +189,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         proxy.jit_cpu_seconds_in_window = round(jit_in_window, 2)
     run.ktor, run.java = proxy.settings.get("ktor_version"), proxy.settings.get("java_version")
     run.dimensions = bool(plan.ktor or plan.java)
-    run.machine = machine_figures(cpu_before, cpu_after, ended - started)
+    run.machine = machine_figures(cpu_before, cpu_after, cpu_span_s)
     time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
     window_s = max(1, round(ended - started))
     run.prometheus = PrometheusFigures(
