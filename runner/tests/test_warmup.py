@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ktor_lab.warmup import WINDOW_S, JitClock, warm_up
+import requests
+
+from ktor_lab.warmup import JIT_NICE, WINDOW_S, JitClock, warm_up
 
 
 def scripted(rates: list[float]):
@@ -49,3 +51,39 @@ def test_a_compiler_thread_that_ends_does_not_make_jit_time_run_back(tmp_path: P
     compiler_thread(tmp_path, 13, "C2 CompilerThre", 1 * hz)
     assert clock.lap() == 1.0
     assert clock.lap() == 0.0
+
+
+def compiler_nices(pid: int) -> list[int]:
+    """The nice value of each C1/C2 compiler thread of `pid` (/proc/PID/task/TID/stat, field 19)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+            out.append(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+    return out
+
+
+def test_the_jit_is_served_first_while_warming_and_at_its_own_nice_when_measured(start_proxy, upstream):
+    with start_proxy("singleton-cio", upstream.url) as proxy:
+        pid = proxy.service.pid
+        assert compiler_nices(pid) and set(compiler_nices(pid)) == {0}
+        during = []
+
+        def window(seconds: int) -> float:
+            during.append(compiler_nices(pid))
+            assert requests.get(proxy.url + "/files/tiny.txt", timeout=10).text == "Success!\n"
+            return 100.0
+
+        w = warm_up(window, 3 * WINDOW_S, pid)
+        after = compiler_nices(pid)
+    assert w.window_rates == [100.0] * len(during) and len(during) >= 2
+    if os.geteuid() == 0:  # CI and this machine: root may lower a nice value
+        assert w.jit_nice == JIT_NICE < 0
+        assert all(set(nices) == {JIT_NICE} for nices in during)
+    else:
+        assert w.jit_nice is None and all(set(nices) == {0} for nices in during)
+    assert set(after) == {0}
+
+
+def test_a_fake_proc_is_never_reniced(tmp_path: Path):
+    compiler_thread(tmp_path, 1, "C2 CompilerThre", 0)  # PID 1's own thread ID, in a fake /proc
+    assert JitClock(4242, tmp_path).prioritize(JIT_NICE) is False

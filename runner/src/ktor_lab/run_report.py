@@ -422,7 +422,9 @@ def settings(results: Results) -> list[str]:
         )
         lines.append(
             f"Warm-up of {run.title()}: {w.seconds} s, {'settled' if w.settled else 'not settled'}, "
-            f"window rates {w.window_rates}; {counted}, Locust {run.locust.requests}."
+            f"window rates {w.window_rates}"
+            + ("" if w.jit_nice is None else f", JIT compiler threads at nice {w.jit_nice} until the window")
+            + f"; {counted}, Locust {run.locust.requests}."
         )
     return lines
 
