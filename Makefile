@@ -16,7 +16,7 @@ LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
-.PHONY: help setup build test test-fast run verify matrix bench bench-locust studies lint clean
+.PHONY: help setup build test test-fast test-busy run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,6 +56,11 @@ test: setup  ## every test: Kotlin unit tests, then the Python suite (native par
 
 test-fast: setup $(PROXY_JAR)  ## the suite without the 100 MB transfers, timeout waits and containers
 	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
+
+test-busy: setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
+	$(MVN) package
+	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
+	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
 run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)

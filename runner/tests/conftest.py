@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -57,8 +58,71 @@ def session_processes() -> list[tuple[int, str]]:
     return found
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--busy-cores",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the suite while N busy loops (one process each) load the machine's cores, "
+        "to check that no assertion depends on the machine's speed (make test-busy)",
+    )
+
+
+class BusyLoops:
+    """N processes spinning at full speed for the length of the session, ended by PID at its end;
+    reports the cores they took."""
+
+    def __init__(self, n: int):
+        self.started = time.monotonic()
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(n)
+        ]
+
+    def cpu_seconds(self) -> float:
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for p in self.procs:
+            try:
+                fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
+    def stop(self) -> str:
+        used, wall = self.cpu_seconds(), time.monotonic() - self.started
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        return (
+            f"{len(self.procs)} busy loops took {used / max(wall, 1e-3):.2f} cores on average "
+            f"over the session's {wall / 60:.1f} min"
+        )
+
+
+busy: BusyLoops | None = None
+busy_report = ""
+
+
+def pytest_sessionstart(session):
+    global busy
+    n = session.config.getoption("--busy-cores")
+    if n > 0:
+        busy = BusyLoops(n)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if busy_report:
+        terminalreporter.write_line(busy_report)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The suite leaves no process behind, even when a test failed: any survivor fails the run."""
+    global busy, busy_report
+    if busy is not None:
+        busy_report, busy = busy.stop(), None
     deadline = time.monotonic() + 15  # stops in flight (a JVM's shutdown) may take a moment
     while (left := session_processes()) and time.monotonic() < deadline:
         time.sleep(0.5)
