@@ -68,7 +68,7 @@ run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), P
 verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: setup $(PROXY_JAR)  ## all 10 cases headless, each warmed up (lab run, 20 min here), report.md and report.html in results/<timestamp>/
+matrix: setup $(PROXY_JAR)  ## all 10 cases headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
 bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine
