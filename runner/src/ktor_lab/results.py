@@ -89,8 +89,8 @@ class Plan:
     scenarios: list[str]
     loads: list[Load]
     repeats: int = 1
-    warmup_s: int = 20
-    duration_s: int = 30
+    warmup_s: int = 150  # lab run's defaults (commands/run.py reads them from here)
+    duration_s: int = 20
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)

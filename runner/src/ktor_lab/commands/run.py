@@ -40,11 +40,16 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--warmup",
         type=int,
-        default=150,
+        default=Plan.warmup_s,
         help="most seconds of unmeasured load per run; ends as soon as two 5 s windows agree within 5%% "
         "and the proxy's JIT was quiet (default: %(default)s; on 2 cores a proxy needs 55-125 s)",
     )
-    p.add_argument("--duration", type=int, default=20, help="seconds measured per run (default: %(default)s)")
+    p.add_argument(
+        "--duration",
+        type=int,
+        default=Plan.duration_s,
+        help="seconds measured per run (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
     p.add_argument(
         "--backend",
