@@ -70,8 +70,8 @@ def pytest_addoption(parser):
 
 
 class BusyLoops:
-    """N processes spinning at full speed for the length of the session, ended by PID at its end;
-    reports the cores they took."""
+    """N processes spinning at full speed for the length of the session, ended by PID at its end
+    (and by the Guardian, group and all, should the session be killed); reports the cores they took."""
 
     def __init__(self, n: int):
         self.started = time.monotonic()
@@ -79,6 +79,8 @@ class BusyLoops:
             subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(n)
         ]
+        for p in self.procs:
+            Guardian.watch(p.pid)
 
     def cpu_seconds(self) -> float:
         ticks = os.sysconf("SC_CLK_TCK")
@@ -96,6 +98,7 @@ class BusyLoops:
         for p in self.procs:
             p.kill()
             p.wait()
+            Guardian.release(p.pid)
         return (
             f"{len(self.procs)} busy loops took {used / max(wall, 1e-3):.2f} cores on average "
             f"over the session's {wall / 60:.1f} min"
