@@ -62,7 +62,10 @@ def test_500_concurrent_delays_are_not_serialized(upstream):
     wall = time.monotonic() - t0
     assert all(status == 200 for status, _ in results)
     assert min(e for _, e in results) >= 1.8
-    assert wall < 2.0 * 1.5 + 1, f"500 x 2 s delays took {wall:.1f} s"
+    # Serialized, 500 x 2 s would overlap by 1 (2 lanes: 2); a machine too busy to start 500
+    # threads at once still has most of them waiting on nginx together. A relation, not a speed.
+    in_flight = sum(e for _, e in results) / wall
+    assert in_flight >= 100, f"500 x 2 s delays took {wall:.1f} s: {in_flight:.0f} in flight on average"
 
 
 @pytest.mark.parametrize("size", [0, 1, 15 << 20, 100 << 20], ids=["0B", "1B", "15MB", "100MB"])
