@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
 from ktor_lab.parts import compose, faults, nginx, proxy
 from ktor_lab.paths import LOCUST_DIR
@@ -83,12 +84,10 @@ class BusyLoops:
             Guardian.watch(p.pid)
 
     def cpu_seconds(self) -> float:
-        ticks = os.sysconf("SC_CLK_TCK")
         total = 0.0
         for p in self.procs:
             try:
-                fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks
+                total += process_cpu_seconds(p.pid)
             except (OSError, IndexError, ValueError):
                 pass
         return total
