@@ -12,27 +12,30 @@ import io.ktor.http.Headers
 import io.ktor.http.HttpHeaders
 
 object ForwardedHeaders {
-    private val hopByHop = setOf(
+    /** Hop-by-hop, and framing headers set by the body or by the engine, never copied as text. */
+    private val neverCopied = setOf(
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+        "content-length", "content-type",
     )
-
-    /** Set by the body or by the engine, never copied as text. */
-    private val framing = setOf("content-length", "content-type")
 
     /** Request headers the proxy replaces or must not forward. */
     private val requestOnly = setOf("host", "expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 
     /** True when any value holds CR, LF or NUL: such a request is rejected, not forwarded. */
-    fun hasUnsafeValue(headers: Headers): Boolean =
-        headers.entries().any { (name, values) ->
-            name.any { it < ' ' } || values.any { v -> v.any { it == '\r' || it == '\n' || it == '\u0000' } }
+    fun hasUnsafeValue(headers: Headers): Boolean {
+        var unsafe = false
+        headers.forEach { name, values ->
+            if (name.any { it < ' ' } || values.any { v -> v.any { it == '\r' || it == '\n' || it == '\u0000' } }) unsafe = true
         }
+        return unsafe
+    }
 
     fun toUpstream(headers: Headers, remoteAddress: String, scheme: String): List<Pair<String, String>> {
-        val drop = dropped(headers) + requestOnly
-        val out = mutableListOf<Pair<String, String>>()
+        val named = connectionNamed(headers)
+        val out = ArrayList<Pair<String, String>>(headers.names().size + 3)
         headers.forEach { name, values ->
-            if (name.lowercase() !in drop) values.forEach { out += name to it }
+            val lower = name.lowercase()
+            if (!dropped(lower, named) && lower !in requestOnly) values.forEach { out += name to it }
         }
         val priorFor = headers.getAll(HttpHeaders.XForwardedFor)?.joinToString(", ")
         out += HttpHeaders.XForwardedFor to (if (priorFor.isNullOrBlank()) remoteAddress else "$priorFor, $remoteAddress")
@@ -46,10 +49,10 @@ object ForwardedHeaders {
      * `proxy_redirect default`), so a caller never learns or follows the upstream's address.
      */
     fun toClient(headers: Headers, upstreamUrl: String): List<Pair<String, String>> {
-        val drop = dropped(headers)
-        val out = mutableListOf<Pair<String, String>>()
+        val named = connectionNamed(headers)
+        val out = ArrayList<Pair<String, String>>(headers.names().size)
         headers.forEach { name, values ->
-            if (name.lowercase() in drop) return@forEach
+            if (dropped(name.lowercase(), named)) return@forEach
             values.forEach { value ->
                 out += name to if (name.equals(HttpHeaders.Location, ignoreCase = true)) {
                     relativeToUpstream(value, upstreamUrl)
@@ -72,10 +75,13 @@ object ForwardedHeaders {
         }
     }
 
-    private fun dropped(headers: Headers): Set<String> {
-        val named = headers.getAll(HttpHeaders.Connection).orEmpty()
-            .flatMap { it.split(',') }.map { it.trim().lowercase() }.filter { it.isNotEmpty() }
-        val proxyStar = headers.names().map { it.lowercase() }.filter { it.startsWith("proxy-") }
-        return hopByHop + framing + named + proxyStar
+    /** The header names a `Connection` header lists (lower case); empty, and no allocation, without one. */
+    private fun connectionNamed(headers: Headers): Set<String> {
+        val connection = headers.getAll(HttpHeaders.Connection) ?: return emptySet()
+        return connection.flatMap { it.split(',') }.map { it.trim().lowercase() }.filter { it.isNotEmpty() }.toSet()
     }
+
+    /** [lower] (a lower-case name) stays on its hop: hop-by-hop, framing, `Proxy-*`, or named by `Connection`. */
+    private fun dropped(lower: String, named: Set<String>): Boolean =
+        lower in neverCopied || lower.startsWith("proxy-") || lower in named
 }

@@ -28,7 +28,7 @@ fun Application.configureRouting(config: ProxyConfig, clients: ClientProvider, m
 
 class OwnEndpoints(private val config: ProxyConfig, private val metrics: ProxyMetrics) {
     /** True when [pathAndQuery] names one of the proxy's own endpoints. */
-    fun serves(pathAndQuery: String): Boolean = pathAndQuery.substringBefore('?') in setOf(HEALTH, METRICS)
+    fun serves(pathAndQuery: String): Boolean = pathAndQuery.substringBefore('?').let { it == HEALTH || it == METRICS }
 
     suspend fun respond(call: ApplicationCall, pathAndQuery: String) = when (pathAndQuery.substringBefore('?')) {
         HEALTH -> call.respondText("ok ${config.caseName}\n")

@@ -17,11 +17,11 @@ import io.ktor.client.statement.HttpResponse
 import io.ktor.client.statement.bodyAsChannel
 import io.ktor.http.ContentType
 import io.ktor.http.Headers
+import io.ktor.http.HeadersBuilder
 import io.ktor.http.HttpHeaders
 import io.ktor.http.HttpMethod
 import io.ktor.http.HttpStatusCode
 import io.ktor.http.content.OutgoingContent
-import io.ktor.http.headersOf
 import io.ktor.server.application.ApplicationCall
 import io.ktor.server.request.httpMethod
 import io.ktor.server.request.receiveChannel
@@ -66,10 +66,9 @@ object RelayedBodies {
     /** What the caller gets for [upstream]: status, end-to-end headers and the checked body. */
     suspend fun answer(call: ApplicationCall, upstream: HttpResponse, upstreamUrl: String): OutgoingContent {
         val status = upstream.status
-        val headers = headersOf(
-            *ForwardedHeaders.toClient(upstream.headers, upstreamUrl).groupBy({ it.first }, { it.second })
-                .map { it.key to it.value }.toTypedArray(),
-        )
+        val headers = HeadersBuilder().apply {
+            ForwardedHeaders.toClient(upstream.headers, upstreamUrl).forEach { (name, value) -> append(name, value) }
+        }.build()
         val length = upstream.headers[HttpHeaders.ContentLength]?.toLongOrNull()
         val type = upstream.headers[HttpHeaders.ContentType]?.let { runCatching { ContentType.parse(it) }.getOrNull() }
         val bodiless = call.request.httpMethod == HttpMethod.Head || status.value in 100..199 ||

@@ -20,6 +20,11 @@ object RequestTarget {
 
     fun normalize(raw: String): Target {
         if (raw.any { it <= ' ' || it == '\u007f' }) return Target.Reject("control character or space in target")
+        // Most targets have nothing to resolve or decode: no escape, no dot segment, no fragment,
+        // no backslash. Each step below would leave such a target as it is.
+        if (raw.startsWith("/") && raw.none { it == '%' || it == '\\' || it == '#' } && "/." !in raw) {
+            return Target.Forward(raw)
+        }
         val originForm = when {
             raw.startsWith("/") -> raw
             absoluteForm.containsMatchIn(raw) -> raw.replaceFirst(absoluteForm, "").ifEmpty { "/" }
