@@ -361,7 +361,10 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
             "generator_cpu_max_percent",
         ):
             assert prom[key] is not None and prom[key] > 0, (run["case"], key, prom)
-        assert abs(prom["upstream_requests"] - counted) <= 0.15 * counted, (prom, counted)
+        # Prometheus' increase() over the window extrapolates from the scrapes inside it: off by
+        # up to about one scrape interval's worth of requests (a busy machine moves the scrapes).
+        slack = counted * results["backend"]["scrape_interval_s"] / run["window"]["seconds"]
+        assert abs(prom["upstream_requests"] - counted) <= slack, (prom, counted, slack)
         # CPU per request from the proxy's own counters; Prometheus' view of the same agrees.
         assert run["proxy"]["cpu_seconds_per_1000_requests"] > 0
         assert prom["cpu_seconds"] == pytest.approx(run["proxy"]["cpu_seconds"], rel=0.3)
