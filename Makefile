@@ -47,7 +47,7 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 
 build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, about 26 min on 2 cores (the compose suite included; the first image builds add more).
+# Every test, 26-34 min on 2 cores (the compose suite included; the first image builds add more).
 test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
