@@ -155,10 +155,10 @@ def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
     return ok
 
 
-def answers(url: str) -> bool:
-    """True when `url` answers 2xx within a second; false on any connection error."""
+def answers(url: str, timeout: float = 1) -> bool:
+    """True when `url` answers 2xx within `timeout` seconds; false on any connection error."""
     try:
-        return requests.get(url, timeout=1).ok
+        return requests.get(url, timeout=timeout).ok
     except requests.RequestException:
         return False
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import wait_until
+from conftest import answers, wait_until
 from ktor_lab.cases import CASES, ENGINES
 from ktor_lab.parts import faults, nginx
 from ktor_lab.parts.faults import exchange, get, read_reply
@@ -35,15 +35,8 @@ def faulty(request, fault_server, start_proxy):
     with start_proxy(
         f"singleton-{request.param}", fault_server.url, CLIENT_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS)
     ) as p:
-        assert wait_until(lambda: through_ok(p.url), timeout=60, interval=0.5), "no /ok through the proxy"
+        assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
         yield p
-
-
-def through_ok(proxy_url: str) -> bool:
-    try:
-        return requests.get(f"{proxy_url}/ok", timeout=10).text == "ok\n"
-    except requests.RequestException:
-        return False
 
 
 def test_a_short_fixed_length_body_is_a_502_before_the_answer(faulty):

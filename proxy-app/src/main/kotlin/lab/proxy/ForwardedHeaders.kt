@@ -75,11 +75,12 @@ object ForwardedHeaders {
         }
     }
 
-    /** The header names a `Connection` header lists (lower case); empty, and no allocation, without one. */
-    private fun connectionNamed(headers: Headers): Set<String> {
-        val connection = headers.getAll(HttpHeaders.Connection) ?: return emptySet()
-        return connection.flatMap { it.split(',') }.map { it.trim().lowercase() }.filter { it.isNotEmpty() }.toSet()
-    }
+    /** The comma-separated tokens of every [name] header, trimmed and in lower case; empty without one. */
+    fun tokens(headers: Headers, name: String): List<String> =
+        headers.getAll(name)?.flatMap { it.split(',') }?.map { it.trim().lowercase() }?.filter { it.isNotEmpty() }.orEmpty()
+
+    /** The header names a `Connection` header lists (lower case). */
+    private fun connectionNamed(headers: Headers): Set<String> = tokens(headers, HttpHeaders.Connection).toSet()
 
     /** [lower] (a lower-case name) stays on its hop: hop-by-hop, framing, `Proxy-*`, or named by `Connection`. */
     private fun dropped(lower: String, named: Set<String>): Boolean =

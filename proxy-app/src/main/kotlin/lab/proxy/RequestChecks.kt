@@ -28,8 +28,7 @@ object RequestChecks {
     private val noBody = setOf(HttpMethod.Get, HttpMethod.Head)
 
     fun refusal(method: HttpMethod, version: String, headers: Headers): Refusal? {
-        val transferEncoding = headers.getAll(HttpHeaders.TransferEncoding)
-            ?.flatMap { it.split(',') }?.map { it.trim().lowercase() }?.filter { it.isNotEmpty() }.orEmpty()
+        val transferEncoding = ForwardedHeaders.tokens(headers, HttpHeaders.TransferEncoding)
         val chunked = transferEncoding == listOf("chunked")
         val length = headers[HttpHeaders.ContentLength]?.trim()?.toLongOrNull()
         val hasBody = transferEncoding.isNotEmpty() || (length != null && length > 0)
