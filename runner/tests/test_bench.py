@@ -1,9 +1,10 @@
-"""`lab bench` and its reference, the minimal Ktor proxy (lean-proxy/), with real nginx, real
-proxies and real wrk."""
+"""`lab bench` and its references, the minimal Ktor proxy (lean-proxy/) in its two forms, with
+real nginx, real proxies and real wrk."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from conftest import sha256_of_stream
+from ktor_lab.machine import java
 from ktor_lab.paths import LEAN_PROXY_JAR
 from ktor_lab.processes import free_port
 from ktor_lab.stack import Stack
@@ -29,6 +32,42 @@ def test_the_lean_proxy_forwards_what_nginx_serves(tmp_path):
         assert r.headers["Content-Type"].startswith("text/plain")
         assert requests.get(f"{lean.url}/no-such-file", timeout=10).status_code == 404
         assert lean.service.log.name.startswith("lean-proxy-singleton-okhttp")
+
+        streamed = lab.proxy("singleton-okhttp", jar=LEAN_PROXY_JAR, LEAN_BODY="streamed")
+        assert requests.get(f"{streamed.url}/health", timeout=10).text == "ok lean-streamed-okhttp\n"
+        r = requests.get(f"{streamed.url}/files/tiny.txt", timeout=10)
+        assert (r.status_code, r.text, r.headers["Content-Length"]) == (200, "Success!\n", "9")
+        assert requests.get(f"{streamed.url}/no-such-file", timeout=10).status_code == 404
+        assert streamed.service.log.name.startswith("lean-proxy-streamed-singleton-okhttp")
+
+
+@pytest.mark.slow
+def test_the_streamed_lean_proxy_passes_a_body_larger_than_its_heap(tmp_path, upstream):
+    want = upstream.manifest()["100m.bin"]
+    with Stack(tmp_path, java_opts=["-Xmx64m"]) as lab:  # the body could not be held in it
+        lean = lab.proxy(
+            "singleton-apache5", upstream_url=upstream.url, jar=LEAN_PROXY_JAR, LEAN_BODY="streamed"
+        )
+        with requests.get(f"{lean.url}/files/100m.bin", stream=True, timeout=60) as r:
+            assert r.status_code == 200
+            assert r.headers["Content-Length"] == str(want["bytes"])
+            assert sha256_of_stream(r) == (want["bytes"], want["sha256"])
+
+
+def test_the_lean_proxy_refuses_a_body_form_it_does_not_know():
+    env = {"PORT": str(free_port()), "UPSTREAM_URL": "http://127.0.0.1:9", "LEAN_BODY": "chunks"}
+    r = subprocess.run(
+        [java(), "-jar", str(LEAN_PROXY_JAR)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        == "lean proxy: configuration error: LEAN_BODY='chunks' is not one of whole, streamed"
+    )
 
 
 @pytest.mark.slow
@@ -53,19 +92,38 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
         "nginx proxy_pass",
         "singleton-cio",
         "lean cio",
+        "lean streamed cio",
         "per-call-java",
         "lean java",
+        "lean streamed java",
     ]
     for x in results:
         assert x["requests"] > 0 and x["errors"] == 0, x
-    for name in ("singleton-cio", "lean cio", "per-call-java", "lean java"):
+    jvms = (
+        "singleton-cio",
+        "lean cio",
+        "lean streamed cio",
+        "per-call-java",
+        "lean java",
+        "lean streamed java",
+    )
+    for name in jvms:
         assert by[name]["cpu_ms_per_request"] > 0, by[name]
-    assert by["singleton-cio"]["cpu_to_lean"] == pytest.approx(
-        by["singleton-cio"]["cpu_ms_per_request"] / by["lean cio"]["cpu_ms_per_request"]
+        # A proxied request passes between the server's and the client's threads at least once.
+        assert by[name]["switches_per_request"] >= 1, by[name]
+    for x in ("nginx direct", "nginx proxy_pass"):
+        assert by[x]["switches_per_request"] is None
+    cio = by["singleton-cio"]
+    assert cio["cpu_to_lean"] == pytest.approx(
+        cio["cpu_ms_per_request"] / by["lean cio"]["cpu_ms_per_request"]
+    )
+    assert cio["cpu_to_lean_streamed"] == pytest.approx(
+        cio["cpu_ms_per_request"] / by["lean streamed cio"]["cpu_ms_per_request"]
     )
     assert by["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
     table = (tmp_path / "bench.md").read_text()
-    assert "| lean cio |" in table and "CPU x lean" in table
+    assert "| lean cio |" in table and "| lean streamed cio |" in table
+    assert "CPU x lean streamed" in table and "switches / req" in table
 
 
 def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_round():
@@ -85,12 +143,17 @@ def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_roun
             run(n, "nginx proxy_pass", 40000, None),
             run(n, "singleton-cio", 2000, 0.66 * drift),
             run(n, "lean cio", 2100, 0.60 * drift),
+            run(n, "lean streamed cio", 2050, 0.55 * drift),
         ]
-    rounds[-2]["cpu_ms_per_request"] = 0.72  # round 3: 1.20
+    third = next(r for r in rounds if (r["round"], r["target"]) == (3, "singleton-cio"))
+    third["cpu_ms_per_request"] = 0.72  # round 3: 1.20 against lean
     rows = {r["target"]: r for r in summarize(rounds, ["singleton-cio"])}
     cio = rows["singleton-cio"]
     assert cio["rounds"] == 3 and cio["requests"] == 60000 and cio["rps"] == 2000
     assert cio["cpu_to_lean_rounds"] == [1.1, 1.1, 1.2]
     assert cio["cpu_to_lean"] == pytest.approx(1.1)
     assert cio["cpu_ms_per_request"] == pytest.approx(0.72)  # median of 0.66, 0.99, 0.72
+    assert cio["cpu_to_lean_streamed_rounds"] == [1.2, 1.2, 1.309]
+    assert cio["cpu_to_lean_streamed"] == pytest.approx(1.2)
     assert rows["lean cio"]["cpu_to_lean"] is None and rows["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
+    assert rows["lean streamed cio"]["cpu_to_lean_streamed"] is None

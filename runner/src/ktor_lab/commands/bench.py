@@ -3,11 +3,14 @@
 Targets, each on its own: nginx serving the file directly, nginx `proxy_pass` to that
 nginx (the reference a proxy is judged by), then the Ktor proxy for each case, started
 fresh, and after each engine's singleton case the minimal Ktor proxy (lean-proxy/: one client
-built the same way, `client.get`, `respondBytes`, nothing else) with that engine: the lab's
-own overhead, measured beside the cases. Every target is warmed up until its rate is stable
-and its JIT quiet (warmup.py), then measured over a fixed window with fixed connections; for a
-JVM, its CPU time per request over the window too. Figures and every setting go to
-bench.json in the run folder.
+built the same way, nothing else) with that engine in its two forms: `lean` reads each body
+whole (`client.get`, `respondBytes`), `lean streamed` copies it as it arrives (`execute { }`,
+`respondBytesWriter`), as a proxy must for a large body. The lab's proxy against `lean` is its
+whole overhead; against `lean streamed`, its overhead beside what streaming costs on its own.
+Every target is warmed up until its rate is stable and its JIT quiet (warmup.py), then
+measured over a fixed window with fixed connections; for a JVM, its CPU time and its threads'
+voluntary context switches (handoffs between threads) per request over the window too.
+Figures and every setting go to bench.json in the run folder.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from .. import render, stack
 from ..cases import CASES, case_list, split_case
 from ..errors import LabError
-from ..machine import cpus, java, process_cpu_seconds, version
+from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
 from ..parts import wrk
 from ..paths import LEAN_PROXY_JAR, REPO
 from ..rundirs import run_dir
@@ -59,14 +62,25 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
     warm = warm_up(lambda s: wrk.run(url, args.connections, args.threads, s)["rps"], args.warmup, jvm_pid)
     jit = JitClock(jvm_pid) if jvm_pid else None
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
     r = wrk.run(url, args.connections, args.threads, args.duration)
-    r.update(target=name, warmup_s=warm.seconds, warmup_settled=warm.settled, cpu_ms_per_request=None)
+    r.update(
+        target=name,
+        warmup_s=warm.seconds,
+        warmup_settled=warm.settled,
+        cpu_ms_per_request=None,
+        switches_per_request=None,
+    )
     if jvm_pid:
         r["jit_cpu_s_in_window"] = round(jit.lap(), 2)
         if r["requests"]:
             r["cpu_ms_per_request"] = (process_cpu_seconds(jvm_pid) - cpu_before) * 1000 / r["requests"]
+            switches = process_context_switches(jvm_pid) - switches_before
+            r["switches_per_request"] = switches / r["requests"]
     note = "" if warm.settled else "  (not warm at the end of the warm-up)"
     cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
+    if r["switches_per_request"] is not None:
+        cpu += f"  {r['switches_per_request']:.1f} switches/req"
     print(
         f"  {name:<22} {r['rps']:>9.0f} rps  p50 {r['p50_us'] / 1000:7.2f} ms  "
         f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}{cpu}  warm-up {warm.seconds:.0f} s{note}",
@@ -128,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 def one_round(lab: stack.Stack, cases: list[str], args: argparse.Namespace) -> list[dict]:
     """Every target once: nginx, nginx proxy_pass, then each case and, after each engine's first
-    case, that engine's minimal proxy."""
+    case, that engine's minimal proxy in its two forms."""
     results = [measure("nginx direct", lab.upstream_url + args.path, args)]
     reference, url = lab.proxy_pass()
     results.append(measure("nginx proxy_pass", url + args.path, args))
@@ -140,17 +154,27 @@ def one_round(lab: stack.Stack, cases: list[str], args: argparse.Namespace) -> l
         time.sleep(1)
         lifetime, engine = split_case(case)
         if lifetime == "singleton" or f"singleton-{engine}" not in cases:
-            lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR)
-            results.append(measure(f"lean {engine}", lean.url + args.path, args, jvm_pid=lean.service.pid))
-            lab.stop_proxy()
-            time.sleep(1)
+            for body in LEAN_FORMS:
+                lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR, LEAN_BODY=body)
+                target = lean_target(engine, body)
+                results.append(measure(target, lean.url + args.path, args, jvm_pid=lean.service.pid))
+                lab.stop_proxy()
+                time.sleep(1)
     return results
+
+
+LEAN_FORMS = ("whole", "streamed")
+
+
+def lean_target(engine: str, body: str) -> str:
+    """The bench's name for the minimal proxy of `engine` in the form `body` (LEAN_BODY)."""
+    return f"lean {engine}" if body == "whole" else f"lean {body} {engine}"
 
 
 def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
     """One row per target in the order measured: medians over the rounds, and each case's CPU per
-    request against its engine's minimal proxy as the median of the ratios taken within a round
-    (the two ran minutes apart, not a whole round apart)."""
+    request against its engine's minimal proxy, in both forms, as the median of the ratios taken
+    within a round (the two ran minutes apart, not a whole round apart)."""
     targets = list(dict.fromkeys(r["target"] for r in rounds))
     rows = []
     for target in targets:
@@ -164,21 +188,24 @@ def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
             "warmup_s": max(r["warmup_s"] for r in runs),
             "warmup_settled": all(r["warmup_settled"] for r in runs),
             "cpu_ms_per_request": median([r["cpu_ms_per_request"] for r in runs]),
+            "switches_per_request": median([r.get("switches_per_request") for r in runs]),
         }
         rows.append(row)
     reference_rps = next(r for r in rows if r["target"] == "nginx proxy_pass")["rps"]
     cpu = {(r["round"], r["target"]): r["cpu_ms_per_request"] for r in rounds}
+    numbers = sorted({r["round"] for r in rounds})
     for row in rows:
         row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
-        ratios = []
-        if row["target"] in cases:
-            lean = f"lean {split_case(row['target'])[1]}"
-            for n in sorted({r["round"] for r in rounds}):
-                mine, ref = cpu.get((n, row["target"])), cpu.get((n, lean))
-                if mine and ref:
-                    ratios.append(mine / ref)
-        row["cpu_to_lean_rounds"] = [round(x, 3) for x in ratios]
-        row["cpu_to_lean"] = median(ratios)
+        engine = split_case(row["target"])[1] if row["target"] in cases else None
+        for body, key in (("whole", "cpu_to_lean"), ("streamed", "cpu_to_lean_streamed")):
+            ratios = []
+            if engine:
+                for n in numbers:
+                    mine, ref = cpu.get((n, row["target"])), cpu.get((n, lean_target(engine, body)))
+                    if mine and ref:
+                        ratios.append(mine / ref)
+            row[f"{key}_rounds"] = [round(x, 3) for x in ratios]
+            row[key] = median(ratios)
     return rows
 
 
@@ -203,11 +230,13 @@ def table(results: list[dict]) -> render.Table:
                 "x lean per round",
                 lambda r: " ".join(f"{x:.2f}" for x in r["cpu_to_lean_rounds"]) if r["rounds"] > 1 else "",
             ),
+            render.Column("CPU x lean streamed", lambda r: r["cpu_to_lean_streamed"], 2),
+            render.Column("switches / req", lambda r: r["switches_per_request"], 1),
             render.Column(
                 "warm-up s",
                 lambda r: f"{r['warmup_s']:.0f}" + ("" if r["warmup_settled"] else " (unsettled)"),
             ),
         ],
         results,
-        numeric=[False, True, True, True, True, True, True, True, False, True],
+        numeric=[False, True, True, True, True, True, True, True, False, True, True, True],
     )

@@ -37,6 +37,8 @@ def start(
         raise FileNotFoundError(f"{jar} is missing: build it with 'make build'")
     opts = java_opts if java_opts is not None else os.environ.get("JAVA_OPTS", "").split()
     kind = "proxy" if jar.name == PROXY_JAR.name else jar.stem
+    if env.get("LEAN_BODY"):
+        kind += "-" + env["LEAN_BODY"]  # the minimal proxy's two forms side by side in one run folder
     name = f"{kind}-{env.get('CLIENT_LIFETIME', 'singleton')}-{env.get('CLIENT_ENGINE', 'cio')}"
     service = Service(
         name, [java_bin or java(), *opts, "-jar", str(jar)], run_dir / f"{name}-{env['PORT']}.log", env=env
