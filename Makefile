@@ -71,7 +71,7 @@ verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every
 matrix: setup $(PROXY_JAR)  ## all 10 cases headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
-bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine
+bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
 	$(VENV)/bin/lab bench
 
 bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
