@@ -22,8 +22,8 @@ import io.ktor.client.request.get
 import io.ktor.client.request.prepareGet
 import io.ktor.client.statement.bodyAsChannel
 import io.ktor.client.statement.readRawBytes
-import io.ktor.http.ContentType
-import io.ktor.http.HttpHeaders
+import io.ktor.http.contentLength
+import io.ktor.http.contentType
 import io.ktor.server.engine.embeddedServer
 import io.ktor.server.netty.Netty
 import io.ktor.server.request.uri
@@ -67,14 +67,13 @@ fun main() {
             when (body) {
                 LeanBody.WHOLE -> get("{...}") {
                     val response = client.get(upstream + call.request.uri)
-                    val type = response.headers[HttpHeaders.ContentType]?.let(ContentType::parse)
-                    call.respondBytes(response.readRawBytes(), type, response.status)
+                    call.respondBytes(response.readRawBytes(), response.contentType(), response.status)
                 }
                 LeanBody.STREAMED -> get("{...}") {
                     client.prepareGet(upstream + call.request.uri).execute { response ->
-                        val type = response.headers[HttpHeaders.ContentType]?.let(ContentType::parse)
-                        val length = response.headers[HttpHeaders.ContentLength]?.toLongOrNull()
-                        call.respondBytesWriter(type, response.status, length) { response.bodyAsChannel().copyTo(this) }
+                        call.respondBytesWriter(response.contentType(), response.status, response.contentLength()) {
+                            response.bodyAsChannel().copyTo(this)
+                        }
                     }
                 }
             }
