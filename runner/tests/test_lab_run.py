@@ -387,6 +387,8 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
     assert "target" in md  # 200 rps is far below capacity: flagged, not presented as capacity
     for run in results["runs"]:
         assert f"{run['locust']['rps']:,.0f} (not capacity)" in md
+    # What it prints at its end is that report up to its settings: the verdict and the tables.
+    assert md.split("\n## Settings")[0] in r.stdout and "## Settings" not in r.stdout
 
 
 BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"

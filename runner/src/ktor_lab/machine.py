@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 
 from .paths import REPO
+from .processes import cpu_seconds, stat_fields
 
 
 def cpus() -> int:
@@ -108,13 +109,12 @@ def _lab_processes(container_ids: tuple[str, ...]) -> list[tuple[int, int]]:
             continue
         pid = int(entry.name)
         try:
-            rest = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            rest = stat_fields(entry / "stat")
             if container_ids and any(c in (entry / "cgroup").read_text() for c in container_ids):
                 in_containers.add(pid)
         except (OSError, IndexError):
             continue  # ended meanwhile
-        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
-        stats[pid] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+        stats[pid] = (int(rest[1]), sum(int(x) for x in rest[11:15]))  # utime stime cutime cstime
     ours = {me} | in_containers
     grew = True
     while grew:
@@ -131,8 +131,7 @@ def load_average() -> float:
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds a process (all its threads) has used so far."""
-    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(stat_fields(Path(f"/proc/{pid}/stat")))
 
 
 def process_context_switches(pid: int) -> int:

@@ -91,10 +91,23 @@ class Guardian:
             pass  # the guardian is gone: stop() still ends the group
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """The fields of a /proc/PID/stat or /proc/PID/task/TID/stat after the command's name (which
+    may hold spaces and parentheses): [0] state, [1] ppid, [2] pgrp, [11] utime, [12] stime,
+    [13] cutime, [14] cstime, [19] starttime (fields 3, 4, 5, 14-17 and 22 of proc(5)).
+    OSError when the process or thread has ended."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """utime + stime of `stat_fields`, in seconds."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return stat_fields(Path(f"/proc/{pid}/stat"))[19]
     except (OSError, IndexError):
         return None
 
@@ -104,7 +117,7 @@ def group_members(pgid: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(stat)
         except OSError:
             continue
         pid = int(stat.parent.name)

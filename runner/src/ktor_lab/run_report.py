@@ -503,6 +503,7 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
     return md, html_path
 
 
-def summary(results: Results) -> str:
-    """What `lab run` prints at its end: the verdict and the tables, in Markdown."""
-    return markdown(results).split("\n## Settings")[0]
+def summary(report_md: str) -> str:
+    """What `lab run` prints at its end: report.md up to its settings (the verdict and the
+    tables), taken from the written report rather than rendered again."""
+    return report_md.split("\n## Settings")[0]

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .processes import cpu_seconds, stat_fields
+
 WINDOW_S = 5
 TOLERANCE = 0.05
 JIT_QUIET_SHARE = 0.02
@@ -40,13 +42,11 @@ class JitClock:
         self.last = self.sample()
 
     def sample(self) -> dict[str, float]:
-        ticks = os.sysconf("SC_CLK_TCK")
         out = {}
         for task in self.tasks.iterdir():
             try:
                 if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                    out[task.name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+                    out[task.name] = cpu_seconds(stat_fields(task / "stat"))
             except (OSError, IndexError, ValueError):
                 continue  # the thread ended meanwhile
         return out

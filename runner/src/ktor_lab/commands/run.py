@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             f"report: {md} and {page}"
         )
         print()
-        print(run_report.summary(results))
+        print(run_report.summary(md.read_text()))
     if results.interrupted:
         return 130
     if failed := [r for r in results.runs if "errors" in r.verdict.flags]:
