@@ -1,11 +1,12 @@
 """`lab bench` and its references, the minimal Ktor proxy (lean-proxy/) in its two forms, with
-real nginx, real proxies and real wrk."""
+real nginx, real proxies and real wrk; `lab bench-locust`, with real Locust against real nginx."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,44 @@ def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_roun
     assert cio["cpu_to_lean_streamed"] == pytest.approx(1.2)
     assert rows["lean cio"]["cpu_to_lean"] is None and rows["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
     assert rows["lean streamed cio"]["cpu_to_lean_streamed"] is None
+
+
+def bench_locust(run_dir: Path, locust_port: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [LAB, "bench-locust", "--users", "10", "--workers", "1", "--duration", "3"]
+        + ["--run-dir", str(run_dir), f"--locust-port={locust_port}"]
+        + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status")],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+
+
+def test_bench_locust_measures_one_process_then_workers_on_the_port_it_is_given(tmp_path):
+    port = free_port()
+    r = bench_locust(tmp_path, port)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = json.loads((tmp_path / "bench-locust.json").read_text())
+    assert [(x["setup"], x["workers"]) for x in rows] == [("one process", 0), ("master + 1 workers", 1)]
+    for x in rows:
+        assert x["requests"] > 0 and x["failures"] == 0 and x["rps"] > 0, x
+    assert list(rows[0]["cpu_peak_percent"]) == ["local"]
+    nodes = sorted(rows[1]["cpu_peak_percent"])
+    assert nodes[0] == "master" and len(nodes) == 2 and nodes[1].startswith("worker"), nodes
+    # Both Locusts served their UI where --locust-port said, one after the other.
+    for log in ("one-process.log", "master-+-1-workers-master.log"):
+        assert f"web interface at http://127.0.0.1:{port}" in (tmp_path / log).read_text(), log
+
+
+def test_bench_locust_names_the_option_when_locusts_port_is_taken(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = bench_locust(tmp_path / "run", port)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [
+        f"lab: cannot start: port {port} (Locust's web UI) is in use: free it, or choose another "
+        "with --locust-port"
+    ], r.stderr
+    assert not (tmp_path / "run").exists()  # checked before anything started

@@ -16,7 +16,6 @@ import requests
 
 from .. import metrics, stack
 from ..parts import loadgen
-from ..processes import free_port
 from ..rundirs import run_dir
 from . import options
 
@@ -25,7 +24,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench-locust", help="the most rps the lab's Locust makes against nginx: 1 process, then workers"
     )
-    options.add_stack_options(p)
+    options.add_ports(p, "nginx", "nginx-status", "locust")  # no proxy here: Locust aims at nginx
+    options.add_run_dir(p)
     p.add_argument("--users", type=int, default=100, help="users, never waiting (default: %(default)s)")
     p.add_argument(
         "--workers", type=int, default=2, help="workers in the distributed run (default: %(default)s)"
@@ -34,7 +34,6 @@ def add_parser(sub) -> None:
 
 
 def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> dict:
-    lab.ports.locust = free_port()
     csv_prefix = lab.run_dir / name.replace(" ", "-").replace("+", "and")
     lab.locust(
         host=lab.upstream_url,
@@ -92,7 +91,7 @@ def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> 
 def run(args: argparse.Namespace) -> int:
     stack.require([p for p in stack.missing(prometheus_too=False) if "proxy-app" not in p])
     ports = options.ports(args)
-    stack.require(stack.busy_ports(ports, ("nginx", "nginx_status")))
+    stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "locust")))
     d = run_dir("bench-locust", args.run_dir)
     print(
         f"lab bench-locust: static-small against nginx directly, users={args.users}, wait 0, "

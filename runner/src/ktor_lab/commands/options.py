@@ -10,38 +10,39 @@ from pathlib import Path
 from ..errors import LabError
 from ..stack import Ports
 
+PORTS = {  # option: (environment variable, what listens there); defaults are Ports()'s
+    "nginx": ("LAB_NGINX_PORT", "nginx load port on 127.0.0.1"),
+    "nginx-status": ("LAB_NGINX_STATUS_PORT", "nginx stub_status port"),
+    "proxy": ("LAB_PROXY_PORT", "proxy port on 127.0.0.1"),
+    "locust": ("LAB_LOCUST_PORT", "Locust web UI and its /metrics on 127.0.0.1"),
+    "prometheus": ("LAB_PROMETHEUS_PORT", "Prometheus on 127.0.0.1"),
+    "exporter": ("LAB_EXPORTER_PORT", "nginx exporter on 127.0.0.1"),
+    "grafana": ("LAB_GRAFANA_PORT", "Grafana (if installed) on 127.0.0.1"),
+}
+
 
 def add_stack_options(p: argparse.ArgumentParser) -> None:
     """nginx's and the proxy's ports, the proxy's JVM options, the run folder."""
-    defaults = Ports()
-    for name, env, default, what in [
-        ("nginx", "LAB_NGINX_PORT", defaults.nginx, "nginx load port on 127.0.0.1"),
-        ("nginx-status", "LAB_NGINX_STATUS_PORT", defaults.nginx_status, "nginx stub_status port"),
-        ("proxy", "LAB_PROXY_PORT", defaults.proxy, "proxy port on 127.0.0.1"),
-    ]:
-        add_port(p, name, env, default, what)
+    add_ports(p, "nginx", "nginx-status", "proxy")
     add_java_opts(p, "-Xmx512m")
     add_run_dir(p)
 
 
 def add_service_ports(p: argparse.ArgumentParser) -> None:
+    add_ports(p, "locust", "prometheus", "exporter", "grafana")
+
+
+def add_ports(p: argparse.ArgumentParser, *names: str) -> None:
+    """--NAME-port for each of `names` (keys of PORTS), its default from its variable or Ports()."""
     defaults = Ports()
-    for name, env, default, what in [
-        ("locust", "LAB_LOCUST_PORT", defaults.locust, "Locust web UI and its /metrics on 127.0.0.1"),
-        ("prometheus", "LAB_PROMETHEUS_PORT", defaults.prometheus, "Prometheus on 127.0.0.1"),
-        ("exporter", "LAB_EXPORTER_PORT", defaults.exporter, "nginx exporter on 127.0.0.1"),
-        ("grafana", "LAB_GRAFANA_PORT", defaults.grafana, "Grafana (if installed) on 127.0.0.1"),
-    ]:
-        add_port(p, name, env, default, what)
-
-
-def add_port(p: argparse.ArgumentParser, name: str, env: str, default: int, what: str) -> None:
-    p.add_argument(
-        f"--{name}-port",
-        type=int,
-        default=int(os.environ.get(env, default)),
-        help=f"{what} (env {env}, default %(default)s)",
-    )
+    for name in names:
+        env, what = PORTS[name]
+        p.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=int(os.environ.get(env, getattr(defaults, name.replace("-", "_")))),
+            help=f"{what} (env {env}, default %(default)s)",
+        )
 
 
 def add_java_opts(p: argparse.ArgumentParser, default: str, what: str = "") -> None:
