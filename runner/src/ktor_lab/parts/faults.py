@@ -8,7 +8,9 @@ path says:
   /hang                 reads the request, never answers
   /hang-after-headers   200 with Content-Length: SIZE, then nothing
   /truncate-fixed       200 with Content-Length: SIZE, SENT bytes, then closes
-  /truncate-chunked     200 chunked, SENT bytes in chunks, then closes before the last chunk
+  /truncate-chunked     200 chunked, SENT bytes in chunks of 16 KiB, then closes before the
+                        last chunk: where a chunk's size line would start, or with `cut=mid`
+                        in the middle of a chunk (its size line says one byte more than follows)
   /reset-mid-body       200 with Content-Length: SIZE, SENT bytes, then resets (RST)
   /stale                200 "ok\\n" keep-alive; the next request on that connection is read and
                         the connection closed without an answer (an idle close as the client
@@ -209,9 +211,13 @@ async def serve_connection(app: App, reader: asyncio.StreamReader, writer: async
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
                 )
+                mid = sizes_query(target).get("cut") == "mid"
                 for start in range(0, sent, 16384):
                     n = min(16384, sent - start)
-                    writer.write(f"{n:x}\r\n".encode() + b"x" * n + b"\r\n")
+                    if mid and start + n == sent:
+                        writer.write(f"{n + 1:x}\r\n".encode() + b"x" * n)
+                    else:
+                        writer.write(f"{n:x}\r\n".encode() + b"x" * n + b"\r\n")
                 await writer.drain()
                 return
             elif fault == "reset-mid-body":
