@@ -10,6 +10,8 @@
  *   first, so the proxy aborts the upstream exchange instead of ending the body there.
  * - [closeAfterResponse]: the connection closes once the current response is written (a refused
  *   request whose body was never read must not be parsed as the next request).
+ * - [abort]: an answer that cannot be finished never gets its last part (for a chunked body, the
+ *   last chunk), however the close and Ktor's writer race; the connection closes instead.
  */
 package lab.proxy
 
@@ -31,11 +33,14 @@ import io.netty.handler.codec.http.HttpStatusClass
 import io.netty.handler.codec.http.HttpUtil
 import io.netty.handler.codec.http.LastHttpContent
 import io.netty.util.AttributeKey
+import io.netty.util.ReferenceCountUtil
+import java.nio.channels.ClosedChannelException
 import java.util.concurrent.TimeUnit
 
 object ServerGuards {
     private val BODY_CUT: AttributeKey<Boolean> = AttributeKey.valueOf("lab.bodyCut")
     private val CLOSE_AFTER_RESPONSE: AttributeKey<Boolean> = AttributeKey.valueOf("lab.closeAfterResponse")
+    private val ABORTED: AttributeKey<Boolean> = AttributeKey.valueOf("lab.aborted")
 
     /** Adds the guards around Ktor's "codec" (HTTP/1.1 pipelines; others are left alone). */
     fun install(pipeline: ChannelPipeline, config: ProxyConfig) {
@@ -48,9 +53,16 @@ object ServerGuards {
     /** True when the caller's connection closed before the body of its current request ended. */
     fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.attr(BODY_CUT)?.get() == true
 
-    /** Closes the caller's connection now: an answer that cannot be finished must not end cleanly. */
+    /**
+     * Closes the caller's connection: an answer that cannot be finished must not end cleanly. The
+     * close is queued on the connection's event loop, and Ktor's writer, which ends the body once
+     * its channel closes (with an error too), can get there first: marked here, before that
+     * channel closes, [MessagesSeen] drops the body's last part whenever it comes.
+     */
     fun abort(call: ApplicationCall) {
-        call.nettyChannel()?.close()
+        val channel = call.nettyChannel() ?: return
+        channel.attr(ABORTED).set(true)
+        channel.close()
     }
 
     fun closeAfterResponse(call: ApplicationCall) {
@@ -130,6 +142,12 @@ object ServerGuards {
         }
 
         override fun write(ctx: ChannelHandlerContext, msg: Any, promise: ChannelPromise) {
+            if (msg is LastHttpContent && ctx.channel().attr(ABORTED).get() == true) {
+                ReferenceCountUtil.release(msg)
+                promise.setFailure(ClosedChannelException())
+                ctx.close()
+                return
+            }
             val interim = msg is HttpResponse && msg.status().codeClass() == HttpStatusClass.INFORMATIONAL
             if (msg !is LastHttpContent || interim) return super.write(ctx, msg, promise)
             val close = ctx.channel().attr(CLOSE_AFTER_RESPONSE).getAndSet(false) == true
