@@ -73,8 +73,14 @@ FAULTS = (
     ),
     Fault(
         "cut-chunked",
-        "chunked, 300 kB, closed before the last chunk",
+        "chunked, 300 kB, closed where a chunk's size line would start",
         f"/truncate-chunked?size={LARGE}&sent=300000",
+        True,
+    ),
+    Fault(
+        "cut-mid-chunk",
+        "chunked, 300 kB, closed in the middle of a chunk",
+        f"/truncate-chunked?size={LARGE}&sent=300000&cut=mid",
         True,
     ),
     Fault(
