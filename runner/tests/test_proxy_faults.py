@@ -26,6 +26,7 @@ REQUEST_TIMEOUT_MS = 1500
 LARGE = 1 << 20  # above the 64 KiB the proxy reads whole: the cut comes after the answer started
 REPEATS = 4  # truncations race with the engine's reads: each is tried several times
 CUT_AT_A_CHUNKS_START = f"truncate-chunked?size={LARGE}&sent=300000"
+CUT_MID_CHUNK = f"{CUT_AT_A_CHUNKS_START}&cut=mid"
 
 
 @pytest.fixture(scope="module", params=ENGINES, ids=ENGINES)
@@ -53,7 +54,7 @@ def test_a_short_fixed_length_body_is_a_502_before_the_answer(faulty):
         f"truncate-fixed?size={LARGE}&sent=300000",
         f"reset-mid-body?size={LARGE}&sent=300000",
         CUT_AT_A_CHUNKS_START,
-        f"truncate-chunked?size={LARGE}&sent=300000&cut=mid",
+        CUT_MID_CHUNK,
     ],
     ids=["fixed", "reset", "chunked", "chunked-mid"],
 )
@@ -82,8 +83,7 @@ def test_a_cut_body_never_passes_as_whole_through_a_per_call_client(engine, faul
     tries through per-call clients, whose closing moves the timing. Many tries, as the race was rare."""
     with start_proxy(f"per-call-{engine}", fault_server.url) as p:
         assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
-        cut = get(f"/truncate-chunked?size={LARGE}&sent=300000&cut=mid")
-        replies = [exchange(p.url, cut) for _ in range(150)]
+        replies = [exchange(p.url, get(f"/{CUT_MID_CHUNK}")) for _ in range(150)]
     whole = [len(r.body) for r in replies if r.status == 200 and r.whole]
     assert not whole, f"{len(whole)} of 150 cut bodies passed as whole ({whole} bytes)"
 

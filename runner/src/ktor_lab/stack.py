@@ -44,15 +44,16 @@ class Ports:
         return cls(*(free_port() for _ in fields(cls)))
 
 
-# Each port of Ports: the part that listens there and the option of `lab` that moves it.
+# Each port of Ports: the part that listens there, the option of `lab` that moves it (its
+# variable is LAB_<NAME>_PORT), and the option's help.
 PORT_OWNERS = {
-    "nginx": ("nginx", "--nginx-port"),
-    "nginx_status": ("nginx's stub_status", "--nginx-status-port"),
-    "proxy": ("the proxy", "--proxy-port"),
-    "locust": ("Locust's web UI", "--locust-port"),
-    "prometheus": ("Prometheus", "--prometheus-port"),
-    "exporter": ("the nginx exporter", "--exporter-port"),
-    "grafana": ("Grafana", "--grafana-port"),
+    "nginx": ("nginx", "--nginx-port", "nginx load port on 127.0.0.1"),
+    "nginx_status": ("nginx's stub_status", "--nginx-status-port", "nginx stub_status port"),
+    "proxy": ("the proxy", "--proxy-port", "proxy port on 127.0.0.1"),
+    "locust": ("Locust's web UI", "--locust-port", "Locust web UI and its /metrics on 127.0.0.1"),
+    "prometheus": ("Prometheus", "--prometheus-port", "Prometheus on 127.0.0.1"),
+    "exporter": ("the nginx exporter", "--exporter-port", "nginx exporter on 127.0.0.1"),
+    "grafana": ("Grafana", "--grafana-port", "Grafana (if installed) on 127.0.0.1"),
 }
 
 
@@ -63,7 +64,7 @@ def busy_ports(ports: Ports, parts: tuple[str, ...] | None = None) -> list[str]:
     for name in parts or tuple(PORT_OWNERS):
         port = getattr(ports, name)
         if port_in_use(port):
-            part, option = PORT_OWNERS[name]
+            part, option, _ = PORT_OWNERS[name]
             problems.append(f"port {port} ({part}) is in use: free it, or choose another with {option}")
     return problems
 

@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench-locust", help="the most rps the lab's Locust makes against nginx: 1 process, then workers"
     )
-    options.add_ports(p, "nginx", "nginx-status", "locust")  # no proxy here: Locust aims at nginx
+    options.add_ports(p, "nginx", "nginx_status", "locust")  # no proxy here: Locust aims at nginx
     options.add_run_dir(p)
     p.add_argument("--users", type=int, default=100, help="users, never waiting (default: %(default)s)")
     p.add_argument(

@@ -8,22 +8,12 @@ import signal
 from pathlib import Path
 
 from ..errors import LabError
-from ..stack import Ports
-
-PORTS = {  # option: (environment variable, what listens there); defaults are Ports()'s
-    "nginx": ("LAB_NGINX_PORT", "nginx load port on 127.0.0.1"),
-    "nginx-status": ("LAB_NGINX_STATUS_PORT", "nginx stub_status port"),
-    "proxy": ("LAB_PROXY_PORT", "proxy port on 127.0.0.1"),
-    "locust": ("LAB_LOCUST_PORT", "Locust web UI and its /metrics on 127.0.0.1"),
-    "prometheus": ("LAB_PROMETHEUS_PORT", "Prometheus on 127.0.0.1"),
-    "exporter": ("LAB_EXPORTER_PORT", "nginx exporter on 127.0.0.1"),
-    "grafana": ("LAB_GRAFANA_PORT", "Grafana (if installed) on 127.0.0.1"),
-}
+from ..stack import PORT_OWNERS, Ports
 
 
 def add_stack_options(p: argparse.ArgumentParser) -> None:
     """nginx's and the proxy's ports, the proxy's JVM options, the run folder."""
-    add_ports(p, "nginx", "nginx-status", "proxy")
+    add_ports(p, "nginx", "nginx_status", "proxy")
     add_java_opts(p, "-Xmx512m")
     add_run_dir(p)
 
@@ -33,14 +23,16 @@ def add_service_ports(p: argparse.ArgumentParser) -> None:
 
 
 def add_ports(p: argparse.ArgumentParser, *names: str) -> None:
-    """--NAME-port for each of `names` (keys of PORTS), its default from its variable or Ports()."""
+    """The option of each of `names` (fields of Ports, stack.PORT_OWNERS), its default from
+    LAB_<NAME>_PORT or Ports()."""
     defaults = Ports()
     for name in names:
-        env, what = PORTS[name]
+        _, option, what = PORT_OWNERS[name]
+        env = f"LAB_{name.upper()}_PORT"
         p.add_argument(
-            f"--{name}-port",
+            option,
             type=int,
-            default=int(os.environ.get(env, getattr(defaults, name.replace("-", "_")))),
+            default=int(os.environ.get(env, getattr(defaults, name))),
             help=f"{what} (env {env}, default %(default)s)",
         )
 
