@@ -62,6 +62,8 @@ class Forwarder(
                     val answer = RelayedBodies.answer(call, upstream, config.upstreamUrl)
                     answered = true
                     call.respond(answer)
+                    // A streamed body that broke has aborted the caller's connection and says why.
+                    (answer as? RelayedBodies.Streamed)?.failure?.let { throw it }
                 }
             }
         } catch (e: CancellationException) {

@@ -1,9 +1,10 @@
 /**
  * The bodies the proxy relays, each checked so that a cut body never ends cleanly.
  *
- * Up: [CallerBody] streams the caller's body to the engine and fails (the engine then aborts the
- * upstream request) when the caller's connection closed before the body's end, or the body is
- * short of its `Content-Length`. Down: [answer] reads a small body whole (up to [SMALL] bytes with
+ * Up: [CallerBody] hands the engine the caller's body as a [CheckedBody]: a channel that ends only
+ * once the body is known whole, and fails every read when the caller's connection closed before
+ * the body's end or the body is short of its `Content-Length` (see [CheckedBody] for why it never
+ * closes instead). Down: [answer] reads a small body whole (up to [SMALL] bytes with
  * a known length) and answers with its bytes; a larger or unframed one streams ([Streamed]) after
  * its first bytes arrived, counted against its `Content-Length`. A short body found before the
  * answer starts is a 502; after, the exception drops the caller's connection. (A copy stops
@@ -24,14 +25,13 @@ import io.ktor.http.HttpStatusCode
 import io.ktor.http.content.OutgoingContent
 import io.ktor.server.application.ApplicationCall
 import io.ktor.server.request.httpMethod
-import io.ktor.server.request.receiveChannel
 import io.ktor.utils.io.ByteReadChannel
 import io.ktor.utils.io.ByteWriteChannel
-import io.ktor.utils.io.copyTo
 import io.ktor.utils.io.readAvailable
 import io.ktor.utils.io.readRemaining
 import io.ktor.utils.io.writeFully
 import kotlinx.io.readByteArray
+import kotlinx.coroutines.CancellationException
 import java.io.IOException
 import java.util.concurrent.atomic.AtomicBoolean
 
@@ -47,18 +47,19 @@ object RelayedBodies {
         private val call: ApplicationCall,
         override val contentLength: Long?,
         override val contentType: ContentType?,
-    ) : OutgoingContent.WriteChannelContent() {
+    ) : OutgoingContent.ReadChannelContent() {
         private val sent = AtomicBoolean()
 
-        override suspend fun writeTo(channel: ByteWriteChannel) {
+        override fun readFrom(): ByteReadChannel {
             // An engine that retried would get an empty body: never let it pass as the caller's.
-            if (!sent.compareAndSet(false, true)) throw CutBody("the caller's body cannot be sent twice")
-            val source = call.receiveChannel()
-            val copied = source.copyTo(channel)
-            source.closedCause?.let { throw it }
-            if (ServerGuards.bodyCut(call)) throw CutBody("the caller's body was cut off after $copied bytes")
-            if (contentLength != null && copied != contentLength) {
-                throw CutBody("the caller's body ended after $copied of $contentLength bytes")
+            if (!sent.compareAndSet(false, true)) return CheckedBody.failed(CutBody("the caller's body cannot be sent twice"))
+            return CheckedBody(call.request.receiveChannel()) { received ->
+                when {
+                    ServerGuards.bodyCut(call) -> CutBody("the caller's body was cut off after $received bytes")
+                    contentLength != null && received != contentLength ->
+                        CutBody("the caller's body ended after $received of $contentLength bytes")
+                    else -> null
+                }
             }
         }
     }
@@ -104,13 +105,19 @@ object RelayedBodies {
 
     /**
      * The rest of a body, copied while the upstream response is open, then counted. On any failure
-     * the caller's connection is aborted here, before Ktor's response writer sees its channel end:
-     * that writer (Ktor 3.4) ends a chunked body cleanly even when its channel closed with an error.
-     * So the copy is not `copyTo`, which closes its destination with the source's error before it
-     * throws: the writer then raced the abort and now and then won (a cut body passed as whole, 19
-     * of 600 through per-call OkHttp in one run, 1-3 in others, for every engine but Apache).
+     * the caller's connection is aborted here ([ServerGuards.abort]: its last part is then never
+     * written), and the copy ends without an error, [failure] saying why. Two things in Ktor 3.4's
+     * Netty writer make that order the only safe one:
+     * - it ends a chunked body cleanly when its channel closes, with an error too; so the copy is not
+     *   `copyTo`, which closes its destination with the source's error before it throws: the writer
+     *   then raced the abort and now and then won (a cut body passed as whole, 19 of 600 through
+     *   per-call OkHttp in one run, 1-3 in others, for every engine but Apache);
+     * - closed with an error while it holds a buffer it has read but not written, it drops that
+     *   buffer unreleased (`respondWithBigBody`: Netty's leak detector reported it on cut bodies).
+     *   Closed cleanly after the abort, it writes what it holds to the closed connection, which
+     *   releases it.
      */
-    private class Streamed(
+    class Streamed(
         private val call: ApplicationCall,
         override val status: HttpStatusCode,
         override val headers: Headers,
@@ -120,6 +127,11 @@ object RelayedBodies {
         private val firstSize: Int,
         private val rest: ByteReadChannel,
     ) : OutgoingContent.WriteChannelContent() {
+        /** Why the body could not be relayed whole (the caller's connection was aborted); null when it was. */
+        @Volatile
+        var failure: Throwable? = null
+            private set
+
         override suspend fun writeTo(channel: ByteWriteChannel) {
             try {
                 channel.writeFully(first, 0, firstSize)
@@ -138,7 +150,8 @@ object RelayedBodies {
                 }
             } catch (e: Throwable) {
                 ServerGuards.abort(call)
-                throw e
+                failure = e
+                if (e is CancellationException) throw e
             }
         }
     }
