@@ -28,6 +28,7 @@ fun main() {
         shutdownGracePeriod = 1_000
         shutdownTimeout = 5_000
         channelPipelineConfig = { ServerGuards.install(this, config) }
+        httpServerCodec = { ServerCodec.create(maxInitialLineLength, maxHeaderSize, maxChunkSize) }
     }) {
         module(config)
     }

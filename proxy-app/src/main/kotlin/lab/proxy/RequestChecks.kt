@@ -7,6 +7,8 @@
  * - HTTP/1.1 without `Host` is malformed (400, RFC 9112 section 3.2).
  * - A `Transfer-Encoding` other than `chunked` cannot be framed (501): the server codec would read
  *   its body as the next request, so the connection is closed after the answer.
+ * - `Content-Length` beside `Transfer-Encoding` (400, the connection closed: RFC 9112 section 6.1;
+ *   the codec keeps both visible, [ServerCodec]): a sign of request smuggling, never forwarded.
  * - GET and HEAD with a body (400): one engine (OkHttp) drops such a body but keeps its
  *   `Content-Length`, which desyncs the pooled upstream connection for the next caller. Refused
  *   for every engine alike.
@@ -35,6 +37,9 @@ object RequestChecks {
         return when {
             transferEncoding.isNotEmpty() && !chunked -> Refusal(
                 HttpStatusCode.NotImplemented, "Transfer-Encoding ${transferEncoding.joinToString(", ")} is not supported", close = true,
+            )
+            transferEncoding.isNotEmpty() && headers.contains(HttpHeaders.ContentLength) -> Refusal(
+                HttpStatusCode.BadRequest, "Content-Length with Transfer-Encoding", close = true,
             )
             method.value.uppercase() in notForwarded -> Refusal(
                 HttpStatusCode.MethodNotAllowed, "${method.value} is not forwarded", close = hasBody,

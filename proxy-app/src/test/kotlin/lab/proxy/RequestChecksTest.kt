@@ -43,6 +43,13 @@ class RequestChecksTest {
     }
 
     @Test
+    fun `Content-Length beside Transfer-Encoding is refused and closes`() {
+        val refusal = check("POST", "Transfer-Encoding" to "chunked", "Content-Length" to "5")
+        assertEquals(HttpStatusCode.BadRequest, refusal?.status)
+        assertEquals(true, refusal?.close)
+    }
+
+    @Test
     fun `TRACE and CONNECT are not forwarded`() {
         assertEquals(HttpStatusCode.MethodNotAllowed, check("TRACE")?.status)
         assertEquals(HttpStatusCode.MethodNotAllowed, check("CONNECT")?.status)
