@@ -80,6 +80,27 @@ def test_an_unknown_transfer_coding_is_refused_and_the_connection_closed(proxy):
     assert answer.count(b"HTTP/1.1 ") == 1  # closed after it: nothing read as a next request
 
 
+def test_content_length_beside_transfer_encoding_is_refused_and_the_connection_closed(proxy, upstream):
+    """RFC 9112 6.1: the server MUST close the connection after such a request; here it is refused
+    (400), never forwarded, and a second request on the connection is never read."""
+    nginx_before = requests.get(f"{upstream.status_url}/stub_status", timeout=5).text
+    smuggled = b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+    smuggled += b"5\r\nhello\r\n0\r\n\r\nGET /files/tiny.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(smuggled)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"Content-Length with Transfer-Encoding" in answer
+    assert answer.count(b"HTTP/1.1 ") == 1, answer  # closed after it
+    nginx_after = requests.get(f"{upstream.status_url}/stub_status", timeout=5).text
+    requests_line = [line.split() for text in (nginx_before, nginx_after) for line in text.splitlines()[2:3]]
+    # nginx's request count grew by the two status reads alone: nothing was forwarded
+    assert int(requests_line[1][2]) - int(requests_line[0][2]) == 1, (nginx_before, nginx_after)
+
+
 @pytest.mark.parametrize(
     "target",
     [

@@ -10,6 +10,9 @@
  *   first, so the proxy aborts the upstream exchange instead of ending the body there.
  * - [closeAfterResponse]: the connection closes once the current response is written (a refused
  *   request whose body was never read must not be parsed as the next request).
+ * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
+ *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
+ *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes.
  * - [abort]: an answer that cannot be finished never gets its last part (for a chunked body, the
  *   last chunk), however the close and Ktor's writer race; the connection closes instead.
  */
@@ -27,6 +30,7 @@ import io.netty.channel.ChannelHandlerContext
 import io.netty.channel.ChannelInboundHandlerAdapter
 import io.netty.channel.ChannelPipeline
 import io.netty.channel.ChannelPromise
+import io.netty.handler.codec.http.HttpHeaderNames
 import io.netty.handler.codec.http.HttpRequest
 import io.netty.handler.codec.http.HttpResponse
 import io.netty.handler.codec.http.HttpStatusClass
@@ -86,6 +90,10 @@ object ServerGuards {
 
         /** A request body has started and not ended. */
         var bodyOpen = false
+
+        /** A request whose framing is in doubt was read: nothing after it is. */
+        var lastRequestRead = false
+        var dropping = false
     }
 
     /** Before the codec: raw bytes, so a request that is still only a few header bytes is seen. */
@@ -123,16 +131,31 @@ object ServerGuards {
     /** After the codec: whole requests in, responses out. */
     private class MessagesSeen(private val state: ConnectionState) : ChannelDuplexHandler() {
         override fun channelRead(ctx: ChannelHandlerContext, msg: Any) {
+            if (state.dropping) {
+                ReferenceCountUtil.release(msg)
+                return
+            }
             if (msg is HttpRequest) {
                 state.active++
                 state.partialSince = 0L
                 state.bodyOpen = msg !is LastHttpContent &&
                     (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
+                state.lastRequestRead = framingInDoubt(msg)
                 ctx.channel().attr(BODY_CUT).set(false)
             } else if (msg is LastHttpContent) {
                 state.bodyOpen = false
             }
+            if (msg is LastHttpContent && state.lastRequestRead) state.dropping = true
             super.channelRead(ctx, msg)
+        }
+
+        /** `Content-Length` beside `Transfer-Encoding` ([ServerCodec] keeps both), or a coding other than chunked. */
+        private fun framingInDoubt(request: HttpRequest): Boolean {
+            val headers = request.headers()
+            val codings = headers.getAll(HttpHeaderNames.TRANSFER_ENCODING)
+            if (codings.isEmpty()) return false
+            val chunkedOnly = codings.flatMap { it.split(",") }.map { it.trim().lowercase() } == listOf("chunked")
+            return !chunkedOnly || headers.contains(HttpHeaderNames.CONTENT_LENGTH)
         }
 
         override fun channelInactive(ctx: ChannelHandlerContext) {
