@@ -16,7 +16,7 @@ LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
-.PHONY: help setup build test test-fast test-busy run verify matrix bench bench-locust studies lint clean
+.PHONY: help setup build test test-fast test-busy test-cuts run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ test-busy: setup  ## the whole suite while a busy loop runs on every core: no as
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
+
+test-cuts: setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min
+	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
 run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)

@@ -68,6 +68,14 @@ def pytest_addoption(parser):
         help="run the suite while N busy loops (one process each) load the machine's cores, "
         "to check that no assertion depends on the machine's speed (make test-busy)",
     )
+    parser.addoption(
+        "--cut-tries",
+        type=int,
+        default=30,
+        metavar="N",
+        help="tries per case, direction and machine state in the cut-body tests (default 30; "
+        "make test-cuts: 300)",
+    )
 
 
 class BusyLoops:
