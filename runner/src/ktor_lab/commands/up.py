@@ -7,7 +7,7 @@ import sys
 import time
 
 from .. import stack, versions
-from ..cases import CASES, split_case
+from ..cases import CASES, Case
 from ..errors import LabError
 from ..paths import PROXY_JAR
 from ..rundirs import run_dir
@@ -26,10 +26,10 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        split_case(args.case)
+        case = Case.parse(args.case)
         release = versions.release(args.ktor) if args.ktor else None
         if release:
-            versions.check_cases(release, [args.case])
+            versions.check_cases(release, [case])
         java = versions.jdk(args.java).java if args.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
@@ -41,17 +41,17 @@ def run(args: argparse.Namespace) -> int:
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
     stack.require(stack.busy_ports(ports, parts))
-    d = run_dir(args.case, args.run_dir)
+    d = run_dir(case.id, args.run_dir)
     options.handle_signals()
     with stack.Stack(d, ports, args.java_opts.split()) as lab:
         try:
             lab.nginx()
             lab.exporter()
-            lab.proxy(args.case, jar=jar, java=java, **extra)
+            lab.proxy(case, jar=jar, java=java, **extra)
             lab.prometheus()
-            lab.locust(args.case, args.workers)
+            lab.locust(case, args.workers)
             why_no_grafana = lab.grafana()
-            print(f"lab: {args.case} is up (logs in {d})")
+            print(f"lab: {case.id} is up (logs in {d})")
             print(f"  Locust     {lab.locust_url}/  (start a run there; its stats at /metrics)")
             if why_no_grafana:
                 print(f"  Grafana    not started: {why_no_grafana}")
