@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ktor_lab import versions
-from ktor_lab.cases import CASES, ENGINES, LIFETIMES, split_case
+from ktor_lab.cases import CASES, ENGINES, LIFETIMES, Case
 from ktor_lab.machine import java
 from ktor_lab.parts import compose
 from ktor_lab.paths import PROXY_JAR, REPO
@@ -60,7 +60,7 @@ def test_one_overlay_per_case_the_proxy_accepts():
 
 @pytest.mark.parametrize("case", CASES)
 def test_case_overlay_sets_the_proxy_engine_and_lifetime(case):
-    lifetime, engine = split_case(case)
+    lifetime, engine = Case.parse(case).lifetime, Case.parse(case).engine
     services = render(case)["services"]
     env = services["proxy"]["environment"]
     assert (env["CLIENT_ENGINE"], env["CLIENT_LIFETIME"]) == (engine, lifetime)

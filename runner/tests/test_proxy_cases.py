@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from conftest import payload, sha256_of_stream
-from ktor_lab.cases import CASES, split_case
+from ktor_lab.cases import CASES, Case
 from ktor_lab.processes import free_port
 
 
@@ -160,7 +160,7 @@ def test_50_concurrent_connections_no_errors_intact_bodies(case_proxy, upstream)
 
 
 def test_metrics_carry_the_case(case_proxy):
-    lifetime, engine = split_case(case_proxy.case)
+    lifetime, engine = Case.parse(case_proxy.case).lifetime, Case.parse(case_proxy.case).engine
     requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=10)
     samples = case_proxy.metrics()
     assert samples, "no metrics"
