@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
+# What the system must have (packages, Go): installed when missing, quick when present.
+DEPS := tools/install-deps.sh
 
 # The JVM modules share ./pom.xml (versions, plugins); each jar is rebuilt only when a source
 # of its module (or the shared POM) is newer than it. Unit tests run in `make test`.
@@ -16,12 +18,13 @@ LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
-.PHONY: help setup build test test-fast test-busy run verify matrix bench bench-locust studies lint clean
+.PHONY: help setup build test test-unit test-fast test-busy run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: runner/pyproject.toml
+	@$(DEPS) venv
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e 'runner[test]'
@@ -47,14 +50,19 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 
 build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, 26-34 min on 2 cores (the compose suite included; the first image builds add more).
-test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
+# Every test, about 35 min on 2 cores (docs/testing.md): what it needs is installed first.
+test: setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
+	@$(DEPS) test
+	$(VENV)/bin/pytest runner/tests/unit
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
-	$(VENV)/bin/pytest runner/tests
+	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit
 
-test-fast: setup $(PROXY_JAR)  ## the suite without the 100 MB transfers, timeout waits and containers
+test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
+	$(VENV)/bin/pytest runner/tests/unit
+
+test-fast: setup $(PROXY_JAR)  ## the suite without the slow tests and containers
 	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
 
 test-busy: setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
@@ -62,13 +70,15 @@ test-busy: setup  ## the whole suite while a busy loop runs on every core: no as
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
+run: setup  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
+	@$(DEPS) run
+	$(MAKE) --no-print-directory $(PROXY_JAR)
 	$(VENV)/bin/lab up $(CASE)
 
 verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: setup $(PROXY_JAR)  ## all 10 cases headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
+matrix: setup $(PROXY_JAR)  ## every case headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
 bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
