@@ -44,7 +44,7 @@ cannot() {
 }
 
 if [ ${#need[@]} -gt 0 ]; then
-    . /etc/os-release 2>/dev/null || true
+    . "${OS_RELEASE:-/etc/os-release}" 2>/dev/null || true  # OS_RELEASE: another file, for its test
     case " ${ID:-} ${ID_LIKE:-} " in
         *" debian "* | *" ubuntu "*) ;;
         *) cannot "not Debian or Ubuntu" "${need[*]}${go_problem:+, and $go_problem}" ;;
