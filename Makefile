@@ -18,10 +18,17 @@ LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
-.PHONY: help setup build test test-unit test-fast test-busy run verify matrix bench bench-locust studies lint clean
+.PHONY: help deps-run deps-test setup build test test-unit test-fast test-busy run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+# The system's packages (and Go for the tests): the script only looks when they are there.
+deps-run:
+	@$(DEPS) run
+
+deps-test:
+	@$(DEPS) test
 
 $(VENV)/.installed: runner/pyproject.toml
 	@$(DEPS) venv
@@ -48,11 +55,10 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 	$(MVN) -q -pl io-bench package
 	touch $@
 
-build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
+build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
 # Every test, about 35 min on 2 cores (docs/testing.md): what it needs is installed first.
-test: setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
-	@$(DEPS) test
+test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
 	$(VENV)/bin/pytest runner/tests/unit
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
@@ -62,32 +68,30 @@ test: setup  ## every test: installs what is missing, the unit tier, Kotlin's te
 test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
 	$(VENV)/bin/pytest runner/tests/unit
 
-test-fast: setup $(PROXY_JAR)  ## the suite without the slow tests and containers
+test-fast: deps-test setup $(PROXY_JAR)  ## the suite without the slow tests and containers
 	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
 
-test-busy: setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
+test-busy: deps-test setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-run: setup  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
-	@$(DEPS) run
-	$(MAKE) --no-print-directory $(PROXY_JAR)
+run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)
 
-verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
+verify: deps-run setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: setup $(PROXY_JAR)  ## every case headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
+matrix: deps-run setup $(PROXY_JAR)  ## every case headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
-bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
+bench: deps-run setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
 	$(VENV)/bin/lab bench
 
-bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
+bench-locust: deps-run setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: setup build  ## every study at full size (docs/studies/), one after another: about 85 min
+studies: deps-run setup build  ## every study at full size (docs/studies/), one after another: about 85 min
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming

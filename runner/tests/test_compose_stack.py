@@ -172,7 +172,8 @@ def test_prometheus_has_every_target_and_every_panel_query_data(lab):
     assert stats.failures == 0
     assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=20), query(base, "up")
     assert {r["metric"]["job"] for r in query(base, "up == 1")} == {"proxy", "locust", "nginx"}
-    lifetime, engine = Case.parse(case).lifetime, Case.parse(case).engine
+    c = Case.parse(case)
+    lifetime, engine = c.lifetime, c.engine
     assert not grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "20s")
     assert not grafana.panels_without_data(base, {"engine": ".*", "lifetime": ".*"}, "20s")
 

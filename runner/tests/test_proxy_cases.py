@@ -160,7 +160,8 @@ def test_50_concurrent_connections_no_errors_intact_bodies(case_proxy, upstream)
 
 
 def test_metrics_carry_the_case(case_proxy):
-    lifetime, engine = Case.parse(case_proxy.case).lifetime, Case.parse(case_proxy.case).engine
+    c = Case.parse(case_proxy.case)
+    lifetime, engine = c.lifetime, c.engine
     requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=10)
     samples = case_proxy.metrics()
     assert samples, "no metrics"

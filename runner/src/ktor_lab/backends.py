@@ -59,9 +59,9 @@ class Backend(Protocol):
         """What results.json records of the backend."""
 
 
-def _refuse_unapplied(plan: Plan, kind: str) -> None:
+def refuse_unapplied(cases: list[Case], kind: str) -> None:
     """Dimensions no backend applies yet: the protocol (TLS, HTTP/2) and an added round trip."""
-    for case in plan.cases_to_run():
+    for case in cases:
         if case.protocol != "http":
             raise LabError(f"case {case.name!r}: the {kind} backend serves the upstream over http only")
         if case.rtt_ms:
@@ -103,7 +103,7 @@ class NativeBackend:
         return self._stack.prometheus_url
 
     def check(self, plan: Plan) -> None:
-        _refuse_unapplied(plan, self.kind)
+        refuse_unapplied(plan.cases_to_run(), self.kind)
         problems = missing()
         if self.grafana and grafana_binary() is None:
             problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
@@ -192,7 +192,7 @@ class ComposeBackend:
                 f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
                 f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
             )
-        _refuse_unapplied(plan, self.kind)
+        refuse_unapplied(plan.cases_to_run(), self.kind)
         if problem := compose.engine_problem():
             raise LabError(f"cannot start: {problem} (--backend compose)")
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .. import stack, versions
+from .. import backends, stack, versions
 from ..cases import CASES, Case
 from ..errors import LabError
 from ..paths import PROXY_JAR
@@ -16,7 +16,10 @@ from . import options
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="the whole stack for one case on 127.0.0.1; Ctrl-C stops it")
-    p.add_argument("case", help=f"one of: {', '.join(CASES)}")
+    p.add_argument(
+        "case",
+        help=f"one of: {', '.join(CASES)}; optionally with its dimensions, e.g. 'per-call-cio ktor 3.5.1'",
+    )
     options.add_stack_options(p)
     options.add_service_ports(p)
     options.add_settings(p, ", e.g. CLIENT_MAX_CONNECTIONS=200")
@@ -27,12 +30,14 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         case = Case.parse(args.case)
-        release = versions.release(args.ktor) if args.ktor else None
+        case = case.with_dimensions(ktor=args.ktor or case.ktor, java=args.java or case.java)
+        release = versions.release(case.ktor) if case.ktor else None
         if release:
             versions.check_cases(release, [case])
-        java = versions.jdk(args.java).java if args.java else None
+        java = versions.jdk(case.java).java if case.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
+    backends.refuse_unapplied([case], "native")
     extra = options.settings(args.set)
     stack.require(stack.missing())
     jar = versions.jar("proxy-app", release) if release else PROXY_JAR

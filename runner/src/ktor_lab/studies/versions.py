@@ -22,11 +22,18 @@ from . import io, machinery
 
 @dataclass(frozen=True)
 class Matrices:
-    """The runs: Ktor changed on the first JDK, then the JDK changed on the last release."""
+    """The lab runs: Ktor changed on the first JDK, then the JDK changed on the last release."""
 
     whole: Plan
     ktor: Plan
     jdk: Plan
+
+
+@dataclass(frozen=True)
+class IoRun:
+    """The io study's JMH run for one release."""
+
+    release: str
 
 
 @dataclass(frozen=True)
@@ -96,28 +103,27 @@ def matrices(args: argparse.Namespace) -> Matrices:
     return Matrices(plan(names, java_names), plan(names, java_names[:1]), plan(names[-1:], java_names[1:]))
 
 
-def plan(args: argparse.Namespace) -> list[str]:
-    """The runs' two matrices (checked here: releases, JDKs, engines), then io per release."""
+def plan(args: argparse.Namespace) -> list[Matrices | IoRun]:
+    """The two matrices (checked here: releases, JDKs, engines), then io per release."""
     m = matrices(args)
-    if args.io:
-        versions.ensure_jars([versions.release(n) for n in m.whole.ktor], ("io-bench",))
-    return ["matrices", *(f"io {name}" for name in (m.whole.ktor if args.io else []))]
+    if not args.io:
+        return [m]
+    versions.ensure_jars([versions.release(n) for n in m.whole.ktor], ("io-bench",))
+    return [m, *(IoRun(name) for name in m.whole.ktor)]
 
 
-def measure(d: Path, item: str, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
-    if item.startswith("io "):
-        release = item.removeprefix("io ")
+def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
+    if isinstance(item, IoRun):
         run = io.Jmh(
             args.io_size,
             warmup_iterations=args.io_iterations,
             iterations=args.io_iterations,
             iteration_ms=args.io_iteration_ms,
-            release=release,
+            release=item.release,
         )
-        return [
-            IoRow(release, row) for row in io.jmh(run, d / f"jmh-{release}.json", d / f"jmh-{release}.log")
-        ]
-    m = matrices(args)
+        out = d / f"jmh-{item.release}"
+        return [IoRow(item.release, row) for row in io.jmh(run, Path(f"{out}.json"), Path(f"{out}.log"))]
+    m = item
     for name, p in (("ktor", m.ktor), ("jdk", m.jdk)):
         print(f"lab study versions: {name} changed: {len(p.runs())} runs", flush=True)
     parts = machinery.run_matrices(m.whole, [(m.ktor, d / "runs-ktor"), (m.jdk, d / "runs-jdk")], d)
