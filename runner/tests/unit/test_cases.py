@@ -163,3 +163,14 @@ def test_the_scenarios_are_the_locustfile_s_own():
     text = (REPO / "locust" / "locustfile.py").read_text()
     assert SCENARIOS == tuple(re.findall(r'@scenario\("([\w-]+)"\)', text))
     assert "static-small, static-large" not in text, "the locustfile's help lists its scenarios by hand"
+
+
+def test_the_proxy_page_s_tables_per_engine_have_a_row_for_every_engine():
+    """docs/proxy.md: the limits and the retry on stale connections, one row per engine."""
+    tables = re.findall(
+        r"^\| engine \|.*\n\|[- |]+\n((?:\|.*\n)+)", (REPO / "docs" / "proxy.md").read_text(), re.M
+    )
+    assert len(tables) >= 2
+    for rows in tables:
+        labels = [re.match(r"\| (\w+)", row)[1].lower() for row in rows.splitlines()]
+        assert tuple(labels) == ENGINES, labels
