@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MVN := mvn -B -ntp
 CASE ?= singleton-cio
+# What the system must have (packages, Go): installed when missing, quick when present.
+DEPS := tools/install-deps.sh
 
 # The JVM modules share ./pom.xml (versions, plugins); each jar is rebuilt only when a source
 # of its module (or the shared POM) is newer than it. Unit tests run in `make test`.
@@ -16,12 +18,20 @@ LEAN_SOURCES := $(PROXY_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/
 IOBENCH_JAR := io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
 
-.PHONY: help setup build test test-fast test-busy test-cuts run verify matrix bench bench-locust studies lint clean
+.PHONY: help deps-run deps-test setup build test test-unit test-fast test-busy test-cuts run verify matrix bench bench-locust studies lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
+# The system's packages (and Go for the tests): the script only looks when they are there.
+deps-run:
+	@$(DEPS) run
+
+deps-test:
+	@$(DEPS) test
+
 $(VENV)/.installed: runner/pyproject.toml
+	@$(DEPS) venv
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e 'runner[test]'
@@ -45,42 +55,46 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 	$(MVN) -q -pl io-bench package
 	touch $@
 
-build: $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
+build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, 26-34 min on 2 cores (the compose suite included; the first image builds add more).
-test: setup  ## every test: Kotlin unit tests, then the Python suite (native parts, compose on a Docker engine)
+# Every test, about 35 min on 2 cores (docs/testing.md): what it needs is installed first.
+test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
+	$(VENV)/bin/pytest runner/tests/unit
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
-	$(VENV)/bin/pytest runner/tests
+	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit
 
-test-fast: setup $(PROXY_JAR)  ## the suite without the 100 MB transfers, timeout waits and containers
+test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
+	$(VENV)/bin/pytest runner/tests/unit
+
+test-fast: deps-test setup $(PROXY_JAR)  ## the suite without the slow tests and containers
 	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
 
-test-busy: setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
+test-busy: deps-test setup  ## the whole suite while a busy loop runs on every core: no assertion may depend on the machine's speed
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-test-cuts: setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min
+test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
-run: setup $(PROXY_JAR)  ## nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
+run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up $(CASE)
 
-verify: setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
+verify: deps-run setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: setup $(PROXY_JAR)  ## all 10 cases headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
+matrix: deps-run setup $(PROXY_JAR)  ## every case headless, each warmed up (lab run, 20-22 min here), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
-bench: setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
+bench: deps-run setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)
 	$(VENV)/bin/lab bench
 
-bench-locust: setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
+bench-locust: deps-run setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: setup build  ## every study at full size (docs/studies/), one after another: about 85 min
+studies: deps-run setup build  ## every study at full size (docs/studies/), one after another: about 85 min
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming

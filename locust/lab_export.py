@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 
 import gevent
 import psutil
@@ -25,6 +26,8 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
+
+from lab_window import WindowStats
 
 log = logging.getLogger("lab")
 
@@ -170,29 +173,32 @@ def window_stats(environment, settings: dict, target: dict, watch: CpuWatch) -> 
     CPU peaks in it."""
     runner = environment.runner
     total = runner.stats.total
-    return {
-        "state": runner.state,
-        "now": time.time(),
-        "start_time": total.start_time,
-        "last_request_timestamp": total.last_request_timestamp,
-        "requests": total.num_requests,
-        "failures": total.num_failures,
-        "p50_ms": total.get_response_time_percentile(0.5) if total.num_requests else None,
-        "p95_ms": total.get_response_time_percentile(0.95) if total.num_requests else None,
-        "p99_ms": total.get_response_time_percentile(0.99) if total.num_requests else None,
-        "max_ms": total.max_response_time if total.num_requests else None,
-        "avg_ms": total.avg_response_time if total.num_requests else None,
-        "users": runner.user_count,
-        "workers": runner.worker_count if isinstance(runner, MasterRunner) else 0,
-        "target_rps": target["rps"] if settings.get("load_model") != "closed" else 0,
-        "cpu_peak_percent": dict(watch.peak),
-        "saturated": watch.saturated,
-        "settings": {k: v for k, v in settings.items() if isinstance(v, (str, int, float, bool))},
-        "errors": [
-            {"method": e.method, "name": e.name, "error": str(e.error), "occurrences": e.occurrences}
-            for e in runner.stats.errors.values()
-        ][:20],
-    }
+    any_ = bool(total.num_requests)
+    return asdict(
+        WindowStats(
+            state=runner.state,
+            now=time.time(),
+            start_time=total.start_time,
+            last_request_timestamp=total.last_request_timestamp,
+            requests=total.num_requests,
+            failures=total.num_failures,
+            p50_ms=total.get_response_time_percentile(0.5) if any_ else None,
+            p95_ms=total.get_response_time_percentile(0.95) if any_ else None,
+            p99_ms=total.get_response_time_percentile(0.99) if any_ else None,
+            max_ms=total.max_response_time if any_ else None,
+            avg_ms=total.avg_response_time if any_ else None,
+            users=runner.user_count,
+            workers=runner.worker_count if isinstance(runner, MasterRunner) else 0,
+            target_rps=target["rps"] if settings.get("load_model") != "closed" else 0,
+            cpu_peak_percent=dict(watch.peak),
+            saturated=watch.saturated,
+            settings={k: v for k, v in settings.items() if isinstance(v, (str, int, float, bool))},
+            errors=[
+                {"method": e.method, "name": e.name, "error": str(e.error), "occurrences": e.occurrences}
+                for e in runner.stats.errors.values()
+            ][:20],
+        )
+    )
 
 
 def _sample_cpu(environment, watch: CpuWatch) -> None:

@@ -23,10 +23,10 @@ import random
 import sys
 import time
 
-from lab_payload import digest_of, payload
 from locust.runners import MasterRunner, WorkerRunner
 
 from lab_export import install as install_export
+from lab_payload import digest_of, payload
 from locust import FastHttpUser, events, task
 
 log = logging.getLogger("lab")
@@ -60,8 +60,7 @@ def add_options(parser):
         env_var="LOCUST_SCENARIO",
         default="static-small",
         choices=list(SCENARIOS),
-        help="what each user requests: static-small, static-large, upload, slow or mix "
-        "(default: static-small)",
+        help=f"what each user requests: {', '.join(SCENARIOS)} (default: static-small)",
     )
     parser.add_argument(
         "--load-model",

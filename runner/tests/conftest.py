@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -25,12 +26,12 @@ from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
 from ktor_lab.parts import compose, faults, nginx, proxy
 from ktor_lab.paths import LOCUST_DIR
+from ktor_lab.processes import Guardian, Service, free_port, wait_until
 
 sys.path.insert(0, str(LOCUST_DIR))
 from lab_payload import payload  # noqa: E402  (the locustfile's own definition)
 
-__all__ = ["payload", "scrape"]
-from ktor_lab.processes import Guardian, Service, free_port
+__all__ = ["payload", "scrape", "wait_until"]
 
 # Every process this session starts, and everything those start, inherits this marker: at the
 # end, any process still carrying it was left behind by a test (see pytest_sessionfinish).
@@ -41,21 +42,17 @@ os.environ["LAB_TEST_SESSION"] = SESSION_MARK.split("=", 1)[1]
 def session_processes() -> list[tuple[int, str]]:
     """(PID, command) of live processes carrying this session's marker, but this one and its guardian."""
     mine = {os.getpid(), *([Guardian._proc.pid] if Guardian._proc else [])}
+    key, value = SESSION_MARK.split("=", 1)
     found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        pid = int(environ.parent.name)
-        if pid in mine:
+    for p in psutil.process_iter():
+        if p.pid in mine:
             continue
         try:
-            if SESSION_MARK.encode() not in environ.read_bytes().split(b"\0"):
-                continue
-            stat = (environ.parent / "stat").read_text()
-            if stat.rsplit(")", 1)[1].split()[0] == "Z":
-                continue  # a zombie holds nothing
-            cmd = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        found.append((pid, cmd.strip()[:160]))
+            if p.environ().get(key) != value or p.status() == psutil.STATUS_ZOMBIE:
+                continue  # not ours, or a zombie, which holds nothing
+            found.append((p.pid, " ".join(p.cmdline())[:160]))
+        except psutil.Error:
+            continue  # ended meanwhile, or not ours to read
     return found
 
 
@@ -133,10 +130,9 @@ def pytest_sessionfinish(session, exitstatus):
     global busy, busy_report
     if busy is not None:
         busy_report, busy = busy.stop(), None
-    deadline = time.monotonic() + 15  # stops in flight (a JVM's shutdown) may take a moment
-    while (left := session_processes()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if left:
+    # Stops in flight (a JVM's shutdown) may take a moment.
+    wait_until(lambda: not session_processes(), timeout=15, interval=0.5)
+    if left := session_processes():
         lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in left)
         print(f"\nprocesses left behind by the test session (now ended):\n{lines}")
         for pid, _ in left:
@@ -149,18 +145,6 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The proxy runs with a heap far smaller than the 100 MB bodies it must stream.
 PROXY_JAVA_OPTS = ["-Xmx128m"]
-
-
-def wait_until(condition, timeout: float = 10.0, interval: float = 0.2) -> bool:
-    """Polls `condition()` until it is true or `timeout` seconds pass; returns its last value.
-
-    For counts that settle just after the response: a per-call client is closed after
-    the caller already has its answer (up to about 1 s later with Apache under load).
-    """
-    deadline = time.monotonic() + timeout
-    while not (ok := condition()) and time.monotonic() < deadline:
-        time.sleep(interval)
-    return ok
 
 
 def answers(url: str, timeout: float = 1) -> bool:
@@ -229,9 +213,11 @@ class Proxy:
         return scrape(self.url)
 
     def open_clients(self) -> float:
-        """Clients created and not yet closed, once the counts have settled (10 s at most)."""
+        """Clients created and not yet closed, once the counts have settled (10 s at most: a
+        per-call client is closed after the caller already has its answer, up to about 1 s later
+        with Apache under load)."""
         expected = 1 if self.case.startswith("singleton") else 0
-        wait_until(lambda: self.metric("lab_clients_open") == expected)
+        wait_until(lambda: self.metric("lab_clients_open") == expected, timeout=10)
         return self.metric("lab_clients_open")
 
     def metric(self, name: str, /, **labels: str) -> float:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ktor_lab import versions
-from ktor_lab.cases import CASES, ENGINES, LIFETIMES, split_case
+from ktor_lab.cases import CASES, ENGINES, LIFETIMES, Case
 from ktor_lab.machine import java
 from ktor_lab.parts import compose
 from ktor_lab.paths import PROXY_JAR, REPO
@@ -60,10 +60,19 @@ def test_one_overlay_per_case_the_proxy_accepts():
 
 @pytest.mark.parametrize("case", CASES)
 def test_case_overlay_sets_the_proxy_engine_and_lifetime(case):
-    lifetime, engine = split_case(case)
+    c = Case.parse(case)
+    lifetime, engine = c.lifetime, c.engine
     services = render(case)["services"]
     env = services["proxy"]["environment"]
-    assert (env["CLIENT_ENGINE"], env["CLIENT_LIFETIME"]) == (engine, lifetime)
+    # What the compose stack gives the proxy is the case's own environment (Case.proxy_env).
+    assert (
+        {k: env[k] for k in c.proxy_env()}
+        == c.proxy_env()
+        == {
+            "CLIENT_ENGINE": engine,
+            "CLIENT_LIFETIME": lifetime,
+        }
+    )
     assert services["locust"]["environment"]["LAB_CASE"] == case
     # Only the delta, with a first line that says what it changes.
     text = compose.overlay(case).read_text()

@@ -25,10 +25,10 @@ import requests
 
 from conftest import scrape, wait_until
 from ktor_lab import versions
-from ktor_lab.cases import CASES, split_case
+from ktor_lab.cases import CASES, Case
 from ktor_lab.metrics import query
 from ktor_lab.parts import compose, grafana
-from ktor_lab.parts.loadgen import LocustWeb
+from ktor_lab.parts.loadgen import LocustWeb, WindowStats
 from ktor_lab.paths import REPO
 from ktor_lab.processes import free_port
 
@@ -59,7 +59,9 @@ def upstream_count(proxy_url: str) -> float:
     return scrape(proxy_url).sum("lab_upstream_requests_seconds_count")
 
 
-def load_through_proxy(project: compose.Project, case: str, seconds: int, **custom) -> tuple[dict, float]:
+def load_through_proxy(
+    project: compose.Project, case: str, seconds: int, **custom
+) -> tuple[WindowStats, float]:
     """Locust at RATE through the proxy for `seconds`, started through its web API as the UI does;
     returns Locust's stats of the whole run and the proxy's own count of upstream exchanges over
     the same run. Whole runs, not a window after a reset: Locust clears its stats when a run
@@ -76,7 +78,7 @@ def load_through_proxy(project: compose.Project, case: str, seconds: int, **cust
     web.swarm("http://proxy:8080", 10, 10, **options)
     time.sleep(seconds)
     web.stop()
-    if web.stats()["workers"]:
+    if web.stats().workers:
         # A worker sends no report on "stop": its last requests come with its next 3 s report.
         time.sleep(WORKER_REPORT_S + 1)
     stats = web.stats()
@@ -87,16 +89,15 @@ def load_through_proxy(project: compose.Project, case: str, seconds: int, **cust
 @pytest.mark.parametrize("case", CASES)
 def test_each_case_is_up_and_serves_through_its_engine(lab, case):
     lab.up(case)
-    lifetime, engine = split_case(case)
     assert requests.get(f"{lab.url('proxy')}/health", timeout=5).text == f"ok {case}\n"
     info = scrape(lab.url("proxy")).label_values("lab_proxy_info", "case")
     assert info == {case}
     stats, served = load_through_proxy(lab, case, LOAD_SECONDS)
-    assert stats["failures"] == 0, stats["errors"]
+    assert stats.failures == 0, stats.errors
     # enough exchanges for the counts to mean something; the rate reached is the machine's (per-call
     # Apache5 made 575 of 1000 in a run with both cores busy), not what this test checks
-    assert stats["requests"] >= 100, stats
-    assert abs(stats["requests"] - served) <= 0.02 * stats["requests"], (stats["requests"], served)
+    assert stats.requests >= 100, stats
+    assert abs(stats.requests - served) <= 0.02 * stats.requests, (stats.requests, served)
 
 
 @pytest.mark.parametrize("host", ["localhost", "example.com", "nginx"])
@@ -143,7 +144,7 @@ def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browse
     page.locator("input[name=waitMax]").fill("0.05")
     page.get_by_role("button", name="Start").click()
     web = LocustWeb(ui)
-    assert wait_until(lambda: web.stats()["requests"] >= 50, timeout=30), web.stats()
+    assert wait_until(lambda: web.stats().requests >= 50, timeout=30), web.stats()
 
     # Read while the run goes on (once stopped, the open page sets Locust back to a new test);
     # /stats/requests is cached by Locust for 2 s.
@@ -157,9 +158,9 @@ def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browse
     page.close()
     web.stop()
     assert own == {"upload", "Aggregated"}
-    assert stats["failures"] == 0, stats["errors"]
-    assert (stats["settings"]["scenario"], stats["settings"]["upload_size"]) == ("upload", "1k")
-    assert (stats["settings"]["wait_min"], stats["settings"]["wait_max"]) == (0, 0.05)
+    assert stats.failures == 0, stats.errors
+    assert (stats.settings["scenario"], stats.settings["upload_size"]) == ("upload", "1k")
+    assert (stats.settings["wait_min"], stats.settings["wait_max"]) == (0, 0.05)
 
 
 def test_prometheus_has_every_target_and_every_panel_query_data(lab):
@@ -168,10 +169,11 @@ def test_prometheus_has_every_target_and_every_panel_query_data(lab):
     base = lab.url("prometheus")
     # Grafana's $__rate_interval for a 5 s scrape is 20 s: load for longer than that.
     stats, _ = load_through_proxy(lab, case, 25)
-    assert stats["failures"] == 0
+    assert stats.failures == 0
     assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=20), query(base, "up")
     assert {r["metric"]["job"] for r in query(base, "up == 1")} == {"proxy", "locust", "nginx"}
-    lifetime, engine = split_case(case)
+    c = Case.parse(case)
+    lifetime, engine = c.lifetime, c.engine
     assert not grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "20s")
     assert not grafana.panels_without_data(base, {"engine": ".*", "lifetime": ".*"}, "20s")
 
@@ -255,14 +257,14 @@ def test_distributed_master_and_two_workers_share_the_load(compose_engine):
     try:
         project.up("per-call-cio")
         web = LocustWeb(project.url("locust"))
-        assert wait_until(lambda: web.stats()["workers"] == 2, timeout=30), web.stats()["workers"]
+        assert wait_until(lambda: web.stats().workers == 2, timeout=30), web.stats().workers
         stats, served = load_through_proxy(project, "per-call-cio", LOAD_SECONDS)
         samples = scrape(project.url("locust"))
     finally:
         project.down()
     assert not compose.wait_gone(project)
-    assert stats["failures"] == 0 and stats["workers"] == 2
-    assert abs(stats["requests"] - served) <= 0.02 * stats["requests"]
+    assert stats.failures == 0 and stats.workers == 2
+    assert abs(stats.requests - served) <= 0.02 * stats.requests
     nodes = samples.label_values("locust_cpu_peak_percent", "node")
     assert len(nodes - {"master"}) == 2, nodes
 

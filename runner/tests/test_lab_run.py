@@ -1,200 +1,28 @@
-"""`lab run`, `lab report` and `lab verify`: option parsing, verdict rules, the report from a
-stored result, and a real two-case matrix against the real parts."""
+"""`lab run`, `lab report` and `lab verify` with real parts: the report as a browser shows it, a
+real two-case matrix, a busy machine, a proxy that stops answering, the whole stack checked.
+Their rules without parts: unit/test_run_rules.py."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from ktor_lab import measure, metrics, run_report, verdict
+from ktor_lab import measure, run_report
 from ktor_lab.backends import NativeBackend
-from ktor_lab.cases import SCENARIOS
 from ktor_lab.cli import main
-from ktor_lab.paths import LOCUST_DIR
-from ktor_lab.results import Load, LocustFigures, MachineFigures, Plan, Results, Run, Warmup, parse_load
-from ktor_lab.stack import Ports
+from ktor_lab.results import Plan, parse_load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))
 
 
-# --- options ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text,load",
-    [
-        ("closed/50/0", Load("closed", 50)),
-        ("closed/1000/1-2", Load("closed", 1000, 1.0, 2.0)),
-        ("rate/500", Load("rate", 50, target_rps=500.0)),
-        ("rate/20", Load("rate", 10, target_rps=20.0)),
-        ("rate/500/200", Load("rate", 200, target_rps=500.0)),
-    ],
-)
-def test_load_levels_parse(text, load):
-    assert parse_load(text) == load
-    assert parse_load(load.label) == load
-
-
-@pytest.mark.parametrize(
-    "text", ["closed/50", "closed/0/0", "closed/50/2-1", "rate/0", "rate/x", "open/5", ""]
-)
-def test_bad_load_levels_name_the_accepted_forms(text):
-    with pytest.raises(ValueError, match=re.escape("closed/USERS/WAIT")):
-        parse_load(text)
-
-
-@pytest.mark.parametrize(
-    "argv,message",
-    [
-        (["--cases", "singleton-netty"], "unknown case 'singleton-netty'; valid cases: singleton-cio"),
-        (["--scenarios", "huge"], "unknown scenario 'huge'; valid scenarios: static-small"),
-        (["--loads", "closed/x/1"], "load level 'closed/x/1' is not valid"),
-        (["--repeats", "0"], "repeats and duration must be at least 1"),
-        (["--set", "NOEQUALS"], "--set takes NAME=VALUE"),
-    ],
-)
-def test_bad_run_options_stop_with_a_message(argv, message, capsys):
-    assert main(["run", *argv]) == 2
-    assert message in capsys.readouterr().err
-
-
-def test_run_needs_docker_for_the_compose_backend(monkeypatch, capsys):
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert main(["run", "--backend", "compose", "--cases", "singleton-cio"]) == 2
-    assert "docker is missing" in capsys.readouterr().err
-
-
-def test_repeats_are_interleaved_across_cases():
-    plan = Plan(["singleton-cio", "per-call-cio"], ["static-small"], [parse_load("rate/10")], repeats=2)
-    order = [(r.case, r.repeat) for r in plan.runs()]
-    assert order == [("singleton-cio", 1), ("per-call-cio", 1), ("singleton-cio", 2), ("per-call-cio", 2)]
-
-
-def test_scenarios_are_the_locustfiles():
-    text = (LOCUST_DIR / "locustfile.py").read_text()
-    assert tuple(re.findall(r'@scenario\("([\w-]+)"\)', text)) == SCENARIOS
-
-
-# --- verdicts --------------------------------------------------------------------------------
-
-
-def a_run(model="closed", users=50, wait=(0.0, 0.0), target=0.0, rps=1000.0, avg_ms=20.0, cpu=40.0, fails=0):
-    return Run(
-        case="singleton-cio",
-        engine="cio",
-        lifetime="singleton",
-        scenario="static-small",
-        load=Load(model, users, wait[0], wait[1], target),
-        repeat=1,
-        warmup=Warmup(seconds=20, settled=True),
-        locust=LocustFigures(
-            rps=rps,
-            avg_ms=avg_ms,
-            requests=int(rps * 30),
-            failures=fails,
-            cpu_peak_percent={"local": cpu},
-            saturated=cpu >= 90,
-        ),
-    )
-
-
-def test_the_earlier_compose_labs_setup_is_flagged_as_load_model_bound():
-    # 1000 users, 1-2 s wait: singleton CIO ~600 rps at 100 ms, per-call Apache ~150 rps at 5 s.
-    fast = verdict.judge(a_run(users=1000, wait=(1, 2), rps=600, avg_ms=100))
-    assert fast.flags == ["load-model"] and not fast.capacity
-    assert "1000 users / (1.5 s wait + 100 ms) = 625 rps, measured 600" in fast.reasons[0]
-    # With 5 s latency the wait no longer dominates the cycle: the rate is not the wait's.
-    slow = verdict.judge(a_run(users=1000, wait=(1, 2), rps=150, avg_ms=5000))
-    assert "load-model" not in slow.flags
-
-
-def test_a_saturated_generator_is_flagged_whatever_the_model():
-    v = verdict.judge(a_run(cpu=97))
-    assert v.flags == ["generator-saturated"] and not v.capacity
-    assert "97%" in v.reasons[0]
-
-
-def test_rate_model_that_reached_its_target_is_not_capacity():
-    assert verdict.judge(a_run("rate", 50, target=500, rps=498)).flags == ["target"]
-    fell_short = verdict.judge(a_run("rate", 50, target=5000, rps=2100))
-    assert fell_short.capacity, fell_short
-
-
-def test_no_wait_and_an_idle_generator_is_capacity():
-    assert verdict.judge(a_run()) == verdict.Verdict([], True, [])
-
-
-def test_errors_and_a_short_warm_up_are_flagged():
-    run = a_run(fails=500)
-    run.warmup.settled = False
-    assert verdict.judge(run).flags == ["errors", "not-warm"]
-
-
-def test_a_run_while_other_work_took_the_cpus_is_not_capacity():
-    run = a_run()
-    run.machine = MachineFigures(cpus=2, window_s=30, others_cores=0.05, others_share=0.025)
-    assert verdict.judge(run).flags == []
-    run.machine = MachineFigures(cpus=2, window_s=30, others_cores=0.9, others_share=0.45)
-    v = verdict.judge(run)
-    assert v.flags == ["machine-busy"] and not v.capacity
-    assert "other processes used 0.90 of 2 CPUs (45%; threshold 10%)" in v.reasons[0]
-    run.machine = MachineFigures(cpus=2, window_s=30, steal_share=0.2)
-    assert verdict.judge(run).flags == ["machine-busy"]
-
-
-def test_latency_the_generator_added_is_said_but_does_not_take_capacity():
-    run = a_run()
-    run.locust.p50_ms, run.proxy.server_p50_ms = 4.0, 0.6  # 3.4 ms added: under the 5 ms margin
-    assert verdict.judge(run).flags == []
-    run.locust.p50_ms, run.proxy.server_p50_ms = 40.0, 2.0
-    v = verdict.judge(run)
-    assert v.flags == ["generator-latency"] and v.capacity
-    assert "Locust's p50 40 ms against the proxy's own 2 ms" in v.reasons[0]
-    run.locust.p50_ms, run.proxy.server_p50_ms = 300.0, 250.0  # both slow: the proxy's own latency
-    assert verdict.judge(run).flags == []
-
-
-def test_histogram_quantiles_follow_prometheus():
-    before = {0.001: 5.0, 0.002: 5.0, 0.004: 5.0, float("inf"): 5.0}
-    after = {0.001: 15.0, 0.002: 55.0, 0.004: 95.0, float("inf"): 105.0}
-    window = metrics.delta(before, after)
-    assert window == {0.001: 10.0, 0.002: 50.0, 0.004: 90.0, float("inf"): 100.0}
-    assert metrics.quantile(window, 0.5) == pytest.approx(0.002)  # the 50th of 100, at 0.002
-    assert metrics.quantile(window, 0.3) == pytest.approx(0.0015)  # linear within its bucket
-    assert metrics.quantile(window, 0.99) == 0.004  # in +Inf: the highest finite bound
-    assert metrics.quantile(metrics.delta(after, after), 0.5) is None
-
-
-# --- the report from a stored result -----------------------------------------------------------
-
-
-class Page(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tags: list[str] = []
-        self.cells: list[str] = []
-        self._in_td = False
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self._in_td = tag == "td"
-
-    def handle_endtag(self, tag):
-        self._in_td = False
-
-    def handle_data(self, data):
-        if self._in_td:
-            self.cells.append(data)
+# --- the report as a browser shows it ----------------------------------------------------------
 
 
 def stored_report(tmp_path: Path) -> tuple[dict, str, str]:
@@ -206,61 +34,6 @@ def stored_report(tmp_path: Path) -> tuple[dict, str, str]:
         (tmp_path / "report.md").read_text(),
         (tmp_path / "report.html").read_text(),
     )
-
-
-def test_report_from_a_stored_result(tmp_path):
-    results, md, page = stored_report(tmp_path)
-
-    # One table per scenario and load, one row per case, the figures the issue lists.
-    assert "## static-small, closed model, 1000 users, 1-2 s wait" in md
-    assert (
-        "| case | rps | p50 ms | p95 ms | p99 ms | proxy p50 ms | proxy p99 ms | errors | CPU s / 1000 req |"
-        in md
-    )
-    for case in results["plan"]["cases"]:
-        assert re.search(rf"^\| {case} \| ", md, re.M), case
-    # The earlier lab's setup is flagged, and its rps is not shown as capacity.
-    earlier = [ln for ln in md.splitlines() if ln.startswith("| ") and "load-model" in ln]
-    assert len(earlier) == len(results["plan"]["cases"]), md
-    assert all("(not capacity)" in ln for ln in earlier)
-    # Medians and the spread over the two repeats.
-    singleton = [
-        r for r in results["runs"] if r["case"] == "singleton-cio" and r["load"]["model"] == "closed"
-    ]
-    rps = sorted(r["locust"]["rps"] for r in singleton)
-    assert f"{sum(rps) / 2:,.0f} ({rps[0]:,.0f}-{rps[1]:,.0f})" in md
-    # Settings beside the numbers.
-    assert results["environment"]["commit"][:12] in md
-    assert "max_connections=1000" in md and "JAVA_OPTS" in md
-
-    parser = Page()
-    parser.feed(page)
-    assert page.startswith("<!doctype html>")
-    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * len(run_report.CHARTS)
-    assert "<script" not in page and "http://" not in page.split("<h2>Settings")[0].replace(
-        'xmlns="http://', ""
-    )
-    assert "singleton-cio" in parser.cells and "load-model" in " ".join(parser.cells)
-
-
-def test_report_opens_with_a_verdict_in_words(tmp_path):
-    _, md, page = stored_report(tmp_path)
-    # Before any table: per scenario and load, who leads on each figure, by how much, and
-    # whether that is beyond the spread of the repeats; flagged rows named.
-    verdict_text = md.split("## Verdict")[1].split("\n## ")[0]
-    assert md.index("## Verdict") < md.index("| case |")
-    lead = "p99 ms (lower is better): singleton-cio leads with 500.0, against 2,200.0 for per-call-apache"
-    assert f"{lead} (4.40x)" in verdict_text
-    assert "beyond the spread of the repeats" in verdict_text and "within the spread" in verdict_text
-    # Every row of the fixture is not warm: the rate ranks nothing, and the rest says so.
-    assert "rps: no row's rate is its capacity" in verdict_text
-    assert "Indicative only: every row is flagged" in verdict_text
-    assert "Their rate is not their capacity: singleton-cio (load-model, not-warm)" in verdict_text
-    # The page says the same, in HTML and not in Markdown.
-    text = re.sub(r"<[^>]+>", " ", page.split("<svg")[0])
-    assert "leads with 500.0" in text and "higher is better" in text.lower() and "lower is better" in text
-    for leak in ("*", "`", "| ", "](", "##"):
-        assert leak not in text, leak
 
 
 def test_report_page_as_a_browser_shows_it(tmp_path, browser):
@@ -278,39 +51,6 @@ def test_report_page_as_a_browser_shows_it(tmp_path, browser):
     assert page.locator("svg >> text=/not capacity/").count() == 4
     shot = (tmp_path / "report.png").read_bytes()
     assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
-
-
-def test_report_of_a_folder_without_results_says_so(tmp_path, capsys):
-    assert main(["report", str(tmp_path)]) == 2
-    assert "results.json does not exist" in capsys.readouterr().err
-
-
-def test_report_recomputes_verdicts_with_todays_rules():
-    results = json.loads((FIXTURE / "results.json").read_text())
-    changed = copy.deepcopy(results)
-    for run in changed["runs"]:
-        run["verdict"] = {"flags": [], "capacity": True, "reasons": []}  # as if stored by older rules
-    assert run_report.markdown(Results.from_json(changed)) == run_report.markdown(Results.from_json(results))
-
-
-def test_results_json_keeps_its_shape_through_the_typed_model():
-    stored = json.loads((FIXTURE / "results.json").read_text())
-    again = Results.from_json(stored).to_json()
-    assert again["format"] == 1
-    # Keys added since (the --ktor and --java dimensions) take their defaults; the rest is as stored.
-    assert {k: v for k, v in again["plan"].items() if k in stored["plan"]} == stored["plan"]
-    assert (again["plan"]["ktor"], again["plan"]["java"]) == ([], [])
-    for old, new in zip(stored["runs"], again["runs"], strict=True):
-        for part in ("load", "locust", "warmup", "window"):
-            assert {k: v for k, v in new[part].items() if k in old[part]} == old[part], part
-        assert new["proxy"]["upstream_requests"] == old["proxy"]["upstream_requests"]
-        assert new["prometheus"]["threads_live_max"] == old["prometheus"]["threads_live_max"]
-
-
-def test_a_results_json_of_another_format_is_refused(tmp_path, capsys):
-    (tmp_path / "results.json").write_text(json.dumps({"format": 2}))
-    assert main(["report", str(tmp_path)]) == 2
-    assert "results.json has format 2; this lab reads format 1" in capsys.readouterr().err
 
 
 # --- real parts ----------------------------------------------------------------------------------
@@ -439,8 +179,8 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     flagged `unresponsive`, and the next run of the plan is measured as usual."""
     monkeypatch.setattr(measure, "PROXY_SCRAPE_S", 2)
     plan = Plan(["singleton-cio", "singleton-okhttp"], ["static-small"], [parse_load("rate/20")])
-    plan.warmup_s, plan.duration_s = 0, 3
-    backend = NativeBackend(tmp_path / "logs", Ports.free(), "-Xmx256m", 0, plan.cases[0])
+    plan.warmup_s, plan.duration_s, plan.java_opts = 0, 3, "-Xmx256m"
+    backend = NativeBackend()
     stopped: list[int] = []
     start_case, container_ids = backend.start_case, backend.container_ids
 
@@ -451,7 +191,7 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     def start_and_remember(case, *args, **kwargs):
         resume()
         pid = start_case(case, *args, **kwargs)
-        if case == "singleton-cio":
+        if case.id == "singleton-cio":
             stopped.append(pid)
         return pid
 
@@ -463,7 +203,7 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     monkeypatch.setattr(backend, "start_case", start_and_remember)
     monkeypatch.setattr(backend, "container_ids", stop_the_proxy_as_the_window_begins)
     try:
-        backend.open()
+        backend.open(plan, tmp_path)
         results = measure.run_plan(plan, backend, tmp_path)
     finally:
         resume()

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from conftest import payload, sha256_of_stream
-from ktor_lab.cases import CASES, split_case
+from conftest import payload, sha256_of_stream, wait_until
+from ktor_lab.cases import CASES, Case
 from ktor_lab.processes import free_port
 
 
@@ -160,7 +160,8 @@ def test_50_concurrent_connections_no_errors_intact_bodies(case_proxy, upstream)
 
 
 def test_metrics_carry_the_case(case_proxy):
-    lifetime, engine = split_case(case_proxy.case)
+    c = Case.parse(case_proxy.case)
+    lifetime, engine = c.lifetime, c.engine
     requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=10)
     samples = case_proxy.metrics()
     assert samples, "no metrics"
@@ -212,12 +213,11 @@ def test_clients_opened_equal_closed_and_threads_return(case_proxy):
     # Dispatchers.IO may keep a few extra idle workers for 60 s after a burst; a leak of
     # one thread per per-call client would be 200 threads, far above this slack.
     slack = 8
-    deadline = time.monotonic() + 30
+    returned = wait_until(
+        lambda: case_proxy.metric("jvm_threads_live_threads") <= baseline + slack, timeout=30, interval=0.5
+    )
     live = case_proxy.metric("jvm_threads_live_threads")
-    while live > baseline + slack and time.monotonic() < deadline:
-        time.sleep(0.5)
-        live = case_proxy.metric("jvm_threads_live_threads")
-    assert live <= baseline + slack, f"live threads {live} did not return to baseline {baseline}"
+    assert returned, f"live threads {live} did not return to baseline {baseline}"
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -127,8 +127,3 @@ def test_rendered_config_passes_nginx_t(tmp_path):
     text = (tmp_path / "conf.d" / "default.conf").read_text()
     assert "${" not in text
     assert "(?<code>" in text  # nginx's own syntax is left alone
-
-
-def test_renderer_keeps_nginx_variables_and_replaces_only_named_ones():
-    out = nginx.render_template("a ${NGINX_PORT} $NGINX_PORT $host ${other}", {"NGINX_PORT": "80"})
-    assert out == "a 80 80 $host ${other}"

@@ -7,25 +7,12 @@ from pathlib import Path
 
 import requests
 
-from ktor_lab.warmup import JIT_NICE, WINDOW_S, JitClock, warm_up
+from ktor_lab.warmup import JIT_NICE, WINDOW_S, warm_up
 
 
 def scripted(rates: list[float]):
     calls = iter(rates)
     return lambda seconds: next(calls)
-
-
-def test_warm_once_two_windows_agree():
-    w = warm_up(scripted([100, 200, 300, 310, 900]), 120, os.getpid())  # a process without a JIT
-    assert (w.settled, w.seconds) == (True, 4 * WINDOW_S)
-    assert w.window_rates == [100, 200, 300, 310]
-    assert w.window_jit_s == [0, 0, 0, 0] and w.jvm_visible
-
-
-def test_still_climbing_at_the_limit_is_not_warm():
-    w = warm_up(scripted([100, 200, 300, 400, 500]), 20)
-    assert (w.settled, w.seconds, w.window_rates) == (False, 20, [100, 200, 300, 400])
-    assert w.window_jit_s == [] and not w.jvm_visible
 
 
 def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
@@ -34,23 +21,6 @@ def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
     (task / "comm").write_text(name + "\n")
     # /proc/PID/task/TID/stat: utime and stime are the 14th and 15th fields
     (task / "stat").write_text(f"{tid} ({name}) S " + " ".join(["0"] * 10) + f" {ticks} 0 0 0\n")
-
-
-def test_a_compiler_thread_that_ends_does_not_make_jit_time_run_back(tmp_path: Path):
-    hz = os.sysconf("SC_CLK_TCK")
-    compiler_thread(tmp_path, 10, "C2 CompilerThre", 5 * hz)
-    compiler_thread(tmp_path, 11, "C1 CompilerThre", 1 * hz)
-    compiler_thread(tmp_path, 12, "VM Thread", 50 * hz)  # not a compiler
-    clock = JitClock(4242, tmp_path)
-    compiler_thread(tmp_path, 10, "C2 CompilerThre", 7 * hz)
-    assert clock.lap() == 2.0
-    # the JVM ends an idle compiler thread (5+2 s gone from the sum) and starts another
-    for f in (tmp_path / "4242" / "task" / "10").iterdir():
-        f.unlink()
-    (tmp_path / "4242" / "task" / "10").rmdir()
-    compiler_thread(tmp_path, 13, "C2 CompilerThre", 1 * hz)
-    assert clock.lap() == 1.0
-    assert clock.lap() == 0.0
 
 
 def compiler_nices(pid: int) -> list[int]:
@@ -83,8 +53,3 @@ def test_the_jit_is_served_first_while_warming_and_at_its_own_nice_when_measured
     else:
         assert w.jit_nice is None and all(set(nices) == {own} for nices in during)
     assert set(after) == {own}
-
-
-def test_a_fake_proc_is_never_reniced(tmp_path: Path):
-    compiler_thread(tmp_path, 1, "C2 CompilerThre", 0)  # PID 1's own thread ID, in a fake /proc
-    assert JitClock(4242, tmp_path).prioritize(JIT_NICE) is False

@@ -1,78 +1,148 @@
 """Where `lab run` finds the parts: host processes (native) or the compose stack.
 
-A backend starts the shared parts once (`open`), a fresh proxy per run (`start_case`),
-and tells the measurement where Locust's web API, the proxy's /metrics and Prometheus answer.
+A backend checks a plan before anything starts (`check`: a LabError of one line naming what it
+cannot do), starts the shared parts once (`open`), a fresh proxy per case (`start_case`), and
+tells the measurement where Locust's web API, the proxy's /metrics and Prometheus answer. Each
+owns its rules: how a case's dimensions are applied (a jar and a java natively, an image's build
+argument in compose) and what it refuses. `BACKENDS` names them for `lab run --backend`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 from . import versions
+from .cases import Case
+from .errors import LabError
 from .parts import compose
 from .paths import PROXY_JAR
 from .processes import free_port
-from .stack import Ports, Stack, missing
+from .results import Plan
+from .stack import Ports, Stack, grafana_binary, missing, require
+
+
+class Backend(Protocol):
+    kind: ClassVar[str]
+    # How often Prometheus scrapes: the measurement waits for the window's last scrape.
+    scrape_seconds: ClassVar[int]
+
+    @property
+    def locust_url(self) -> str: ...  # Locust's web API, from this process
+
+    @property
+    def locust_host(self) -> str: ...  # the proxy, as Locust reaches it
+
+    @property
+    def proxy_metrics_url(self) -> str: ...  # the proxy's /metrics, from this process
+
+    @property
+    def prometheus_url(self) -> str: ...
+
+    def check(self, plan: Plan) -> None:
+        """LabError (one line) when the plan cannot run here; nothing has started yet."""
+
+    def open(self, plan: Plan, out_dir: Path) -> None:
+        """The parts every run shares; logs under `out_dir`."""
+
+    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
+        """A fresh proxy for `case` with the extra variables `env`; its host PID when visible."""
+
+    def container_ids(self) -> tuple[str, ...]:
+        """Containers whose processes count as the lab's (machine figures)."""
+
+    def close(self) -> None:
+        """Stops and removes everything `open` and `start_case` started."""
+
+    def describe(self) -> dict:
+        """What results.json records of the backend."""
+
+
+def refuse_unapplied(cases: list[Case], kind: str) -> None:
+    """Dimensions no backend applies yet: the protocol (TLS, HTTP/2) and an added round trip."""
+    for case in cases:
+        if case.protocol != "http":
+            raise LabError(f"case {case.name!r}: the {kind} backend serves the upstream over http only")
+        if case.rtt_ms:
+            raise LabError(f"case {case.name!r}: the {kind} backend adds no round trip (rtt)")
 
 
 class NativeBackend:
+    """Every part a child process of this one on 127.0.0.1 (stack.Stack), on free ports."""
+
+    kind = "native"
     # Every 2 s (timeout 2 s): an overloaded proxy can take over a second to answer /metrics.
     scrape_seconds = 2
 
-    def __init__(self, run_dir: Path, ports: Ports, java_opts: str, workers: int, first_case: str):
-        self.stack = Stack(run_dir, ports, java_opts.split(), scrape_interval=f"{self.scrape_seconds}s")
-        self.java_opts = java_opts
-        self.workers = workers
-        self.first_case = first_case
+    def __init__(self, grafana: bool = False):
+        self.grafana = grafana
+        self.stack: Stack | None = None
+        self.java_opts = ""
+        self.workers = 0
+
+    @property
+    def _stack(self) -> Stack:
+        assert self.stack is not None, "open() first"
+        return self.stack
 
     @property
     def locust_url(self) -> str:
-        return self.stack.locust_url
+        return self._stack.locust_url
 
     @property
     def locust_host(self) -> str:
-        return self.stack.proxy_url
+        return self._stack.proxy_url
 
     @property
     def proxy_metrics_url(self) -> str:
-        return self.stack.proxy_url
+        return self._stack.proxy_url
 
     @property
     def prometheus_url(self) -> str:
-        return self.stack.prometheus_url
+        return self._stack.prometheus_url
 
-    @staticmethod
-    def missing() -> list[str]:
-        return missing()
+    def check(self, plan: Plan) -> None:
+        refuse_unapplied(plan.cases_to_run(), self.kind)
+        problems = missing()
+        if self.grafana and grafana_binary() is None:
+            problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
+        require(problems)
 
-    def open(self) -> None:
+    def open(self, plan: Plan, out_dir: Path) -> None:
+        """Builds the jars of the plan's releases first (about 30 s each, once), then nginx, its
+        exporter, Prometheus, Locust (and Grafana when asked for)."""
+        releases = {versions.release(c.ktor) for c in plan.cases_to_run() if c.ktor}
+        versions.ensure_jars(sorted(releases, key=lambda r: r.name))
+        self.java_opts, self.workers = plan.java_opts, plan.workers
+        self.stack = Stack(out_dir / "logs", Ports.free(), plan.java_opts.split(), f"{self.scrape_seconds}s")
         self.stack.nginx()
         self.stack.exporter()
         self.stack.prometheus()
-        self.stack.locust(self.first_case, self.workers)
+        self.stack.locust(plan.cases[0], plan.workers)
+        if self.grafana:
+            self.stack.grafana()
 
-    def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
-        """A fresh proxy for `case`, of the Ktor release `ktor` on the JDK `java` ("": the defaults;
-        the jars are built before the run: commands/run.py)."""
-        jar = versions.jar("proxy-app", versions.release(ktor)) if ktor else PROXY_JAR
-        java_bin = versions.jdk(java).java if java else None
-        return self.stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
+    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
+        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK ("": the defaults)."""
+        jar = versions.jar("proxy-app", versions.release(case.ktor)) if case.ktor else PROXY_JAR
+        java_bin = versions.jdk(case.java).java if case.java else None
+        return self._stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
 
     def container_ids(self) -> tuple[str, ...]:
-        """Containers whose processes are the lab's (none: every part is a child of this process)."""
-        return ()
+        return ()  # every part is a child of this process
 
     def close(self) -> None:
-        self.stack.stop()
+        if self.stack is not None:
+            self.stack.stop()
 
     def describe(self) -> dict:
         return {
-            "kind": "native",
+            "kind": self.kind,
             "java_opts": self.java_opts,
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
-            "ports": vars(self.stack.ports),
+            "ports": vars(self._stack.ports),
             "note": "every part shares this machine's CPUs; no limits per process",
         }
 
@@ -82,65 +152,82 @@ class ComposeBackend:
     up per case with that case's overlay; only the services a run needs (Grafana if asked for).
     `close` removes its containers, network and volumes."""
 
+    kind = "compose"
     scrape_seconds = 5  # prometheus/prometheus.yml, used as is
 
-    def __init__(
-        self, workers: int, grafana: bool = False, name: str | None = None, releases: tuple[str, ...] = ()
-    ):
-        services = ("proxy", "nginx", "locust", "prometheus", *(("grafana",) if grafana else ()))
-        self.project = compose.Project(
-            name or f"ktor-lab-run-{os.getpid()}",
-            {s: free_port() for s in services},
-            workers=workers,
-            grafana=grafana,
-        )
-        self.workers = workers
-        self.releases = releases
+    def __init__(self, grafana: bool = False, name: str | None = None):
+        self.grafana = grafana
+        self.name = name or f"ktor-lab-run-{os.getpid()}"
+        self.project: compose.Project | None = None
+        self.workers = 0
+        self.default_ktor = ""
+
+    @property
+    def _project(self) -> compose.Project:
+        assert self.project is not None, "open() first"
+        return self.project
 
     @property
     def locust_url(self) -> str:
-        return self.project.url("locust")
+        return self._project.url("locust")
 
     locust_host = "http://proxy:8080"
 
     @property
     def proxy_metrics_url(self) -> str:
-        return self.project.url("proxy")
+        return self._project.url("proxy")
 
     @property
     def prometheus_url(self) -> str:
-        return self.project.url("prometheus")
+        return self._project.url("prometheus")
 
-    @staticmethod
-    def missing() -> list[str]:
-        problem = compose.engine_problem()
-        return [f"{problem} (--backend compose)"] if problem else []
+    def check(self, plan: Plan) -> None:
+        if plan.java or any(c.java for c in plan.cases):
+            raise LabError(
+                "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "
+                "(e.g. eclipse-temurin:25-jre) instead"
+            )
+        if bad := sorted(set(plan.proxy_env) - set(compose.PROXY_VARIABLES)):
+            raise LabError(
+                f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
+                f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
+            )
+        refuse_unapplied(plan.cases_to_run(), self.kind)
+        if problem := compose.engine_problem():
+            raise LabError(f"cannot start: {problem} (--backend compose)")
 
-    def open(self) -> None:
+    def open(self, plan: Plan, out_dir: Path) -> None:
+        """Removes what killed runs left, builds the images from today's sources (Docker's cache
+        makes this quick when nothing changed), the proxy's once per Ktor release of the plan."""
+        services = ("proxy", "nginx", "locust", "prometheus", *(("grafana",) if self.grafana else ()))
+        self.workers = plan.workers
+        self.project = compose.Project(
+            self.name, {s: free_port() for s in services}, workers=plan.workers, grafana=self.grafana
+        )
+        self.project.env["PROXY_JAVA_OPTS"] = plan.java_opts
+        self.default_ktor = self.project.env.get("KTOR_VERSION") or compose.dotenv()["KTOR_VERSION"]
         if removed := compose.remove_orphans():
             print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
-        # The images from today's sources (Docker's cache makes this quick when nothing changed),
-        # the proxy's once per Ktor release of the plan (KTOR_VERSION, its own tag).
-        for release in self.releases or ("",):
+        for release in sorted({c.ktor for c in plan.cases_to_run()}):
             self.project.build(**({"KTOR_VERSION": release} if release else {}))
 
-    def start_case(self, case: str, env: dict[str, str], ktor: str = "", java: str = "") -> int | None:
-        """The case's overlay up with a fresh proxy; the proxy's host PID when it can be seen
-        (the engine on this kernel), so the warm-up can watch its JIT as natively. `ktor` is the
-        release the proxy's image is built with (its own tag per release); the JDK is the image's
-        (PROXY_RUN_IMAGE in .env), so `java` is refused before the run (commands/run.py)."""
-        self.project.env.update(env)
-        if ktor:
-            self.project.env["KTOR_VERSION"] = ktor
-        self.project.up(case, fresh_proxy=True)
-        return self.project.container_pid("proxy")
+    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
+        """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
+        release); the proxy's host PID when it can be seen (the engine on this kernel), so the
+        warm-up can watch its JIT as natively."""
+        project = self._project
+        project.env.update(env)
+        project.env["KTOR_VERSION"] = case.ktor or self.default_ktor
+        project.up(case, fresh_proxy=True)
+        return project.container_pid("proxy")
 
     def container_ids(self) -> tuple[str, ...]:
         """The project's containers: their processes count as the lab's, not as other work."""
-        return self.project.container_ids()
+        return self._project.container_ids()
 
     def close(self) -> None:
-        self.project.down()
+        if self.project is not None:
+            self.project.down()
 
     def describe(self) -> dict:
         keys = (
@@ -154,10 +241,21 @@ class ComposeBackend:
         )
         env = compose.dotenv()
         return {
-            "kind": "compose",
-            "project": self.project.name,
-            "services": self.project.services(),
+            "kind": self.kind,
+            "project": self.name,
+            "services": self._project.services(),
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
-            **{k.lower(): self.project.env.get(k, env.get(k)) for k in keys},
+            **{k.lower(): self._project.env.get(k, env.get(k)) for k in keys},
         }
+
+
+# `lab run --backend NAME`: the kinds of backend, each made with the run's --grafana.
+BACKENDS: dict[str, type[NativeBackend] | type[ComposeBackend]] = {
+    NativeBackend.kind: NativeBackend,
+    ComposeBackend.kind: ComposeBackend,
+}
+
+
+def make(kind: str, grafana: bool = False) -> Backend:
+    return BACKENDS[kind](grafana=grafana)

@@ -1,26 +1,182 @@
-"""The cases under test (`<lifetime>-<engine>`) and the load scenarios, as the lab names them."""
+"""What the lab compares, typed: a case is a client lifetime and an engine, and the dimensions a
+run may add (the Ktor release, the JDK, the upstream protocol, the network's round trip).
+
+This module is the one list of engines and lifetimes (`ENGINE_TITLES`, `LIFETIME_TITLES`) and
+the one place a case's text forms are parsed and written:
+
+    Case.parse("per-call-okhttp")                        # a case of the matrix
+    Case.parse("per-call-okhttp ktor 3.5.1 jdk 25")      # with dimensions, as reports name rows
+
+`Case.proxy_env()` is the proxy's environment for the case, natively (parts/proxy.py), in
+compose (the overlays compose/<lifetime>-<engine>.yml hold exactly it: a test keeps them equal)
+and in reports. The scenarios are the locustfile's (`@scenario("...")` on its user classes),
+read from it here.
+
+Adding an engine: a line in ENGINE_TITLES, its file in proxy-app/.../engines/, its overlays;
+adding a dimension: a field of Case, its word in DIMENSIONS, its variable in `proxy_env` (if
+the proxy reads it), and where a backend applies it (backends.py). docs/README.md lists them.
+"""
 
 from __future__ import annotations
 
-ENGINES = ("cio", "apache", "apache5", "okhttp", "java")
-LIFETIMES = ("singleton", "per-call")
-CASES = tuple(f"{lifetime}-{engine}" for lifetime in LIFETIMES for engine in ENGINES)
-# The locustfile's --scenario values (a test keeps them equal).
-SCENARIOS = ("static-small", "static-large", "upload", "slow", "mix")
+import ast
+import dataclasses
+from dataclasses import dataclass
+
+from .paths import LOCUST_DIR
+
+# The engines, in the order tables list them, each with what it is (the overlays' first line).
+ENGINE_TITLES = {
+    "cio": "CIO (Ktor's coroutine engine)",
+    "apache": "Apache (HttpAsyncClient 4)",
+    "apache5": "Apache5 (HttpClient 5)",
+    "okhttp": "OkHttp",
+    "java": "Java (the JDK's HttpClient)",
+}
+# How long one HttpClient lives.
+LIFETIME_TITLES = {
+    "singleton": "one HttpClient for the whole process",
+    "per-call": "a new HttpClient for every request, closed after it",
+}
+ENGINES = tuple(ENGINE_TITLES)
+LIFETIMES = tuple(LIFETIME_TITLES)
+# The upstream protocols a case may name (http: plain HTTP/1.1, the only one served so far).
+PROTOCOLS = ("http", "https", "h2")
+# The dimensions beyond lifetime and engine: the field of Case, and the word that names it in a
+# case's name ("singleton-cio ktor 3.5.1 jdk 25"), in the order names write them.
+DIMENSIONS = {"ktor": "ktor", "java": "jdk", "protocol": "protocol", "rtt_ms": "rtt"}
 
 
-def split_case(case: str) -> tuple[str, str]:
-    """`per-call-okhttp` -> (`per-call`, `okhttp`); ValueError naming the valid cases otherwise."""
+@dataclass(frozen=True)
+class Case:
+    """One thing the lab measures. A dimension at its default ("" for ktor and java: the pom's
+    release and the default java; `http`; 0 ms) is left out of the name."""
+
+    lifetime: str
+    engine: str
+    ktor: str = ""  # a release of ktor-releases.tsv
+    java: str = ""  # a JDK by major version or folder (versions.jdk)
+    protocol: str = "http"  # between the proxy and the upstream
+    rtt_ms: int = 0  # round trip added between the proxy and the upstream
+
+    def __post_init__(self) -> None:
+        if self.lifetime not in LIFETIMES or self.engine not in ENGINES:
+            raise ValueError(f"unknown case {self.id!r}; valid cases: {', '.join(CASES)}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {self.protocol!r}: give one of {', '.join(PROTOCOLS)}")
+        if not isinstance(self.rtt_ms, int) or self.rtt_ms < 0:
+            raise ValueError(f"rtt {self.rtt_ms!r}: give whole milliseconds, 0 or more")
+
+    @classmethod
+    def parse(cls, text: str) -> Case:
+        """`per-call-okhttp`, optionally followed by dimensions as `word value` pairs
+        (`ktor 3.5.1 jdk 25 protocol h2 rtt 50`); ValueError naming what is valid otherwise."""
+        words = text.split()
+        if not words:
+            raise ValueError(f"unknown case {text!r}; valid cases: {', '.join(CASES)}")
+        lifetime, engine = _split(words[0])
+        by_word = {word: field for field, word in DIMENSIONS.items()}
+        dims: dict[str, object] = {}
+        pairs = words[1:]
+        if len(pairs) % 2:
+            raise ValueError(f"case {text!r}: each dimension is a word and a value ({_dimension_help()})")
+        for word, value in zip(pairs[::2], pairs[1::2], strict=True):
+            if word not in by_word:
+                raise ValueError(f"case {text!r}: unknown dimension {word!r} ({_dimension_help()})")
+            field = by_word[word]
+            if field == "rtt_ms":
+                if not value.removesuffix("ms").isdigit():
+                    raise ValueError(f"case {text!r}: rtt {value!r}: give whole milliseconds, 0 or more")
+                dims[field] = int(value.removesuffix("ms"))
+            else:
+                dims[field] = value
+        return cls(lifetime, engine, **dims)  # type: ignore[arg-type]
+
+    @property
+    def id(self) -> str:
+        """`per-call-okhttp`: the case without dimensions (its overlay's name, Locust's --lab-case)."""
+        return f"{self.lifetime}-{self.engine}"
+
+    @property
+    def name(self) -> str:
+        """The id, then each dimension not at its default: `per-call-okhttp ktor 3.5.1 jdk 25`."""
+        return " ".join([self.id, *(f"{word} {value}" for word, value in self.dimensions().items())])
+
+    def dimensions(self) -> dict[str, str]:
+        """The dimensions not at their defaults, by the word that names them."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in DIMENSIONS and getattr(self, f.name) != f.default:
+                out[DIMENSIONS[f.name]] = str(getattr(self, f.name))
+        return out
+
+    @property
+    def base(self) -> Case:
+        """The same lifetime and engine, every dimension at its default."""
+        return Case(self.lifetime, self.engine)
+
+    def title(self) -> str:
+        """In words: `OkHttp (per-call: a new HttpClient for every request, closed after it)`."""
+        text = f"{ENGINE_TITLES[self.engine]} ({self.lifetime}: {LIFETIME_TITLES[self.lifetime]})"
+        return text + "".join(f", {word} {value}" for word, value in self.dimensions().items())
+
+    def with_dimensions(self, **dims: object) -> Case:
+        return dataclasses.replace(self, **dims)
+
+    def proxy_env(self) -> dict[str, str]:
+        """The proxy's variables that make it this case: its process environment natively, the
+        overlay's `environment` in compose. The release and the JDK are not the proxy's variables
+        but which build and which java run it (backends.py)."""
+        return {"CLIENT_ENGINE": self.engine, "CLIENT_LIFETIME": self.lifetime}
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _split(case_id: str) -> tuple[str, str]:
     for lifetime in LIFETIMES:
-        engine = case.removeprefix(lifetime + "-")
-        if engine != case and engine in ENGINES:
+        engine = case_id.removeprefix(lifetime + "-")
+        if engine != case_id and engine in ENGINES:
             return lifetime, engine
-    raise ValueError(f"unknown case {case!r}; valid cases: {', '.join(CASES)}")
+    raise ValueError(f"unknown case {case_id!r}; valid cases: {', '.join(CASES)}")
 
 
-def case_list(text: str) -> list[str]:
-    """A comma-separated list of cases, each checked."""
-    cases = [c.strip() for c in text.split(",") if c.strip()]
-    for case in cases:
-        split_case(case)
-    return cases
+def _dimension_help() -> str:
+    return "dimensions: " + ", ".join(f"{word} VALUE" for word in DIMENSIONS.values())
+
+
+CASES = tuple(f"{lifetime}-{engine}" for lifetime in LIFETIMES for engine in ENGINES)
+ALL = tuple(Case(lifetime, engine) for lifetime in LIFETIMES for engine in ENGINES)
+
+
+def case_list(text: str) -> list[Case]:
+    """A comma-separated list of cases, each parsed; ValueError naming the first bad one."""
+    return [Case.parse(c) for c in text.split(",") if c.strip()]
+
+
+def engine_list(text: str) -> list[str]:
+    """A comma-separated list of engines (the studies' --engines), each checked."""
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    if bad := [e for e in engines if e not in ENGINES]:
+        raise ValueError(f"unknown engine {bad[0]!r}; engines: {', '.join(ENGINES)}")
+    return engines
+
+
+def all_of(what: tuple[str, ...], noun: str) -> str:
+    """E.g. `all_of(CASES, "cases")`: a default's help text that follows the registry."""
+    return f"all {len(what)} {noun}"
+
+
+def scenarios(locustfile=LOCUST_DIR / "locustfile.py") -> tuple[str, ...]:
+    """The locustfile's scenarios: the names its user classes are registered under with
+    `@scenario("...")`, in its order (read, not imported: importing Locust patches the process)."""
+    found = []
+    for node in ast.walk(ast.parse(locustfile.read_text())):
+        if isinstance(node, ast.ClassDef):
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "scenario" and d.args:
+                    found.append(d.args[0].value)  # type: ignore[attr-defined]
+    return tuple(found)
+
+
+SCENARIOS = scenarios()

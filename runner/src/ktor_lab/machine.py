@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import subprocess
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
 
+import psutil
+
 from .paths import REPO
-from .processes import cpu_seconds, stat_fields
 
 
 def cpus() -> int:
@@ -46,7 +46,7 @@ def git(*args: str) -> str:
 def environment() -> dict:
     """Commit, versions and machine, recorded beside the numbers."""
     cpu_model = "unknown"
-    try:
+    try:  # psutil does not give the CPU's model name
         cpu_model = next(
             line.split(":", 1)[1].strip()
             for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -54,18 +54,13 @@ def environment() -> dict:
         )
     except (OSError, StopIteration):
         pass
-    mem_kb = 0
-    try:
-        mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())[1])
-    except (OSError, TypeError):
-        pass
     return {
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(git("status", "--porcelain")),
         "machine": {
             "cpus": cpus(),
             "cpu_model": cpu_model,
-            "memory_gib": round(mem_kb / (1 << 20), 1),
+            "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
             "kernel": platform.release(),
             "hostname": platform.node(),
         },
@@ -90,55 +85,66 @@ class CpuSample:
 
 
 def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
-    tick = os.sysconf("SC_CLK_TCK")
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    busy = user + nice + system + irq + softirq + steal
-    lab = sum(t for _, t in _lab_processes(container_ids))
-    return CpuSample(busy / tick, steal / tick, lab / tick)
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    lab = sum(_lab_cpu_seconds(container_ids).values())
+    return CpuSample(busy, t.steal, lab)
 
 
-def _lab_processes(container_ids: tuple[str, ...]) -> list[tuple[int, int]]:
-    """(pid, utime + stime + the times of its waited-for children) of this process, its
-    descendants, and the processes in the given containers' cgroups."""
-    me = os.getpid()
-    stats: dict[int, tuple[int, int]] = {}  # pid -> (ppid, ticks)
-    in_containers: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+def _lab_cpu_seconds(container_ids: tuple[str, ...]) -> dict[int, float]:
+    """CPU seconds (its own and its waited-for children's) of this process, its descendants, and
+    the processes in the given containers' cgroups (and theirs), by PID."""
+    me = psutil.Process()
+    ours = {me, *me.children(recursive=True)}
+    if container_ids:
+        for p in psutil.process_iter():
+            if _in_containers(p.pid, container_ids):
+                ours |= {p, *_children(p)}
+    out = {}
+    for p in ours:
         try:
-            rest = stat_fields(entry / "stat")
-            if container_ids and any(c in (entry / "cgroup").read_text() for c in container_ids):
-                in_containers.add(pid)
-        except (OSError, IndexError):
+            t = p.cpu_times()
+        except psutil.Error:
             continue  # ended meanwhile
-        stats[pid] = (int(rest[1]), sum(int(x) for x in rest[11:15]))  # utime stime cutime cstime
-    ours = {me} | in_containers
-    grew = True
-    while grew:
-        children = {pid for pid, (ppid, _) in stats.items() if ppid in ours} - ours
-        ours |= children
-        grew = bool(children)
-    return [(pid, stats[pid][1]) for pid in ours if pid in stats]
+        out[p.pid] = t.user + t.system + t.children_user + t.children_system
+    return out
+
+
+def _children(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _in_containers(pid: int, container_ids: tuple[str, ...]) -> bool:
+    """Whether the process's cgroup names one of the containers (psutil does not read cgroups)."""
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    return any(c in cgroup for c in container_ids)
 
 
 def load_average() -> float:
     """The 1-minute load average."""
-    return float(Path("/proc/loadavg").read_text().split()[0])
+    return psutil.getloadavg()[0]
 
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds a process (all its threads) has used so far."""
-    return cpu_seconds(stat_fields(Path(f"/proc/{pid}/stat")))
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def process_context_switches(pid: int) -> int:
     """Voluntary context switches of a process's live threads so far: each is a thread that
     stopped to wait (for work handed over by another, or for I/O). Threads that ended took their
     counts with them, so between two readings this is exact only when the threads stay the same
-    (a singleton client), a lower bound otherwise."""
+    (a singleton client), a lower bound otherwise.
+
+    Summed over /proc/PID/task/*/status by hand: psutil's num_ctx_switches reads the process's
+    own status, which counts its main thread only."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
 
 from . import machine, metrics, verdict
-from .cases import split_case
+from .cases import Case
 from .machine import environment
-from .parts.loadgen import LocustWeb
+from .parts.loadgen import LocustWeb, WindowStats
 from .results import (
     Leak,
     LocustFigures,
@@ -33,6 +35,9 @@ from .results import (
     Window,
 )
 from .warmup import JitClock, warm_up
+
+if TYPE_CHECKING:
+    from .backends import Backend
 
 # Seconds after the load stops before threads and open files are compared with the idle proxy's.
 LEAK_SETTLE_S = 6
@@ -102,24 +107,63 @@ def resources(samples: metrics.Samples) -> tuple[float | None, float | None]:
     return samples.get("jvm_threads_live_threads"), samples.get("process_files_open_files")
 
 
-def measure(backend, spec: Spec, plan: Plan) -> Run:
-    """One run: fresh proxy, warm-up, reset, window, then the window's figures."""
-    lifetime, engine = split_case(spec.case)
-    load = spec.load
-    jvm_pid = backend.start_case(spec.case, plan.proxy_env, ktor=spec.ktor, java=spec.java)
-    idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
-    threads_idle, files_idle = resources(idle)
-    web = LocustWeb(backend.locust_url)
-    run = Run(spec.case, engine, lifetime, spec.scenario, load, spec.repeat)
+@dataclass
+class WindowEdges:
+    """What was read at the window's edges: the proxy's /metrics (None where it did not answer),
+    Locust's totals, the machine's CPU, the JIT's CPU in the window, and the times."""
 
-    def scrape_proxy(when: str) -> metrics.Samples | None:
-        """The proxy's /metrics, or None (and the run flagged) when a collapsed proxy does not answer."""
+    before: metrics.Samples | None
+    after: metrics.Samples | None
+    stats: WindowStats
+    cpu_before: machine.CpuSample
+    cpu_after: machine.CpuSample
+    cpu_span_s: float  # from the first CPU sample to the last, stalled scrapes included
+    jit_s: float | None
+    started: float
+    ended: float
+    edges_s: float
+    stopped: float  # time.monotonic() when the load stopped
+
+
+class ProxyScraper:
+    """The proxy's /metrics, or None (and the run flagged) when a collapsed proxy does not answer."""
+
+    def __init__(self, url: str, run: Run):
+        self.url, self.run = url, run
+
+    def __call__(self, when: str) -> metrics.Samples | None:
         try:
-            return metrics.scrape(backend.proxy_metrics_url, PROXY_SCRAPE_S)
+            return metrics.scrape(self.url, PROXY_SCRAPE_S)
         except requests.RequestException as e:
-            run.unanswered.append(f"{when}: {type(e).__name__} after up to {PROXY_SCRAPE_S} s")
+            self.run.unanswered.append(f"{when}: {type(e).__name__} after up to {PROXY_SCRAPE_S} s")
             return None
 
+
+def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
+    """One run: a fresh proxy, warm-up, reset, window, then the window's figures."""
+    case = spec.case
+    jvm_pid = backend.start_case(case, plan.proxy_env)
+    idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
+    run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
+    run.dimensions = plan.has_dimensions
+    scrape_proxy = ProxyScraper(backend.proxy_metrics_url, run)
+    edges = load_and_measure(backend, spec, plan, run, jvm_pid, scrape_proxy)
+    record_window(run, edges, idle)
+    time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
+    run.prometheus = prometheus_figures(backend.prometheus_url, case, edges)
+    time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - edges.stopped)))
+    run.leak = leak_check(idle, scrape_proxy("leak check"))
+    run.verdict = verdict.judge(run)
+    return run
+
+
+def load_and_measure(
+    backend: Backend, spec: Spec, plan: Plan, run: Run, jvm_pid: int | None, scrape_proxy: ProxyScraper
+) -> WindowEdges:
+    """Locust's load on the proxy: the warm-up (recorded in `run`), a reset, the window; the load
+    is stopped whatever happens."""
+    web = LocustWeb(backend.locust_url)
+    load = spec.load
     try:
         web.swarm(
             backend.locust_host,
@@ -130,7 +174,7 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
             wait_min=load.wait_min,
             wait_max=load.wait_max,
             target_rps=load.target_rps,
-            lab_case=spec.case,
+            lab_case=spec.case.id,
         )
         run.warmup = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, jvm_pid)
         jit = JitClock(jvm_pid) if jvm_pid else None
@@ -147,8 +191,8 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         after = scrape_proxy("window end")
         edges_s += time.monotonic() - edge
         cpu_after = machine.cpu_sample(containers)
-        cpu_span_s = time.monotonic() - cpu_from  # with the edges: a stalled scrape is inside it
-        jit_in_window = jit.lap() if jit else None
+        cpu_span_s = time.monotonic() - cpu_from
+        jit_s = jit.lap() if jit else None
         ended = time.time()
     finally:
         try:
@@ -156,54 +200,42 @@ def measure(backend, spec: Spec, plan: Plan) -> Run:
         except requests.RequestException:
             pass
         stopped = time.monotonic()
-    elapsed = max(stats["now"] - stats["start_time"], 1e-3)
-    run.window = Window(started, ended, round(ended - started, 3), round(edges_s, 3))
-    run.locust = LocustFigures(
-        requests=stats["requests"],
-        failures=stats["failures"],
-        rps=stats["requests"] / elapsed,
-        **{
-            k: stats[k]
-            for k in (
-                "p50_ms",
-                "p95_ms",
-                "p99_ms",
-                "max_ms",
-                "avg_ms",
-                "users",
-                "workers",
-                "target_rps",
-                "cpu_peak_percent",
-                "saturated",
-                "settings",
-                "errors",
-            )
-        },
+    return WindowEdges(
+        before, after, stats, cpu_before, cpu_after, cpu_span_s, jit_s, started, ended, edges_s, stopped
     )
-    if before is not None and after is not None:
-        run.proxy = proxy_figures(before, after)
+
+
+def record_window(run: Run, edges: WindowEdges, idle: metrics.Samples) -> None:
+    """The window's figures into `run`: Locust's, the proxy's own, the machine's."""
+    run.window = Window(
+        edges.started, edges.ended, round(edges.ended - edges.started, 3), round(edges.edges_s, 3)
+    )
+    run.locust = LocustFigures.of(edges.stats)
+    if edges.before is not None and edges.after is not None:
+        run.proxy = proxy_figures(edges.before, edges.after)
     else:
         run.proxy = ProxyFigures(settings=idle.labels("lab_proxy_info"))
-    proxy = run.proxy
-    if jit_in_window is not None:
-        proxy.jit_cpu_seconds_in_window = round(jit_in_window, 2)
-    run.ktor, run.java = proxy.settings.get("ktor_version"), proxy.settings.get("java_version")
-    run.dimensions = bool(plan.ktor or plan.java)
-    run.machine = machine_figures(cpu_before, cpu_after, cpu_span_s)
-    time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
-    window_s = max(1, round(ended - started))
-    run.prometheus = PrometheusFigures(
+    if edges.jit_s is not None:
+        run.proxy.jit_cpu_seconds_in_window = round(edges.jit_s, 2)
+    run.ktor, run.java = run.proxy.settings.get("ktor_version"), run.proxy.settings.get("java_version")
+    run.machine = machine_figures(edges.cpu_before, edges.cpu_after, edges.cpu_span_s)
+
+
+def prometheus_figures(prometheus_url: str, case: Case, edges: WindowEdges) -> PrometheusFigures:
+    window_s = max(1, round(edges.ended - edges.started))
+    return PrometheusFigures(
         **{
-            name: metrics.scalar(backend.prometheus_url, q, ended)
-            for name, q in window_queries(engine, lifetime, window_s).items()
+            name: metrics.scalar(prometheus_url, q, edges.ended)
+            for name, q in window_queries(case.engine, case.lifetime, window_s).items()
         }
     )
-    time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - stopped)))
-    settled = scrape_proxy("leak check")
+
+
+def leak_check(idle: metrics.Samples, settled: metrics.Samples | None) -> Leak:
+    """The proxy's threads and open files idle before the load and LEAK_SETTLE_S after it."""
+    threads_idle, files_idle = resources(idle)
     threads_after, files_after = resources(settled) if settled is not None else (None, None)
-    run.leak = Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after)
-    run.verdict = verdict.judge(run)
-    return run
+    return Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after)
 
 
 def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigures:
@@ -280,7 +312,7 @@ def fmt(v) -> str:
     return "-" if v is None else f"{v:g}"
 
 
-def run_plan(plan: Plan, backend, out_dir: Path) -> Results:
+def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     """Runs the plan, writing out_dir/results.json after each run; returns the results."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = Results(
@@ -293,8 +325,7 @@ def run_plan(plan: Plan, backend, out_dir: Path) -> Results:
     progress = Progress(len(specs), plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
     try:
         for spec in specs:
-            dims = (f" ktor {spec.ktor}" if spec.ktor else "") + (f" jdk {spec.java}" if spec.java else "")
-            progress.show(f"{spec.case}{dims} {spec.scenario} {spec.load.label} #{spec.repeat}")
+            progress.show(spec.title())
             run = measure(backend, spec, plan)
             results.runs.append(run)
             results.write(out_dir)

@@ -18,16 +18,24 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-# Run by the guardian: reads "+PGID START" and "-PGID" lines; at EOF ends what is left.
+import psutil
+
+T = TypeVar("T")
+
+# Run by the guardian: reads "+PGID START" and "-PGID" lines; at EOF ends what is left. START is
+# the leader's start time (psutil's create_time), so a reused PID is never taken for it.
 GUARDIAN = r"""
 import os, signal, sys, time
+import psutil
 groups = {}
 def start_time(pid):
     try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
-    except OSError:
+        return repr(psutil.Process(pid).create_time())
+    except psutil.Error:
         return None
 for line in sys.stdin:
     sign, rest = line[0], line[1:].split()
@@ -91,39 +99,33 @@ class Guardian:
             pass  # the guardian is gone: stop() still ends the group
 
 
-def stat_fields(stat: Path) -> list[str]:
-    """The fields of a /proc/PID/stat or /proc/PID/task/TID/stat after the command's name (which
-    may hold spaces and parentheses): [0] state, [1] ppid, [2] pgrp, [11] utime, [12] stime,
-    [13] cutime, [14] cstime, [19] starttime (fields 3, 4, 5, 14-17 and 22 of proc(5)).
-    OSError when the process or thread has ended."""
-    return stat.read_text().rsplit(")", 1)[1].split()
-
-
-def cpu_seconds(fields: list[str]) -> float:
-    """utime + stime of `stat_fields`, in seconds."""
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    """The process's start time (psutil's create_time, as text), or None when it is gone."""
     try:
-        return stat_fields(Path(f"/proc/{pid}/stat"))[19]
-    except (OSError, IndexError):
+        return repr(psutil.Process(pid).create_time())
+    except psutil.Error:
         return None
 
 
 def group_members(pgid: int) -> list[int]:
-    """Processes in group `pgid` other than its leader (/proc/PID/stat field 5)."""
+    """Processes in group `pgid` other than its leader."""
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for p in psutil.process_iter():
         try:
-            fields = stat_fields(stat)
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        if int(fields[2]) == pgid and pid != pgid:
-            members.append(pid)
+            if p.pid != pgid and os.getpgid(p.pid) == pgid:
+                members.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            continue  # ended meanwhile
     return members
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.2) -> T:
+    """Calls `condition()` until it returns something true or `timeout` seconds pass; returns its
+    last value (false when time ran out). Every poll of the lab and its tests goes through here."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return value
 
 
 def free_port() -> int:
@@ -174,18 +176,21 @@ class Service:
 
     def wait_http(self, url: str, timeout: float = 30.0) -> None:
         """Waits until `url` answers 2xx; raises with the log's tail if the process dies or time runs out."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def answered_or_exited() -> bool:
             if not self.alive():
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+                return True
             try:
                 with urllib.request.urlopen(url, timeout=1) as r:
-                    if 200 <= r.status < 300:
-                        return
+                    return 200 <= r.status < 300
             except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.name} did not answer {url} within {timeout:.0f} s:\n{self.tail()}")
+                return False
+
+        answered = wait_until(answered_or_exited, timeout, interval=0.1)
+        if not self.alive():
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+        if not answered:
+            raise TimeoutError(f"{self.name} did not answer {url} within {timeout:.0f} s:\n{self.tail()}")
 
     def tail(self, lines: int = 30) -> str:
         if not self._log_file.closed:

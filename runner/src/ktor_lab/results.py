@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from . import versions
-from .cases import SCENARIOS, split_case
+from .cases import SCENARIOS, Case
 from .warmup import Warmup
 
 FORMAT = 1
@@ -73,19 +73,20 @@ def parse_load(text: str) -> Load:
 
 @dataclass(frozen=True)
 class Spec:
-    """One run of the plan, before it is made."""
+    """One run of the plan, before it is made: the case with its dimensions, the scenario, the load."""
 
     repeat: int
-    case: str
+    case: Case
     scenario: str
     load: Load
-    ktor: str = ""  # a release of ktor-releases.tsv; "" for the default build
-    java: str = ""  # a JDK by major version or folder (versions.jdk); "" for the default java
+
+    def title(self) -> str:
+        return f"{self.case.name} {self.scenario} {self.load.label} #{self.repeat}"
 
 
 @dataclass
 class Plan:
-    cases: list[str]
+    cases: list[Case]
     scenarios: list[str]
     loads: list[Load]
     repeats: int = 1
@@ -99,11 +100,18 @@ class Plan:
     java: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for case in self.cases:
-            split_case(case)
+        self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
+        for dim, given in (("ktor", self.ktor), ("java", self.java)):
+            if given and (named := [c for c in self.cases if getattr(c, dim)]):
+                raise ValueError(
+                    f"case {named[0].name!r} names its {dim}; give it there or with --{dim}, not both"
+                )
         for name in self.ktor:
             versions.check_cases(versions.release(name), self.cases)
-        for name in self.java:
+        for case in self.cases:
+            if case.ktor:
+                versions.check_cases(versions.release(case.ktor), [case])
+        for name in self.java + [c.java for c in self.cases if c.java]:
             versions.jdk(name)
         if bad := [s for s in self.scenarios if s not in SCENARIOS]:
             raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
@@ -112,20 +120,33 @@ class Plan:
         if not (self.cases and self.scenarios and self.loads):
             raise ValueError("the matrix is empty: give at least one case, scenario and load level")
 
-    def runs(self) -> list[Spec]:
-        """Every run in the order it is made: each repeat goes through all cases before the next."""
+    def cases_to_run(self) -> list[Case]:
+        """The cases with the plan's dimensions applied, releases and JDKs outermost."""
         return [
-            Spec(r + 1, case, scenario, load, ktor, java)
-            for r in range(self.repeats)
+            case.with_dimensions(**({"ktor": ktor} if ktor else {}), **({"java": java} if java else {}))
             for ktor in self.ktor or [""]
             for java in self.java or [""]
             for case in self.cases
+        ]
+
+    def runs(self) -> list[Spec]:
+        """Every run in the order it is made: each repeat goes through all cases before the next."""
+        return [
+            Spec(r + 1, case, scenario, load)
+            for r in range(self.repeats)
+            for case in self.cases_to_run()
             for scenario in self.scenarios
             for load in self.loads
         ]
 
+    @property
+    def has_dimensions(self) -> bool:
+        """True when a run's rows must name the release and the JDK (--ktor, --java, or a case's own)."""
+        return bool(self.ktor or self.java or any(c.dimensions() for c in self.cases))
+
     def to_json(self) -> dict:
         d = asdict(self)
+        d["cases"] = [case.name for case in self.cases]
         d["loads"] = [load.to_json() for load in self.loads]
         return d
 
@@ -160,6 +181,13 @@ class LocustFigures:
     saturated: bool = False
     settings: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, stats) -> LocustFigures:
+        """From Locust's totals of the window (locust/lab_window.py's WindowStats): the figures of
+        the same names, and the rate over the window's own span."""
+        shared = {f.name for f in fields(cls)} - {"rps"}
+        return cls(rps=stats.rps, **{name: getattr(stats, name) for name in shared})
 
 
 @dataclass
@@ -262,10 +290,10 @@ class Run:
 
     @property
     def variant(self) -> str:
-        """The case, and with dimensions the release and JDK: what a report row stands for."""
+        """The case, and with dimensions the release and JDK it ran on: what a report row stands for."""
         if not self.dimensions:
             return self.case
-        return f"{self.case} ktor {self.ktor} jdk {self.java_major}"
+        return Case.parse(self.case).with_dimensions(ktor=self.ktor or "?", java=self.java_major).name
 
     def title(self) -> str:
         return f"{self.variant} {self.scenario} {self.load.label} #{self.repeat}"
@@ -321,9 +349,12 @@ def load(results_dir: Path) -> Results:
 
 
 def _plain(value):
-    """A dataclass as JSON-ready values (a Load with its label, as the file always held it)."""
+    """A dataclass as JSON-ready values (a Load with its label, a Case by its name, as the file
+    always held them)."""
     if isinstance(value, Load):
         return value.to_json()
+    if isinstance(value, Case):
+        return value.name
     if is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, list):
@@ -355,6 +386,8 @@ def _convert(hint, value):
     if origin is list:
         (item,) = typing.get_args(hint) or (object,)
         return [_convert(item, v) for v in value]
+    if hint is Case:
+        return Case.parse(value)
     if is_dataclass(hint):
         return _build(hint, value)
     return value

@@ -124,7 +124,7 @@ def groups(results: Results) -> list[Group]:
         run.verdict = verdict.judge(run)
         _, cases = by_cell.setdefault((run.scenario, run.load.label), (run.load, {}))
         cases.setdefault(run.variant, []).append(run)
-    order = results.plan.cases
+    order = [case.id for case in results.plan.cases]
 
     def place(variant: str) -> int:
         case = variant.split(" ")[0]
@@ -387,7 +387,7 @@ def settings(results: Results) -> list[str]:
         return ", ".join(f"{k} ({pairs(v)})" if isinstance(v, dict) else f"{k} {v}" for k, v in d.items())
 
     lines = [
-        f"Matrix: cases {', '.join(plan.cases)}; scenarios {', '.join(plan.scenarios)}; "
+        f"Matrix: cases {', '.join(c.name for c in plan.cases)}; scenarios {', '.join(plan.scenarios)}; "
         f"loads {', '.join(ld.label for ld in plan.loads)}; {plan.repeats} repeat(s), interleaved.",
         f"Per run: a fresh proxy, warm-up up to {plan.warmup_s} s (until two 5 s windows agree "
         f"within 5% and the JIT is quiet), then a {plan.duration_s} s window after Locust's stats are reset.",

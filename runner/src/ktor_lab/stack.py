@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .cases import Case
 from .errors import LabError
 from .machine import java
 from .parts import faults, grafana, loadgen, nginx, prometheus, proxy
@@ -106,7 +107,7 @@ def require(problems: list[str]) -> None:
 class Proxy:
     """A running proxy: its case, where it answers, its process."""
 
-    case: str
+    case: Case
     url: str
     service: Service
 
@@ -191,7 +192,7 @@ class Stack:
 
     def proxy(
         self,
-        case: str,
+        case: Case | str,
         upstream_url: str | None = None,
         port: int | None = None,
         jar: Path = PROXY_JAR,
@@ -203,6 +204,7 @@ class Stack:
         `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
         Ktor release, versions.jar), `java` another JDK's java (versions.jdk)."""
         self.stop_proxy()
+        case = case if isinstance(case, Case) else Case.parse(case)
         port = port or self.ports.proxy
         env = proxy.case_env(case, upstream_url or self.upstream_url, port, **settings)
         service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
@@ -237,7 +239,7 @@ class Stack:
 
     def locust(
         self,
-        case: str = "",
+        case: Case | str = "",
         workers: int = 0,
         options: list[str] | None = None,
         host: str | None = None,
@@ -247,7 +249,8 @@ class Stack:
         """Locust's web UI (and its export) aimed at the proxy, or `host`; no run starts until the UI,
         `LocustWeb.swarm` or an --autostart in `options` asks. One at a time (the previous stops)."""
         self.stop_locust()
-        opts = ["-H", host or self.proxy_url, *(["--lab-case", case] if case else []), *(options or [])]
+        label = case.id if isinstance(case, Case) else case
+        opts = ["-H", host or self.proxy_url, *(["--lab-case", label] if label else []), *(options or [])]
         self.locust_services = loadgen.start(self.run_dir, name, self.ports.locust, opts, workers, sweep)
         return self.locust_services
 

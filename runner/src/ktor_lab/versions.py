@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import split_case
+from .cases import Case
 from .paths import REPO
 
 RELEASES_FILE = REPO / "ktor-releases.tsv"
@@ -68,15 +68,19 @@ def release(name: str) -> Release:
     )
 
 
-def check_cases(rel: Release, cases: list[str]) -> None:
+def check_cases(rel: Release, cases: list[Case]) -> None:
     """ValueError naming the first case whose engine `rel` does not publish (never swapped)."""
     for case in cases:
-        _, engine = split_case(case)
-        if engine not in rel.engines:
+        if case.engine not in rel.engines:
             raise ValueError(
-                f"Ktor {rel.name} does not publish the {engine} engine (case {case}); "
+                f"Ktor {rel.name} does not publish the {case.engine} engine (case {case.id}); "
                 f"its engines: {', '.join(rel.engines)}. Drop the case or the release"
             )
+
+
+def publishing(engine: str) -> list[Release]:
+    """The releases of ktor-releases.tsv that publish `engine`."""
+    return [r for r in releases() if engine in r.engines]
 
 
 def build_dir(module: str, rel: Release) -> Path:

@@ -20,16 +20,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .processes import cpu_seconds, stat_fields
-
 WINDOW_S = 5
 TOLERANCE = 0.05
 JIT_QUIET_SHARE = 0.02
 JIT_NICE = -10
 
 
+def thread_cpu_seconds(stat: Path) -> float:
+    """utime + stime of a /proc/PID/task/TID/stat, in seconds (the fields after the command's
+    name, which may hold spaces and parentheses: [11] utime, [12] stime). OSError when ended."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class JitClock:
     """CPU seconds the JVM's C1/C2 compiler threads used between calls of lap() (from /proc).
+
+    Read from /proc by hand, not with psutil: psutil gives a process's threads with their times
+    but not their names, and only the compiler threads count here.
 
     Counted per thread: the JVM ends compiler threads that fall idle (and starts new ones when
     more than the default two are allowed), and a sum over the live threads would then run
@@ -46,7 +54,7 @@ class JitClock:
         for task in self.tasks.iterdir():
             try:
                 if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                    out[task.name] = cpu_seconds(stat_fields(task / "stat"))
+                    out[task.name] = thread_cpu_seconds(task / "stat")
             except (OSError, IndexError, ValueError):
                 continue  # the thread ended meanwhile
         return out

@@ -22,7 +22,7 @@ import statistics
 import time
 
 from .. import render, stack
-from ..cases import CASES, case_list, split_case
+from ..cases import CASES, Case, all_of, case_list
 from ..errors import LabError
 from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
 from ..parts import wrk
@@ -35,7 +35,9 @@ from . import options
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="wrk: nginx direct, nginx proxy_pass, and the proxy per case")
     options.add_stack_options(p)
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated cases (default: all 10)")
+    p.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated cases (default: {all_of(CASES, 'cases')})"
+    )
     p.add_argument("--path", default="/files/tiny.txt", help="what wrk fetches (default: %(default)s)")
     p.add_argument("--connections", type=int, default=64, help="wrk connections (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="wrk threads (default: %(default)s)")
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def one_round(lab: stack.Stack, cases: list[str], args: argparse.Namespace) -> list[dict]:
+def one_round(lab: stack.Stack, cases: list[Case], args: argparse.Namespace) -> list[dict]:
     """Every target once: nginx, nginx proxy_pass, then each case and, after each engine's first
     case, that engine's minimal proxy in its two forms."""
     results = [measure("nginx direct", lab.upstream_url + args.path, args)]
@@ -149,14 +151,14 @@ def one_round(lab: stack.Stack, cases: list[str], args: argparse.Namespace) -> l
     lab.stop_service(reference)
     for case in cases:
         proxy = lab.proxy(case)
-        results.append(measure(case, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
+        results.append(measure(case.name, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
         lab.stop_proxy()
         time.sleep(1)
-        lifetime, engine = split_case(case)
-        if lifetime == "singleton" or f"singleton-{engine}" not in cases:
+        singleton = Case("singleton", case.engine)
+        if case.lifetime == "singleton" or singleton not in cases:
             for body in LEAN_FORMS:
-                lean = lab.proxy(f"singleton-{engine}", jar=LEAN_PROXY_JAR, LEAN_BODY=body)
-                target = lean_target(engine, body)
+                lean = lab.proxy(singleton, jar=LEAN_PROXY_JAR, LEAN_BODY=body)
+                target = lean_target(case.engine, body)
                 results.append(measure(target, lean.url + args.path, args, jvm_pid=lean.service.pid))
                 lab.stop_proxy()
                 time.sleep(1)
@@ -171,7 +173,7 @@ def lean_target(engine: str, body: str) -> str:
     return f"lean {engine}" if body == "whole" else f"lean {body} {engine}"
 
 
-def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
+def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
     """One row per target in the order measured: medians over the rounds, and each case's CPU per
     request against its engine's minimal proxy, in both forms, as the median of the ratios taken
     within a round (the two ran minutes apart, not a whole round apart)."""
@@ -196,7 +198,8 @@ def summarize(rounds: list[dict], cases: list[str]) -> list[dict]:
     numbers = sorted({r["round"] for r in rounds})
     for row in rows:
         row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
-        engine = split_case(row["target"])[1] if row["target"] in cases else None
+        by_name = {case.name: case for case in cases}
+        engine = by_name[row["target"]].engine if row["target"] in by_name else None
         for body, key in (("whole", "cpu_to_lean"), ("streamed", "cpu_to_lean_streamed")):
             ratios = []
             if engine:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import time
 
 import requests
 
 from .. import metrics, stack
 from ..parts import loadgen
+from ..processes import wait_until
 from ..rundirs import run_dir
 from . import options
 
@@ -58,9 +58,7 @@ def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> 
         ],
     )
     try:
-        deadline = time.monotonic() + seconds + 60
-        while not loadgen.run_finished(lab.locust_url) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_until(lambda: loadgen.run_finished(lab.locust_url), timeout=seconds + 60, interval=0.5)
         stats = requests.get(f"{lab.locust_url}/stats/requests", timeout=5).json()
         peaks = metrics.scrape(lab.locust_url, timeout=5).by_label("locust_cpu_peak_percent", "node")
     finally:

@@ -6,11 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import measure, run_report, stack, verdict, versions
-from ..backends import ComposeBackend, NativeBackend
-from ..cases import CASES, SCENARIOS, case_list
+from .. import backends, measure, run_report, verdict, versions
+from ..cases import CASES, SCENARIOS, all_of, case_list
 from ..errors import LabError
-from ..parts import compose
 from ..results import LOAD_HELP, Plan, parse_load
 from ..rundirs import results_dir
 from . import options
@@ -23,7 +21,12 @@ def add_parser(sub) -> None:
         description="Runs every case x scenario x load level (x repeats, interleaved) with a fresh proxy, "
         "an unmeasured warm-up and a fixed window; writes results.json, report.md and report.html.",
     )
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated cases (default: all 10)")
+    p.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help="comma-separated cases, each <lifetime>-<engine> and optionally its dimensions, e.g. "
+        f"'per-call-okhttp ktor 3.5.1' (default: {all_of(CASES, 'cases')})",
+    )
     p.add_argument(
         "--scenarios",
         default="static-small",
@@ -53,13 +56,15 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
     p.add_argument(
         "--backend",
-        choices=("native", "compose"),
+        choices=tuple(backends.BACKENDS),
         default="native",
         help="where the parts run: host processes, or the compose stack as a project of its own on free "
         "host ports, removed at the end (default: %(default)s)",
     )
     p.add_argument(
-        "--grafana", action="store_true", help="compose: also start Grafana (it has no part in the figures)"
+        "--grafana",
+        action="store_true",
+        help="also start Grafana (natively: when installed); it has no part in the figures",
     )
     options.add_versions(p, many=True)
     options.add_java_opts(p, "-Xmx512m")
@@ -88,25 +93,9 @@ def plan_of(args: argparse.Namespace) -> Plan:
 
 def run(args: argparse.Namespace) -> int:
     plan = plan_of(args)
-    if args.backend == "compose" and (bad := sorted(set(plan.proxy_env) - set(compose.PROXY_VARIABLES))):
-        raise LabError(
-            f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
-            f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
-        )
-    if args.backend == "compose" and plan.java:
-        raise LabError(
-            "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "
-            "(e.g. eclipse-temurin:25-jre) instead"
-        )
-    stack.require(NativeBackend.missing() if args.backend == "native" else ComposeBackend.missing())
-    if args.backend == "native":
-        versions.ensure_jars([versions.release(name) for name in plan.ktor])
+    backend = backends.make(args.backend, grafana=args.grafana)
+    backend.check(plan)
     out = results_dir(args.out)
-    if args.backend == "native":
-        backend = NativeBackend(out / "logs", stack.Ports.free(), args.java_opts, args.workers, plan.cases[0])
-    else:
-        backend = ComposeBackend(args.workers, grafana=args.grafana, releases=tuple(plan.ktor))
-        backend.project.env["PROXY_JAVA_OPTS"] = args.java_opts
     runs = len(plan.runs())
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
     dims += f" x {len(plan.java)} JDKs" if plan.java else ""
@@ -119,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     )
     options.handle_signals()
     try:
-        backend.open()
+        backend.open(plan, out)
         results = measure.run_plan(plan, backend, out)
     except KeyboardInterrupt:
         print("lab run: interrupted before the first run finished", file=sys.stderr)

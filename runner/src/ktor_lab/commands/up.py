@@ -6,8 +6,8 @@ import argparse
 import sys
 import time
 
-from .. import stack, versions
-from ..cases import CASES, split_case
+from .. import backends, stack, versions
+from ..cases import CASES, Case
 from ..errors import LabError
 from ..paths import PROXY_JAR
 from ..rundirs import run_dir
@@ -16,7 +16,10 @@ from . import options
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="the whole stack for one case on 127.0.0.1; Ctrl-C stops it")
-    p.add_argument("case", help=f"one of: {', '.join(CASES)}")
+    p.add_argument(
+        "case",
+        help=f"one of: {', '.join(CASES)}; optionally with its dimensions, e.g. 'per-call-cio ktor 3.5.1'",
+    )
     options.add_stack_options(p)
     options.add_service_ports(p)
     options.add_settings(p, ", e.g. CLIENT_MAX_CONNECTIONS=200")
@@ -26,13 +29,15 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        split_case(args.case)
-        release = versions.release(args.ktor) if args.ktor else None
+        case = Case.parse(args.case)
+        case = case.with_dimensions(ktor=args.ktor or case.ktor, java=args.java or case.java)
+        release = versions.release(case.ktor) if case.ktor else None
         if release:
-            versions.check_cases(release, [args.case])
-        java = versions.jdk(args.java).java if args.java else None
+            versions.check_cases(release, [case])
+        java = versions.jdk(case.java).java if case.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
+    backends.refuse_unapplied([case], "native")
     extra = options.settings(args.set)
     stack.require(stack.missing())
     jar = versions.jar("proxy-app", release) if release else PROXY_JAR
@@ -41,17 +46,17 @@ def run(args: argparse.Namespace) -> int:
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
     stack.require(stack.busy_ports(ports, parts))
-    d = run_dir(args.case, args.run_dir)
+    d = run_dir(case.id, args.run_dir)
     options.handle_signals()
     with stack.Stack(d, ports, args.java_opts.split()) as lab:
         try:
             lab.nginx()
             lab.exporter()
-            lab.proxy(args.case, jar=jar, java=java, **extra)
+            lab.proxy(case, jar=jar, java=java, **extra)
             lab.prometheus()
-            lab.locust(args.case, args.workers)
+            lab.locust(case, args.workers)
             why_no_grafana = lab.grafana()
-            print(f"lab: {args.case} is up (logs in {d})")
+            print(f"lab: {case.id} is up (logs in {d})")
             print(f"  Locust     {lab.locust_url}/  (start a run there; its stats at /metrics)")
             if why_no_grafana:
                 print(f"  Grafana    not started: {why_no_grafana}")

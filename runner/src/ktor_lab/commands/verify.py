@@ -10,12 +10,12 @@ import time
 import requests
 
 from .. import stack
-from ..cases import split_case
+from ..cases import Case
 from ..errors import LabError
 from ..metrics import query as prom
 from ..parts import grafana
 from ..parts.loadgen import LocustWeb
-from ..processes import local_url
+from ..processes import local_url, wait_until
 from ..rundirs import run_dir
 from . import options
 
@@ -43,15 +43,15 @@ def get(url: str) -> requests.Response | None:
 
 
 def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """wait_until, with a part that does not answer yet counted as not yet."""
+
+    def quietly() -> bool:
         try:
-            if condition():
-                return True
+            return bool(condition())
         except (requests.RequestException, RuntimeError, ValueError):
-            pass
-        time.sleep(0.5)
-    return False
+            return False
+
+    return wait_until(quietly, timeout, interval=0.5)
 
 
 def add_parser(sub) -> None:
@@ -63,20 +63,20 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        lifetime, engine = split_case(args.case)
+        case = Case.parse(args.case)
     except ValueError as e:
         raise LabError(str(e)) from None
     stack.require(stack.missing())
     d = run_dir("verify", args.run_dir)
     lab = stack.Stack(d, stack.Ports.free(), args.java_opts.split(), scrape_interval="1s")
     c = Checks()
-    print(f"lab verify: {args.case} on free loopback ports (logs in {d})", flush=True)
+    print(f"lab verify: {case.id} on free loopback ports (logs in {d})", flush=True)
     try:
         lab.nginx()
         lab.exporter()
-        lab.proxy(args.case)
+        lab.proxy(case)
         lab.prometheus()
-        lab.locust(args.case)
+        lab.locust(case)
         why_no_grafana = lab.grafana()
 
         r = get(f"{lab.upstream_url}/files/tiny.txt")
@@ -90,11 +90,14 @@ def run(args: argparse.Namespace) -> int:
         r = get(f"{lab.proxy_url}/health")
         c.check("proxy /health", r is not None and r.ok)
         r = get(f"{lab.proxy_url}/files/tiny.txt")
-        c.check(f"proxy forwards through {engine} ({lifetime})", r is not None and r.text == "Success!\n")
+        c.check(
+            f"proxy forwards through {case.engine} ({case.lifetime})",
+            r is not None and r.text == "Success!\n",
+        )
         r = get(f"{lab.proxy_url}/metrics")
         c.check(
             "proxy /metrics has lab_proxy_info for the case",
-            r is not None and f'case="{args.case}"' in r.text,
+            r is not None and f'case="{case.id}"' in r.text,
         )
 
         web = LocustWeb(lab.locust_url)
@@ -103,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         stats = web.stats()
         c.check(
             f"Locust ran {LOAD_SECONDS} s at 50 rps without failures",
-            stats["requests"] > 10 * LOAD_SECONDS and stats["failures"] == 0,
-            f"{stats['requests']} requests, {stats['failures']} failures",
+            stats.requests > 10 * LOAD_SECONDS and stats.failures == 0,
+            f"{stats.requests} requests, {stats.failures} failures",
         )
         r = get(f"{lab.locust_url}/metrics")
         c.check("Locust exports its stats at /metrics", r is not None and "locust_requests_total" in r.text)
@@ -115,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             wait_for(lambda: len(prom(base, "up == 1")) == 3, 30),
             str(prom(base, "up")),
         )
-        empty = grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "10s")
+        empty = grafana.panels_without_data(base, {"engine": case.engine, "lifetime": case.lifetime}, "10s")
         c.check("every dashboard panel has data", not empty, "; ".join(empty))
         web.stop()
 

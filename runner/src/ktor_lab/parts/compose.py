@@ -15,12 +15,14 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-from ..cases import CASES
+import yaml
+from dotenv import dotenv_values
+
+from ..cases import ALL, ENGINE_TITLES, LIFETIME_TITLES, Case
 from ..paths import REPO
-from ..processes import local_url
+from ..processes import local_url, wait_until
 
 BASE = REPO / "docker-compose.yml"
 OVERLAYS = REPO / "compose"
@@ -32,15 +34,10 @@ class ComposeError(RuntimeError):
     """The files do not load: the message is compose-go's."""
 
 
-def dotenv() -> dict[str, str]:
-    """The repository's .env as compose reads it (KEY=VALUE lines; # starts a comment line)."""
-    out = {}
-    for line in (REPO / ".env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            out[key.strip()] = value.strip()
-    return out
+def dotenv(path: Path = REPO / ".env") -> dict[str, str]:
+    """The repository's .env as compose reads it (quotes, comments and escapes as python-dotenv,
+    which follows the same format, parses them)."""
+    return {k: v or "" for k, v in dotenv_values(path).items()}
 
 
 def overlay(name: str) -> Path:
@@ -49,7 +46,24 @@ def overlay(name: str) -> Path:
 
 
 def case_overlays() -> dict[str, Path]:
-    return {case: overlay(case) for case in CASES}
+    return {case.id: overlay(case.id) for case in ALL}
+
+
+def overlay_text(case: Case) -> str:
+    """What compose/<case>.yml holds: its first lines say what it changes, then only the delta,
+    the proxy's environment for the case (Case.proxy_env) and Locust's label of it."""
+    delta = {
+        "services": {
+            "proxy": {"environment": case.base.proxy_env()},
+            "locust": {"environment": {"LAB_CASE": case.id}},
+        }
+    }
+    return (
+        f"# {case.id}: the proxy forwards through {ENGINE_TITLES[case.engine]}, "
+        f"{LIFETIME_TITLES[case.lifetime]}.\n"
+        f"# docker compose -f docker-compose.yml -f compose/{case.id}.yml up\n"
+        + yaml.safe_dump(delta, sort_keys=False)
+    )
 
 
 def tool() -> Path:
@@ -139,7 +153,7 @@ class Project:
             "LOCUST_WORKERS": str(workers or 2),
             **(env or {}),
         }
-        self.case: str | None = None
+        self.case: Case | None = None
 
     def url(self, service: str) -> str:
         return local_url(self.ports[service])
@@ -151,20 +165,29 @@ class Project:
             *(["grafana"] if self.grafana else []),
         ]
 
-    def argv(self, case: str, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
-        files = ["-f", str(BASE), "-f", str(overlay(case))]
+    def argv(self, case: Case | str | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
+        """`docker compose` for the project: the base, the case's overlay (none: the base's own
+        case, enough for what acts on the project as a whole), and the extras."""
+        case = Case.parse(case) if isinstance(case, str) else case
+        files = ["-f", str(BASE), *(["-f", str(overlay(case.id))] if case else [])]
         for extra in (*(("distributed",) if self.workers else ()), *extras):
             files += ["-f", str(overlay(extra))]
         return ["docker", "compose", "-p", self.name, *files, *command]
 
     def compose(
-        self, case: str, *command: str, extras: tuple[str, ...] = (), check: bool = True, **kwargs
+        self,
+        case: Case | str | None,
+        *command: str,
+        extras: tuple[str, ...] = (),
+        check: bool = True,
+        **kwargs,
     ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
 
-    def up(self, case: str, fresh_proxy: bool = False, timeout: int = 300) -> None:
+    def up(self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
+        case = (case if isinstance(case, Case) else Case.parse(case)).base
         same = case == self.case
         up = ("up", "-d", "--wait", "--wait-timeout", str(timeout))
         self.compose(case, *up, *self.services(), stdout=subprocess.DEVNULL)
@@ -175,14 +198,12 @@ class Project:
     def build(self, **env: str) -> None:
         """The images compose builds (the proxy, Locust), from the repository's Dockerfiles;
         `env` sets variables for this build only (KTOR_VERSION=3.5.1)."""
-        argv = self.argv("singleton-cio", "build", "proxy", "locust")
+        argv = self.argv(None, "build", "proxy", "locust")
         subprocess.run(argv, env={**self.env, **env}, check=True, stdout=subprocess.DEVNULL)
 
     def container_pid(self, service: str) -> int | None:
         """The host PID of the service's main process, when the engine runs on this kernel."""
-        r = self.compose(
-            self.case or "singleton-cio", "ps", "-q", service, check=False, capture_output=True, text=True
-        )
+        r = self.compose(self.case, "ps", "-q", service, check=False, capture_output=True, text=True)
         ids = r.stdout.split()
         if not ids:
             return None
@@ -204,7 +225,7 @@ class Project:
     def down(self) -> None:
         """Stops and removes every container, network and volume of the project."""
         self.compose(
-            self.case or "singleton-cio",
+            self.case,
             "down",
             "--volumes",
             "--remove-orphans",
@@ -232,10 +253,8 @@ class Project:
 
 def wait_gone(project: Project, timeout: float = 30) -> list[str]:
     """Leftovers of `project` once they have had `timeout` seconds to go."""
-    deadline = time.monotonic() + timeout
-    while (left := project.leftovers()) and time.monotonic() < deadline:
-        time.sleep(1)
-    return left
+    gone = wait_until(lambda: not project.leftovers(), timeout, interval=1)
+    return [] if gone else project.leftovers()
 
 
 # Projects the lab names after the process that owns them: `lab run --backend compose`

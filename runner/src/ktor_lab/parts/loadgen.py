@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -9,7 +10,20 @@ from pathlib import Path
 import requests
 
 from ..paths import LOCUST_DIR
-from ..processes import Service, free_port, local_url
+from ..processes import Service, free_port, local_url, wait_until
+
+
+def _load_window_module():
+    """locust/lab_window.py, the one definition of /lab/stats, loaded by its path (no Locust)."""
+    if "lab_window" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("lab_window", LOCUST_DIR / "lab_window.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lab_window"] = module  # before running it: its dataclass looks itself up
+        spec.loader.exec_module(module)
+    return sys.modules["lab_window"]
+
+
+WindowStats = _load_window_module().WindowStats
 
 
 def locust_bin() -> str:
@@ -85,13 +99,8 @@ def start(
         services[0].wait_http(local_url(web_port, "/metrics"), timeout=60)
         if workers:
             client = LocustWeb(local_url(web_port))
-            deadline = time.monotonic() + 60
-            while client.stats()["workers"] < workers:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"only {client.stats()['workers']} of {workers} Locust workers connected"
-                    )
-                time.sleep(0.2)
+            if not wait_until(lambda: client.stats().workers >= workers, timeout=60):
+                raise TimeoutError(f"only {client.stats().workers} of {workers} Locust workers connected")
         return services
     except BaseException:
         for s in reversed(services):
@@ -116,9 +125,7 @@ class LocustWeb:
 
     def stop(self) -> None:
         requests.post(f"{self.base}/stop", timeout=10).raise_for_status()
-        deadline = time.monotonic() + 30
-        while self.stats()["state"] not in ("stopped", "ready") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: self.stats().state in ("stopped", "ready"), timeout=30)
 
     def reset(self) -> None:
         requests.post(f"{self.base}/stats/reset", timeout=10).raise_for_status()
@@ -128,10 +135,10 @@ class LocustWeb:
         before = self.stats()
         time.sleep(seconds)
         after = self.stats()
-        return (after["requests"] - before["requests"]) / max(after["now"] - before["now"], 1e-3)
+        return (after.requests - before.requests) / max(after.now - before.now, 1e-3)
 
-    def stats(self) -> dict:
-        """Totals since the last reset (see locust/lab_export.py, window_stats)."""
+    def stats(self) -> WindowStats:
+        """Totals since the last reset (locust/lab_window.py)."""
         r = requests.get(f"{self.base}/lab/stats", timeout=10)
         r.raise_for_status()
-        return r.json()
+        return WindowStats(**r.json())

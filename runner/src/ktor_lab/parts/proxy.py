@@ -5,18 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cases import split_case
+from ..cases import Case
 from ..machine import java
 from ..paths import PROXY_JAR
 from ..processes import Service, local_url
 
 
-def case_env(case: str, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
-    """The proxy's environment for `case`; `settings` adds or overrides variables (e.g. ACCESS_LOG)."""
-    lifetime, engine = split_case(case)
+def case_env(case: Case | str, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
+    """The proxy's environment for `case` (Case.proxy_env) on loopback; `settings` adds or
+    overrides variables (e.g. ACCESS_LOG)."""
+    case = case if isinstance(case, Case) else Case.parse(case)
     return {
-        "CLIENT_ENGINE": engine,
-        "CLIENT_LIFETIME": lifetime,
+        **case.proxy_env(),
         "UPSTREAM_URL": upstream_url,
         "HOST": "127.0.0.1",
         "PORT": str(port),

@@ -1,4 +1,6 @@
-"""`lab study NAME`: the public engine studies as presets of the lab (see docs/studies/)."""
+"""`lab study NAME`: the public engine studies as presets of the lab (see docs/studies/).
+
+Each study is a short module declaring a `machinery.Study`; the machinery runs it."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ import shlex
 
 from .. import stack
 from ..errors import LabError
-from . import engines, faults, io, replay, streaming, threads, versions
+from . import engines, faults, io, machinery, replay, streaming, threads, versions
 
-STUDIES = {m.NAME: m for m in (threads, replay, streaming, engines, io, faults, versions)}
+STUDIES: dict[str, machinery.Study] = {
+    m.STUDY.name: m.STUDY for m in (threads, replay, streaming, engines, io, faults, versions)
+}
 
 
 def add_parser(sub) -> None:
@@ -20,18 +24,17 @@ def add_parser(sub) -> None:
         "shows a full-size run and what it means.",
     )
     studies = p.add_subparsers(dest="study", required=True)
-    for module in STUDIES.values():
-        module.add_parser(studies)
+    for study in STUDIES.values():
+        study.add_parser(studies)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    module = STUDIES[args.study]
-    args.argv_text = shlex.join(argv[argv.index(args.study) + 1 :])
-    needs = getattr(module, "NEEDS", "upstream")  # upstream: nginx, java, the proxy jar
-    if needs != "java":
-        stack.require(stack.missing(prometheus_too=needs == "prometheus"))
+    study = STUDIES[args.study]
+    command = shlex.join(["lab", "study", *argv[argv.index(args.study) :]])
+    if study.needs != "java":
+        stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
     try:
-        report = module.run(args)
+        report = machinery.run(study, args, command)
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None
     print(f"lab study {args.study}: {report}")

@@ -15,25 +15,26 @@ study shows which engines do.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import socket
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
 from .. import metrics, render
-from ..cases import ENGINES, LIFETIMES
+from ..cases import ENGINES, LIFETIMES, Case, all_of, engine_list
 from ..parts import faults
 from ..parts.faults import FaultServer, exchange, get
-from ..rundirs import results_dir
+from ..processes import wait_until
 from ..stack import Stack
-from . import common
+from . import machinery
 
-NAME = "faults"
-NEEDS = "java"  # the proxy jar and java; no nginx, no Prometheus
 REQUEST_TIMEOUT_MS = 1500
 LARGE = 1 << 20
 SETTINGS = {
@@ -120,85 +121,158 @@ def cut_upload(proxy_url: str, how: str) -> None:
 
 def served_cleanly_after(proxy_url: str, since: float, limit_s: float = 10.0) -> float | None:
     """Milliseconds from `since` until GET /ok answers 200 "ok"; None if not within `limit_s`."""
-    while time.monotonic() - since < limit_s:
+
+    def clean() -> bool:
         reply = exchange(proxy_url, get("/ok", "Connection: close"), timeout=5)
-        if reply.status == 200 and reply.body == b"ok\n":
-            return round((time.monotonic() - since) * 1000, 1)
-        time.sleep(0.02)
+        return reply.status == 200 and reply.body == b"ok\n"
+
+    if wait_until(clean, max(0.0, limit_s - (time.monotonic() - since)), interval=0.02):
+        return round((time.monotonic() - since) * 1000, 1)
     return None
 
 
-def gauges(proxy_url: str) -> tuple[float, float]:
-    live, fds = common.proxy_figures(
-        proxy_url, ("jvm_threads_live_threads", {}), ("process_files_open_files", {})
-    )
-    return live, fds
+@dataclass(frozen=True)
+class Gauges:
+    """The proxy's live threads and open files."""
+
+    threads: float
+    files: float
+
+    @classmethod
+    def read(cls, proxy_url: str) -> Gauges:
+        live, fds = machinery.proxy_figures(
+            proxy_url, ("jvm_threads_live_threads", {}), ("process_files_open_files", {})
+        )
+        return cls(live, fds)
 
 
-def trial(fault: Fault, proxy_url: str, server: FaultServer) -> dict:
+@dataclass
+class Trial:
+    """One try of a fault: what the caller got, what the next healthy request got, and when a
+    request was served cleanly again."""
+
+    caller: str
+    next: str = ""
+    caller_ms: float | None = None
+    clean_ms: float | None = None
+    passed_whole: bool = False  # a cut body passed on as whole (the danger)
+    upstream_saw: str | None = None  # for an upload the caller cut: whole, cut or nothing
+
+
+def next_request(proxy_url: str) -> str:
+    nxt = exchange(proxy_url, get("/ok"))
+    return describe(nxt) if nxt.body == b"ok\n" or nxt.status != 200 else "200 other body"
+
+
+def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
     """One try of `fault`: the caller's answer, the next request's, and the time to clean again."""
-    out: dict = {}
     if fault.name == "refused":
         server.down(2.0)
         time.sleep(0.2)
         t0 = time.monotonic()
-        out["caller"] = describe(exchange(proxy_url, get("/ok")))
-        out["caller_ms"] = round((time.monotonic() - t0) * 1000, 1)
+        out = Trial(
+            describe(exchange(proxy_url, get("/ok"))), caller_ms=round((time.monotonic() - t0) * 1000, 1)
+        )
         time.sleep(max(0.0, 2.2 - (time.monotonic() - t0)))  # the upstream is back
         back = time.monotonic()
-        first = exchange(proxy_url, get("/ok"))
-        out["next"] = describe(first) if first.body == b"ok\n" or first.status != 200 else "200 other body"
-        out["clean_ms"] = served_cleanly_after(proxy_url, back)
+        out.next = next_request(proxy_url)
+        out.clean_ms = served_cleanly_after(proxy_url, back)
         return out
     if fault.upload:
         server.clear()
-        t0 = time.monotonic()
         cut_upload(proxy_url, fault.upload)
-        out["caller"] = "cut by caller"
+        out = Trial("cut by caller")
         # What reached the upstream is logged once its body ended (or was cut): 1 s at most.
-        deadline = time.monotonic() + 1.0
-        while not (seen := [e for e in server.log() if e["target"].startswith("/upload")]):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        out["upstream_saw"] = (
-            "whole" if any(e["body_complete"] for e in seen) else "cut" if seen else "nothing"
+        seen = wait_until(
+            lambda: [e for e in server.log() if e["target"].startswith("/upload")], timeout=1.0, interval=0.05
         )
+        out.upstream_saw = "whole" if any(e["body_complete"] for e in seen) else "cut" if seen else "nothing"
     else:
         t0 = time.monotonic()
         reply = exchange(proxy_url, get(fault.path), timeout=REQUEST_TIMEOUT_MS / 1000 * 4)
-        out["caller_ms"] = round((time.monotonic() - t0) * 1000, 1)
-        out["caller"] = describe(reply)
-        if fault.cut:
-            out["passed_whole"] = reply.status == 200 and reply.whole
+        out = Trial(describe(reply), caller_ms=round((time.monotonic() - t0) * 1000, 1))
+        out.passed_whole = fault.cut and reply.status == 200 and reply.whole
     after = time.monotonic()
-    nxt = exchange(proxy_url, get("/ok"))
-    out["next"] = describe(nxt) if nxt.body == b"ok\n" or nxt.status != 200 else "200 other body"
-    out["clean_ms"] = served_cleanly_after(proxy_url, after)
+    out.next = next_request(proxy_url)
+    out.clean_ms = served_cleanly_after(proxy_url, after)
     return out
 
 
-def run_case(lab: Stack, server: FaultServer, engine: str, lifetime: str, setting: str, args) -> list[dict]:
-    url = lab.proxy(
-        f"{lifetime}-{engine}",
-        server.url,
-        CLIENT_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS),
-        **SETTINGS[setting],
-    ).url
-    rows = []
-    try:
-        for _ in range(3):  # unmeasured: the client made, classes loaded
-            requests.get(f"{url}/ok", timeout=10)
-        baseline = gauges(url)
-        settings = metrics.scrape(url, timeout=10).labels("lab_proxy_info")
-        for name in args.faults.split(","):
-            fault = BY_NAME[name]
-            trials = [trial(fault, url, server) for _ in range(args.repeats)]
-            live, fds = gauges(url)
-            rows.append(summarize(fault, engine, lifetime, setting, trials, baseline, (live, fds), settings))
-    finally:
-        lab.stop_proxy()
-    return rows
+@dataclass(frozen=True)
+class Setup:
+    """One run of the plan: a case with one kind of settings, tried with every fault."""
+
+    case: Case
+    settings: str  # a key of SETTINGS
+
+
+@dataclass
+class Row:
+    """One fault through one setup, over its repeats."""
+
+    engine: str
+    lifetime: str
+    settings: str
+    fault: str
+    repeats: int
+    caller: str  # the tally: `502 x3`, `200 cut x2, 502 x1`
+    caller_ms: float | None
+    passed_whole: int
+    upstream_saw: str | None
+    upload_passed_whole: int
+    next: str
+    next_failed: int
+    clean_ms: float | None
+    live_threads: float
+    threads_added: float
+    open_files: float
+    files_added: float
+    retry_on_stale: str | None
+    limits: str | None
+
+    @property
+    def case(self) -> str:
+        return f"{self.lifetime}-{self.engine}"
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        return (self.settings, self.lifetime, self.engine)
+
+
+@dataclass
+class Probe:
+    """A setup's proxy as the faults find it: idle gauges and its settings, before the first."""
+
+    setup: Setup
+    baseline: Gauges
+    proxy_settings: dict[str, str] = field(default_factory=dict)
+
+    def row(self, fault: Fault, trials: list[Trial], after: Gauges) -> Row:
+        def median(values: list[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return round(statistics.median(known), 1) if known else None
+
+        return Row(
+            engine=self.setup.case.engine,
+            lifetime=self.setup.case.lifetime,
+            settings=self.setup.settings,
+            fault=fault.name,
+            repeats=len(trials),
+            caller=tally([t.caller for t in trials]),
+            caller_ms=median([t.caller_ms for t in trials]),
+            passed_whole=sum(1 for t in trials if t.passed_whole),
+            upstream_saw=tally([t.upstream_saw or "" for t in trials]) if fault.upload else None,
+            upload_passed_whole=sum(1 for t in trials if t.upstream_saw == "whole"),
+            next=tally([t.next for t in trials]),
+            next_failed=sum(1 for t in trials if not t.next.startswith("200 whole")),
+            clean_ms=median([t.clean_ms for t in trials]),
+            live_threads=after.threads,
+            threads_added=after.threads - self.baseline.threads,
+            open_files=after.files,
+            files_added=after.files - self.baseline.files,
+            retry_on_stale=self.proxy_settings.get("retry_on_stale"),
+            limits=self.proxy_settings.get("limits"),
+        )
 
 
 def tally(values: list[str]) -> str:
@@ -206,143 +280,134 @@ def tally(values: list[str]) -> str:
     return ", ".join(f"{v} x{n}" for v, n in Counter(values).most_common())
 
 
-def summarize(fault, engine, lifetime, setting, trials, baseline, after, settings) -> dict:
-    def median(key):
-        values = [t[key] for t in trials if t.get(key) is not None]
-        return round(statistics.median(values), 1) if values else None
-
-    return {
-        "engine": engine,
-        "lifetime": lifetime,
-        "settings": setting,
-        "fault": fault.name,
-        "repeats": len(trials),
-        "caller": tally([t["caller"] for t in trials]),
-        "caller_ms": median("caller_ms"),
-        "passed_whole": sum(1 for t in trials if t.get("passed_whole")),
-        "upstream_saw": tally([t["upstream_saw"] for t in trials]) if fault.upload else None,
-        "upload_passed_whole": sum(1 for t in trials if t.get("upstream_saw") == "whole"),
-        "next": tally([t["next"] for t in trials]),
-        "next_failed": sum(1 for t in trials if not t["next"].startswith("200 whole")),
-        "clean_ms": median("clean_ms"),
-        "live_threads": after[0],
-        "threads_added": after[0] - baseline[0],
-        "open_files": after[1],
-        "files_added": after[1] - baseline[1],
-        "retry_on_stale": settings.get("retry_on_stale"),
-        "limits": settings.get("limits"),
-    }
+def fault_names(args: argparse.Namespace) -> list[str]:
+    return args.faults.split(",")
 
 
-def cell(row: dict) -> str:
-    """One cell of the matrix: what the caller saw, flagged when a cut passed as whole."""
-    if row["upstream_saw"] is not None:
-        text = "upstream: " + row["upstream_saw"]
-        return f"**{text}**" if row["upload_passed_whole"] else text
-    text = row["caller"]
-    if row["passed_whole"]:
-        text = f"**{text}**"
-    if row["next_failed"]:
-        text += f"; next: {row['next']}"
-    return text
-
-
-def run(args) -> Path:
-    started = time.time()
-    engines = args.engines.split(",")
+def plan(args: argparse.Namespace) -> list[Setup]:
+    engines = engine_list(args.engines)
     lifetimes = args.lifetimes.split(",")
     settings = args.settings.split(",")
-    names = args.faults.split(",")
-    if bad := [n for n in names if n not in BY_NAME]:
+    if bad := [n for n in fault_names(args) if n not in BY_NAME]:
         raise ValueError(f"unknown fault {bad[0]!r}; faults: {', '.join(BY_NAME)}")
     if bad := [s for s in settings if s not in SETTINGS]:
         raise ValueError(f"unknown settings {bad[0]!r}; valid: {', '.join(SETTINGS)}")
-    d = results_dir(args.out, NAME)
-    rows: list[dict] = []
-    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
-        server = lab.faults()
-        total = len(engines) * len(lifetimes) * len(settings)
-        for setting in settings:
-            for lifetime in lifetimes:
-                for engine in engines:
-                    case_rows = run_case(lab, server, engine, lifetime, setting, args)
-                    rows += case_rows
-                    whole = sum(r["passed_whole"] + r["upload_passed_whole"] for r in case_rows)
-                    print(
-                        f"[{len(rows) // len(names)}/{total}] {lifetime}-{engine} ({setting} settings): "
-                        f"{whole} cut bodies passed as whole, "
-                        f"{sum(r['next_failed'] for r in case_rows)} next requests failed",
-                        flush=True,
-                    )
-    return write(d, args, rows, names, started)
-
-
-def case_label(r: dict) -> str:
-    return f"{r['lifetime']}-{r['engine']}"
-
-
-def write(d: Path, args, rows: list[dict], names: list[str], started: float) -> Path:
-    groups = sorted({(r["settings"], r["lifetime"], r["engine"]) for r in rows}, key=_order)
-    by_key = {(r["settings"], r["lifetime"], r["engine"], r["fault"]): r for r in rows}
-    matrix_rows = [
-        {
-            "case": f"{lifetime}-{engine}",
-            "settings": setting,
-            **{n: cell(by_key[(setting, lifetime, engine, n)]) for n in names},
-        }
-        for setting, lifetime, engine in groups
+    if bad := [x for x in lifetimes if x not in LIFETIMES]:
+        raise ValueError(f"unknown lifetime {bad[0]!r}; lifetimes: {', '.join(LIFETIMES)}")
+    return [
+        Setup(Case(lifetime, engine), s) for s in settings for lifetime in lifetimes for engine in engines
     ]
-    matrix = common.table(
-        [render.Column("case", lambda r: r["case"]), render.Column("settings", lambda r: r["settings"])]
-        + [render.Column(n, lambda r, n=n: r[n]) for n in names],
-        matrix_rows,
+
+
+@contextlib.contextmanager
+def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[Stack, FaultServer]]:
+    """The fault server in the upstream's place (no nginx)."""
+    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
+        yield lab, lab.faults()
+
+
+def measure(parts: tuple[Stack, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
+    lab, server = parts
+    url = lab.proxy(
+        setup.case, server.url, CLIENT_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS), **SETTINGS[setup.settings]
+    ).url
+    try:
+        for _ in range(3):  # unmeasured: the client made, classes loaded
+            requests.get(f"{url}/ok", timeout=10)
+        probe = Probe(setup, Gauges.read(url), metrics.scrape(url, timeout=10).labels("lab_proxy_info"))
+        rows = []
+        for name in fault_names(args):
+            fault = BY_NAME[name]
+            trials = [trial(fault, url, server) for _ in range(args.repeats)]
+            rows.append(probe.row(fault, trials, Gauges.read(url)))
+        return rows
+    finally:
+        lab.stop_proxy()
+
+
+def progress(r: Row) -> str:
+    whole = r.passed_whole + r.upload_passed_whole
+    return (
+        f"{r.case} ({r.settings} settings) {r.fault}: {r.caller}"
+        + (f"; {whole} cut bodies passed as whole" if whole else "")
+        + (f"; next: {r.next}" if r.next_failed else "")
     )
-    summary = common.table(
-        [
-            render.Column("case", lambda r: r["case"]),
-            render.Column("settings", lambda r: r["settings"]),
-            render.Column("retry_on_stale", lambda r: r["retry_on_stale"]),
-            render.Column("cut bodies passed as whole", lambda r: r["whole"]),
-            render.Column("next requests failed", lambda r: r["next_failed"]),
-            render.Column("slowest return to clean, ms", lambda r: r["clean_ms"], 0),
-            render.Column("threads added (max)", lambda r: r["threads"], 0),
-            render.Column("open files added (max)", lambda r: r["files"], 0),
-        ],
-        [
-            {
-                "case": f"{lifetime}-{engine}",
-                "settings": setting,
-                "retry_on_stale": sub[0]["retry_on_stale"],
-                "whole": sum(r["passed_whole"] + r["upload_passed_whole"] for r in sub),
-                "next_failed": sum(r["next_failed"] for r in sub),
-                "clean_ms": max((r["clean_ms"] for r in sub if r["clean_ms"] is not None), default=None),
-                "threads": max(r["threads_added"] for r in sub),
-                "files": max(r["files_added"] for r in sub),
-            }
-            for setting, lifetime, engine in groups
-            for sub in [
-                [
-                    r
-                    for r in rows
-                    if (r["settings"], r["lifetime"], r["engine"]) == (setting, lifetime, engine)
-                ]
-            ]
-        ],
-    )
-    timing = common.table(
-        [
-            render.Column("case", lambda r: case_label(r)),
-            render.Column("settings", lambda r: r["settings"]),
-            render.Column("fault", lambda r: r["fault"]),
-            render.Column("caller", lambda r: r["caller"]),
-            render.Column("caller ms (median)", lambda r: r["caller_ms"], 0),
-            render.Column("next", lambda r: r["next"]),
-            render.Column("clean again ms (median)", lambda r: r["clean_ms"], 0),
-        ],
-        sorted(
-            rows, key=lambda r: (_order((r["settings"], r["lifetime"], r["engine"])), names.index(r["fault"]))
-        ),
-    )
+
+
+def cell(row: Row) -> str:
+    """One cell of the matrix: what the caller saw, flagged when a cut passed as whole."""
+    if row.upstream_saw is not None:
+        text = "upstream: " + row.upstream_saw
+        return f"**{text}**" if row.upload_passed_whole else text
+    text = row.caller
+    if row.passed_whole:
+        text = f"**{text}**"
+    if row.next_failed:
+        text += f"; next: {row.next}"
+    return text
+
+
+def _order(group: tuple[str, str, str]) -> tuple:
+    setting, lifetime, engine = group
+    return (list(SETTINGS).index(setting), LIFETIMES.index(lifetime), ENGINES.index(engine))
+
+
+@dataclass
+class CaseSummary:
+    """Every fault of one setup together: the summary table's row."""
+
+    case: str
+    settings: str
+    retry_on_stale: str | None
+    whole: int
+    next_failed: int
+    clean_ms: float | None
+    threads: float
+    files: float
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> CaseSummary:
+        return cls(
+            rows[0].case,
+            rows[0].settings,
+            rows[0].retry_on_stale,
+            sum(r.passed_whole + r.upload_passed_whole for r in rows),
+            sum(r.next_failed for r in rows),
+            max((r.clean_ms for r in rows if r.clean_ms is not None), default=None),
+            max(r.threads_added for r in rows),
+            max(r.files_added for r in rows),
+        )
+
+
+SUMMARY_COLUMNS = [
+    render.Column("case", lambda r: r.case),
+    render.Column("settings", lambda r: r.settings),
+    render.Column("retry_on_stale", lambda r: r.retry_on_stale),
+    render.Column("cut bodies passed as whole", lambda r: r.whole),
+    render.Column("next requests failed", lambda r: r.next_failed),
+    render.Column("slowest return to clean, ms", lambda r: r.clean_ms, 0),
+    render.Column("threads added (max)", lambda r: r.threads, 0),
+    render.Column("open files added (max)", lambda r: r.files, 0),
+]
+TIMING_COLUMNS = [
+    render.Column("case", lambda r: r.case),
+    render.Column("settings", lambda r: r.settings),
+    render.Column("fault", lambda r: r.fault),
+    render.Column("caller", lambda r: r.caller),
+    render.Column("caller ms (median)", lambda r: r.caller_ms, 0),
+    render.Column("next", lambda r: r.next),
+    render.Column("clean again ms (median)", lambda r: r.clean_ms, 0),
+]
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+    names = fault_names(args)
+    groups = sorted({r.group for r in rows}, key=_order)
+    by_group = {g: [r for r in rows if r.group == g] for g in groups}
+    matrix_columns = [
+        render.Column("case", lambda g: by_group[g][0].case),
+        render.Column("settings", lambda g: g[0]),
+    ] + [render.Column(n, lambda g, n=n: cell(next(r for r in by_group[g] if r.fault == n))) for n in names]
     settings = {
         "faults": ", ".join(names),
         "repeats": args.repeats,
@@ -358,31 +423,26 @@ def write(d: Path, args, rows: list[dict], names: list[str], started: float) -> 
         "For uploads: what the upstream saw (`cut`, `nothing`, or **`whole`**).",
         "`next`: the next healthy request after the fault, when it failed.",
     ]
-    return common.write(
-        d,
-        NAME,
+    timing = sorted(rows, key=lambda r: (_order(r.group), names.index(r.fault)))
+    return machinery.Report(
         "Faults: what each engine passes on when the upstream misbehaves",
-        "lab study faults " + args.argv_text,
         settings,
-        rows,
-        [("Summary", summary), ("What the caller got, per fault", matrix), ("Times", timing)],
+        [
+            ("Summary", machinery.table(SUMMARY_COLUMNS, [CaseSummary.of(by_group[g]) for g in groups])),
+            ("What the caller got, per fault", machinery.table(matrix_columns, groups)),
+            ("Times", machinery.table(TIMING_COLUMNS, timing)),
+        ],
         [],
-        started,
         notes,
     )
 
 
-def _order(key: tuple[str, str, str]) -> tuple:
-    setting, lifetime, engine = key
-    return (list(SETTINGS).index(setting), LIFETIMES.index(lifetime), ENGINES.index(engine))
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "faults",
-        help="each engine against a misbehaving upstream: what the caller gets, what passes as whole",
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
     )
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all five)")
     p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
     p.add_argument(
         "--settings", default="lab,engine", help="lab (fair limits, retry on), engine (its own), or both"
@@ -394,6 +454,16 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="tries of each fault (default: %(default)s)")
     p.add_argument("--java-opts", default="-Xmx256m", help="proxy JVM options (default: %(default)s)")
-    p.add_argument(
-        "--out", type=Path, default=None, help="results folder (default: results/study-faults-<time>)"
-    )
+
+
+STUDY = machinery.Study(
+    name="faults",
+    help="each engine against a misbehaving upstream: what the caller gets, what passes as whole",
+    add_options=add_options,
+    plan=plan,
+    parts=parts,
+    measure=measure,
+    report=report,
+    progress=progress,
+    needs="java",  # the proxy jar and java; no nginx, no Prometheus
+)

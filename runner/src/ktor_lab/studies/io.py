@@ -8,20 +8,18 @@ ways); this runs its jar, reads JMH's JSON and puts each Ktor figure beside its 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import render, versions
 from ..machine import java
 from ..paths import REPO
-from ..rundirs import results_dir
-from . import common
+from . import machinery
 
-NAME = "io"
-NEEDS = "java"  # no upstream, no proxy: the jar's own benchmarks
 JAR = REPO / "io-bench" / "target" / "benchmarks.jar"
 # (what, Ktor's benchmark, the JVM reference)
 PAIRS = [
@@ -30,48 +28,88 @@ PAIRS = [
 ]
 
 
-def jmh(args, out_json: Path, log: Path, jar: Path = JAR) -> list[dict]:
-    """JMH over io-bench's benchmarks; `jar` another release's build (lab study versions)."""
-    if not jar.exists():
-        raise FileNotFoundError(f"{jar.relative_to(REPO)} is missing: make build (mvn -f io-bench package)")
+@dataclass(frozen=True)
+class Jmh:
+    """One JMH run over io-bench's benchmarks: its parameters and the jar (a release's build)."""
+
+    size: int
+    chunk: int = 8192
+    warmup_iterations: int = 3
+    iterations: int = 5
+    iteration_ms: int = 2000
+    forks: int = 1
+    timeout: int = 1800
+    release: str = ""  # "" for the default build
+
+    @property
+    def jar(self) -> Path:
+        return versions.jar("io-bench", versions.release(self.release)) if self.release else JAR
+
+    def describe(self) -> str:
+        return (
+            f"{self.warmup_iterations} warm-up + {self.iterations} measured iterations of "
+            f"{self.iteration_ms} ms, {self.forks} fork(s), average time"
+        )
+
+
+@dataclass
+class Row:
+    what: str
+    ktor_ms: float
+    ktor_ms_error: float | None
+    jvm_ms: float
+    jvm_ms_error: float | None
+    ktor_mb_per_s: float
+    jvm_mb_per_s: float
+    ktor_over_jvm_time: float
+    jmh_version: str
+    jvm: str
+
+
+def jmh(run: Jmh, out_json: Path, log: Path) -> list[Row]:
+    """JMH over io-bench's benchmarks, its figures as rows."""
+    if not run.jar.exists():
+        raise FileNotFoundError(
+            f"{run.jar.relative_to(REPO)} is missing: make build (mvn -f io-bench package)"
+        )
     argv = [
         java(),
         "-jar",
-        str(jar),
-        *("-p", f"size={args.size}", "-p", f"chunk={args.chunk}"),
-        *("-wi", str(args.warmup_iterations), "-i", str(args.iterations)),
-        *("-w", f"{args.iteration_ms}ms", "-r", f"{args.iteration_ms}ms", "-f", str(args.forks)),
+        str(run.jar),
+        *("-p", f"size={run.size}", "-p", f"chunk={run.chunk}"),
+        *("-wi", str(run.warmup_iterations), "-i", str(run.iterations)),
+        *("-w", f"{run.iteration_ms}ms", "-r", f"{run.iteration_ms}ms", "-f", str(run.forks)),
         *("-rf", "json", "-rff", str(out_json)),
         "lab.iobench.",
     ]
     with log.open("w") as f:
         f.write(f"$ {' '.join(argv)}\n")
         f.flush()
-        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout)
+        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=run.timeout)
     if r.returncode != 0 or not out_json.exists():
         raise RuntimeError(f"JMH exited with {r.returncode}; its output is in {log}")
-    return json.loads(out_json.read_text())
+    return rows_from(json.loads(out_json.read_text()), run.size)
 
 
-def rows_from(results: list[dict], size: int) -> list[dict]:
+def rows_from(results: list[dict], size: int) -> list[Row]:
     by_name = {r["benchmark"].removeprefix("lab.iobench."): r for r in results}
     rows = []
     for what, ktor, jvm in PAIRS:
         k, j = by_name[ktor]["primaryMetric"], by_name[jvm]["primaryMetric"]
         assert k["scoreUnit"] == j["scoreUnit"] == "ms/op", (k["scoreUnit"], j["scoreUnit"])
         rows.append(
-            {
-                "what": what,
-                "ktor_ms": k["score"],
-                "ktor_ms_error": _error(k),
-                "jvm_ms": j["score"],
-                "jvm_ms_error": _error(j),
-                "ktor_mb_per_s": size / 1e6 / (k["score"] / 1000),
-                "jvm_mb_per_s": size / 1e6 / (j["score"] / 1000),
-                "ktor_over_jvm_time": k["score"] / j["score"],
-                "jmh_version": by_name[ktor]["jmhVersion"],
-                "jvm": by_name[ktor]["vmVersion"],
-            }
+            Row(
+                what=what,
+                ktor_ms=k["score"],
+                ktor_ms_error=_error(k),
+                jvm_ms=j["score"],
+                jvm_ms_error=_error(j),
+                ktor_mb_per_s=size / 1e6 / (k["score"] / 1000),
+                jvm_mb_per_s=size / 1e6 / (j["score"] / 1000),
+                ktor_over_jvm_time=k["score"] / j["score"],
+                jmh_version=by_name[ktor]["jmhVersion"],
+                jvm=by_name[ktor]["vmVersion"],
+            )
         )
     return rows
 
@@ -87,57 +125,65 @@ def _pm(score: float, error: float | None) -> str:
 
 
 COLUMNS = [
-    render.Column("operation", lambda r: r["what"]),
-    render.Column("JVM ms/op", lambda r: _pm(r["jvm_ms"], r["jvm_ms_error"])),
-    render.Column("Ktor ms/op", lambda r: _pm(r["ktor_ms"], r["ktor_ms_error"])),
-    render.Column("JVM MB/s", lambda r: r["jvm_mb_per_s"]),
-    render.Column("Ktor MB/s", lambda r: r["ktor_mb_per_s"]),
-    render.Column("Ktor time / JVM time", lambda r: f"{r['ktor_over_jvm_time']:.2f}x"),
+    render.Column("operation", lambda r: r.what),
+    render.Column("JVM ms/op", lambda r: _pm(r.jvm_ms, r.jvm_ms_error)),
+    render.Column("Ktor ms/op", lambda r: _pm(r.ktor_ms, r.ktor_ms_error)),
+    render.Column("JVM MB/s", lambda r: r.jvm_mb_per_s),
+    render.Column("Ktor MB/s", lambda r: r.ktor_mb_per_s),
+    render.Column("Ktor time / JVM time", lambda r: f"{r.ktor_over_jvm_time:.2f}x"),
 ]
 
 
-def run(args) -> Path:
-    started = time.time()
-    d = results_dir(args.out, NAME)
-    jar = versions.ensure_jar("io-bench", versions.release(args.ktor)) if args.ktor else JAR
-    results = jmh(args, d / "jmh.json", d / "jmh.log", jar=jar)
-    rows = rows_from(results, args.size)
-    for r in rows:
-        print(
-            f"{r['what']}: JVM {r['jvm_mb_per_s']:,.0f} MB/s, Ktor {r['ktor_mb_per_s']:,.0f} MB/s "
-            f"({r['ktor_over_jvm_time']:.2f}x the time)",
-            flush=True,
-        )
+def settings_of(args: argparse.Namespace) -> Jmh:
+    return Jmh(
+        args.size, args.chunk, args.warmup_iterations, args.iterations, args.iteration_ms, args.forks,
+        args.timeout, args.ktor,
+    )  # fmt: skip
+
+
+def plan(args: argparse.Namespace) -> list[Jmh]:
+    run = settings_of(args)
+    if run.release:
+        versions.ensure_jar("io-bench", versions.release(run.release))
+    return [run]
+
+
+def measure(d: Path, run: Jmh, args: argparse.Namespace) -> list[Row]:
+    return jmh(run, d / "jmh.json", d / "jmh.log")
+
+
+def progress(r: Row) -> str:
+    return (
+        f"{r.what}: JVM {r.jvm_mb_per_s:,.0f} MB/s, Ktor {r.ktor_mb_per_s:,.0f} MB/s "
+        f"({r.ktor_over_jvm_time:.2f}x the time)"
+    )
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+    run = settings_of(args)
     settings = {
-        "bytes per operation": f"{args.size:,}",
-        "chunk bytes": args.chunk,
-        "JMH": f"{args.warmup_iterations} warm-up + {args.iterations} measured iterations of "
-        f"{args.iteration_ms} ms, {args.forks} fork(s), average time",
-        "Ktor": args.ktor or versions.default_release().name,
-        "JMH version": rows[0]["jmh_version"],
-        "JVM": rows[0]["jvm"],
+        "bytes per operation": f"{run.size:,}",
+        "chunk bytes": run.chunk,
+        "JMH": run.describe(),
+        "Ktor": run.release or versions.default_release().name,
+        "JMH version": rows[0].jmh_version,
+        "JVM": rows[0].jvm,
         "fork JVM options": "-Xmx512m",
     }
     chart = render.bars(
         "MB/s (10^6 bytes per second), higher is better",
-        [r["what"] for r in rows],
-        {"JVM": [r["jvm_mb_per_s"] for r in rows], "Ktor": [r["ktor_mb_per_s"] for r in rows]},
+        [r.what for r in rows],
+        {"JVM": [r.jvm_mb_per_s for r in rows], "Ktor": [r.ktor_mb_per_s for r in rows]},
     )
-    return common.write(
-        d,
-        NAME,
+    return machinery.Report(
         "Ktor I/O against plain JVM I/O (JMH)",
-        "lab study io " + args.argv_text,
         settings,
-        rows,
-        [("Per operation", common.table(COLUMNS, rows))],
+        [("Per operation", machinery.table(COLUMNS, rows))],
         [("io-mb-per-s.svg", chart)],
-        started,
     )
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("io", help="JMH: 128 MiB socket write and file read, Ktor vs java.net / java.io")
+def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=128 << 20, help="bytes per operation (default: 128 MiB)")
     p.add_argument(
         "--chunk", type=int, default=8192, help="bytes per write or read call (default: %(default)s)"
@@ -148,4 +194,16 @@ def add_parser(sub) -> None:
     p.add_argument("--forks", type=int, default=1, help="JMH -f (default: %(default)s)")
     p.add_argument("--ktor", default="", help="a Ktor release of ktor-releases.tsv (default: the pom's)")
     p.add_argument("--timeout", type=int, default=1800, help="most seconds for the whole JMH run")
-    p.add_argument("--out", type=Path, default=None, help="results folder (default: results/study-io-<time>)")
+
+
+STUDY = machinery.Study(
+    name="io",
+    help="JMH: 128 MiB socket write and file read, Ktor vs java.net / java.io",
+    add_options=add_options,
+    plan=plan,
+    parts=machinery.nothing,
+    measure=measure,
+    report=report,
+    progress=progress,
+    needs="java",  # no upstream, no proxy: the jar's own benchmarks
+)

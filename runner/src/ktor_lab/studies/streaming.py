@@ -11,23 +11,23 @@ used (sampled every 100 ms from its /metrics) and its CPU seconds (process count
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
 from .. import render
-from ..cases import ENGINES
+from ..cases import ENGINES, Case, all_of, engine_list
 from ..parts import nginx
-from ..rundirs import results_dir
 from ..stack import Stack
-from . import common
+from . import machinery
 
-NAME = "streaming"
 DIRECT = "nginx direct"
 CHUNK = 1 << 20
 
@@ -44,7 +44,7 @@ class ProxyProbe:
         self.cpu_seconds: float | None = None
 
     def read(self) -> dict[str, float]:
-        heap, cpu_ns = common.proxy_figures(
+        heap, cpu_ns = machinery.proxy_figures(
             self.url, ("jvm_memory_used_bytes", {"area": "heap"}), ("process_cpu_time_ns_total", {})
         )
         return {"heap": heap, "cpu": cpu_ns / 1e9}
@@ -99,7 +99,7 @@ def upload(base: str, path: Path) -> tuple[int, str, float]:
     return answer["bytes"], answer["sha256"], elapsed
 
 
-def warm_up(base: str, files: Path, args) -> None:
+def warm_up(base: str, files: Path, args: argparse.Namespace) -> None:
     """Unmeasured transfers of every size both ways: a cold proxy's first bodies run interpreted."""
     for _ in range(args.warmup):
         for size in args.sizes.split(","):
@@ -107,7 +107,54 @@ def warm_up(base: str, files: Path, args) -> None:
             upload(base, files / f"{size}.bin")
 
 
-def measure_target(target: str, base: str, probe_url: str | None, files: Path, args) -> list[dict]:
+@dataclass
+class Transfer:
+    """One transfer: its time, its rate, whether its body arrived intact, what the proxy used."""
+
+    seconds: float
+    mb_per_s: float
+    intact: bool
+    heap_max_bytes: float | None
+    cpu_seconds: float | None
+
+
+@dataclass
+class Row:
+    """Every transfer of one size in one direction through one target, and their median."""
+
+    target: str  # DIRECT or an engine
+    size: str
+    bytes: int
+    direction: str
+    runs: list[Transfer]
+    mb_per_s: float
+    mb_per_s_min: float
+    mb_per_s_max: float
+    intact: bool
+    heap_max_mib: float | None
+    cpu_seconds: float | None
+    of_direct: float | None = None  # filled by the report, beside nginx direct's same cell
+
+
+def plan(args: argparse.Namespace) -> list[str]:
+    """The targets: nginx direct (what the measuring client itself manages), then each engine."""
+    return [DIRECT, *engine_list(args.engines)]
+
+
+def measure(lab: Stack, target: str, args: argparse.Namespace) -> list[Row]:
+    files = nginx.shared_files_dir()
+    if target == DIRECT:
+        return transfers(target, lab.upstream_url, None, files, args)
+    url = lab.proxy(Case("singleton", target)).url
+    try:
+        return transfers(target, url, url, files, args)
+    finally:
+        lab.stop_proxy()
+
+
+def transfers(
+    target: str, base: str, probe_url: str | None, files: Path, args: argparse.Namespace
+) -> list[Row]:
     manifest = json.loads((files / "manifest.json").read_text())
     warm_up(base, files, args)
     rows = []
@@ -125,77 +172,61 @@ def measure_target(target: str, base: str, probe_url: str | None, files: Path, a
                     else:
                         got, sha, secs = upload(base, files / name)
                 runs.append(
-                    {
-                        "seconds": secs,
-                        "mb_per_s": got / secs / 1e6,
-                        "intact": got == want["bytes"] and sha == want["sha256"],
-                        "heap_max_bytes": probe.heap_max if probe_url else None,
-                        "cpu_seconds": probe.cpu_seconds,
-                    }
+                    Transfer(
+                        seconds=secs,
+                        mb_per_s=got / secs / 1e6,
+                        intact=got == want["bytes"] and sha == want["sha256"],
+                        heap_max_bytes=probe.heap_max if probe_url else None,
+                        cpu_seconds=probe.cpu_seconds,
+                    )
                 )
+            rates = [r.mb_per_s for r in runs]
             rows.append(
-                {
-                    "target": target,
-                    "size": size,
-                    "bytes": want["bytes"],
-                    "direction": direction,
-                    "runs": runs,
-                    "mb_per_s": statistics.median(r["mb_per_s"] for r in runs),
-                    "mb_per_s_min": min(r["mb_per_s"] for r in runs),
-                    "mb_per_s_max": max(r["mb_per_s"] for r in runs),
-                    "intact": all(r["intact"] for r in runs),
-                    "heap_max_mib": max(r["heap_max_bytes"] / (1 << 20) for r in runs) if probe_url else None,
-                    "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs) if probe_url else None,
-                }
-            )
-            print(
-                f"{target:13} {direction:8} {size:>5}: {rows[-1]['mb_per_s']:7.1f} MB/s, "
-                f"intact {rows[-1]['intact']}",
-                flush=True,
+                Row(
+                    target=target,
+                    size=size,
+                    bytes=want["bytes"],
+                    direction=direction,
+                    runs=runs,
+                    mb_per_s=statistics.median(rates),
+                    mb_per_s_min=min(rates),
+                    mb_per_s_max=max(rates),
+                    intact=all(r.intact for r in runs),
+                    heap_max_mib=max(r.heap_max_bytes / (1 << 20) for r in runs) if probe_url else None,
+                    cpu_seconds=statistics.median(r.cpu_seconds for r in runs) if probe_url else None,
+                )
             )
     return rows
 
 
+def progress(r: Row) -> str:
+    return f"{r.target:13} {r.direction:8} {r.size:>5}: {r.mb_per_s:7.1f} MB/s, intact {r.intact}"
+
+
 COLUMNS = [
-    render.Column("through", lambda r: r["target"]),
-    render.Column("MB/s (median)", lambda r: r["mb_per_s"], 1),
-    render.Column("range", lambda r: f"{r['mb_per_s_min']:,.0f}-{r['mb_per_s_max']:,.0f}"),
-    render.Column("of direct", lambda r: r.get("of_direct"), 2),
-    render.Column("proxy heap max MiB", lambda r: r["heap_max_mib"], 0),
-    render.Column("proxy CPU s", lambda r: r["cpu_seconds"], 2),
-    render.Column("checksums", lambda r: "all match" if r["intact"] else "MISMATCH"),
+    render.Column("through", lambda r: r.target),
+    render.Column("MB/s (median)", lambda r: r.mb_per_s, 1),
+    render.Column("range", lambda r: f"{r.mb_per_s_min:,.0f}-{r.mb_per_s_max:,.0f}"),
+    render.Column("of direct", lambda r: r.of_direct, 2),
+    render.Column("proxy heap max MiB", lambda r: r.heap_max_mib, 0),
+    render.Column("proxy CPU s", lambda r: r.cpu_seconds, 2),
+    render.Column("checksums", lambda r: "all match" if r.intact else "MISMATCH"),
 ]
 
 
-def run(args) -> Path:
-    started = time.time()
-    engines = args.engines.split(",")
-    d = results_dir(args.out, NAME)
-    logs = d / "logs"
-    files = nginx.shared_files_dir()
-    rows: list[dict] = []
-    with Stack(logs, java_opts=args.java_opts.split()) as lab:
-        lab.nginx()
-        rows += measure_target(DIRECT, lab.upstream_url, None, files, args)
-        for engine in engines:
-            url = lab.proxy(f"singleton-{engine}").url
-            rows += measure_target(engine, url, url, files, args)
-            lab.stop_proxy()
+def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
     for r in rows:
-        ref = next(
-            x
-            for x in rows
-            if x["target"] == DIRECT and x["size"] == r["size"] and x["direction"] == r["direction"]
-        )
-        r["of_direct"] = r["mb_per_s"] / ref["mb_per_s"]
-    cells = [(size, direction) for size in args.sizes.split(",") for direction in ("download", "upload")]
-    targets = [DIRECT, *engines]
+        ref = next(x for x in rows if x.target == DIRECT and (x.size, x.direction) == (r.size, r.direction))
+        r.of_direct = r.mb_per_s / ref.mb_per_s
+    sizes = args.sizes.split(",")
+    targets = list(dict.fromkeys(r.target for r in rows))
     tables = [
         (
             f"{direction}, {label(size)}",
-            common.table(COLUMNS, [r for r in rows if (r["size"], r["direction"]) == (size, direction)]),
+            machinery.table(COLUMNS, [r for r in rows if (r.size, r.direction) == (size, direction)]),
         )
-        for size, direction in cells
+        for size in sizes
+        for direction in ("download", "upload")
     ]
     charts = [
         (
@@ -205,10 +236,10 @@ def run(args) -> Path:
                 targets,
                 {
                     label(size): [
-                        common.find(rows, "mb_per_s", target=t, size=size, direction=direction)
+                        machinery.find(rows, "mb_per_s", target=t, size=size, direction=direction)
                         for t in targets
                     ]
-                    for size in args.sizes.split(",")
+                    for size in sizes
                 },
             ),
         )
@@ -223,24 +254,15 @@ def run(args) -> Path:
         "proxy JVM options": args.java_opts,
         "client": "Python requests, 1 MiB reads, SHA-256 of every body",
     }
-    return common.write(
-        d,
-        NAME,
-        "Streaming: large bodies up and down through the proxy",
-        "lab study streaming " + args.argv_text,
-        settings,
-        rows,
-        tables,
-        charts,
-        started,
-    )
+    return machinery.Report("Streaming: large bodies up and down through the proxy", settings, tables, charts)
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "streaming", help="15 MB and 100 MB up and down per engine: MB/s, heap, CPU, checksums"
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
     )
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all five)")
     p.add_argument(
         "--sizes", default="15m,100m", help="upstream files: 1k, 100k, 1m, 15m, 100m (default: %(default)s)"
     )
@@ -252,6 +274,15 @@ def add_parser(sub) -> None:
         help="unmeasured rounds of every transfer first (default: %(default)s)",
     )
     p.add_argument("--java-opts", default="-Xmx256m", help="proxy JVM options (default: %(default)s)")
-    p.add_argument(
-        "--out", type=Path, default=None, help="results folder (default: results/study-streaming-<time>)"
-    )
+
+
+STUDY = machinery.Study(
+    name="streaming",
+    help="15 MB and 100 MB up and down per engine: MB/s, heap, CPU, checksums",
+    add_options=add_options,
+    plan=plan,
+    parts=machinery.upstream,
+    measure=measure,
+    report=report,
+    progress=progress,
+)

@@ -11,20 +11,21 @@ Each (engine, limits, N) gets a fresh proxy, once with the engines' own limits
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import resource
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
 from .. import metrics, render
-from ..cases import ENGINES
-from ..rundirs import results_dir
+from ..cases import ENGINES, Case, all_of, engine_list
 from ..stack import Stack
-from . import common
-
-NAME = "threads"
+from . import machinery
 
 
 def raise_fd_limit() -> None:
@@ -36,7 +37,7 @@ def raise_fd_limit() -> None:
 
 def thread_gauges(proxy_url: str) -> dict[str, float]:
     """Live and active-unparked threads from the proxy's own /metrics."""
-    live, unparked = common.proxy_figures(
+    live, unparked = machinery.proxy_figures(
         proxy_url, ("jvm_threads_live_threads", {}), ("lab_threads_active_unparked", {})
     )
     return {"live": live, "unparked": unparked}
@@ -64,7 +65,7 @@ def waves(done_at: list[float], delay_s: float) -> int:
     return 1 + sum(1 for a, b in zip(ts, ts[1:], strict=False) if b - a > delay_s / 2)
 
 
-async def burst(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float) -> dict:
+async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float) -> dict:
     """N requests at once; threads sampled at `sample_at` s and every 0.25 s for the peak."""
     host, port = proxy_url.removeprefix("http://").split(":")
     path = f"/delay?ms={delay_ms}"
@@ -108,15 +109,71 @@ async def burst(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadlin
     }
 
 
-def run_one(lab: Stack, engine: str, limits: str, n: int, args) -> dict:
+@dataclass(frozen=True)
+class Burst:
+    """One run of the plan: N requests at once through one engine with one kind of limits."""
+
+    engine: str
+    limits: str  # CLIENT_LIMITS: defaults (the engine's own) or fair
+    n: int
+
+
+@dataclass
+class Row:
+    engine: str
+    limits: str
+    n: int
+    ok: int
+    failed: int
+    unfinished: int
+    statuses: list[int]
+    finished: bool
+    completion_s: float | None
+    waves: int
+    idle_live: float | None
+    idle_unparked: float | None
+    sampled_at_s: float | None
+    live_at: float | None
+    unparked_at: float | None
+    live_added: float | None
+    unparked_added: float | None
+    live_peak: float
+    deadline_s: float
+    proxy_settings: dict[str, str] = field(default_factory=dict)
+
+
+def plan(args: argparse.Namespace) -> list[Burst]:
+    engines = engine_list(args.engines)
+    ns = [int(x) for x in args.n.split(",")]
+    limits = args.limits.split(",")
+    if bad := [x for x in limits if x not in ("defaults", "fair")]:
+        raise ValueError(f"--limits {bad[0]!r}: give defaults, fair or both")
+    return [Burst(engine, lim, n) for lim in limits for engine in engines for n in ns]
+
+
+@contextlib.contextmanager
+def parts(args: argparse.Namespace, d: Path) -> Iterator[Stack]:
+    raise_fd_limit()
+    with machinery.upstream(args, d) as lab:
+        yield lab
+
+
+def timeouts_ms(args: argparse.Namespace) -> tuple[int, int]:
+    """The proxy's request and connect timeouts: queued requests must wait, not time out (the
+    completion time is the finding); both, since CIO counts the wait for a free connection
+    against the connect timeout."""
+    request = int((args.deadline + 30) * 1000)
+    return request, args.connect_timeout_ms or request
+
+
+def measure(lab: Stack, burst: Burst, args: argparse.Namespace) -> list[Row]:
+    request_ms, connect_ms = timeouts_ms(args)
     url = lab.proxy(
-        f"singleton-{engine}",
-        CLIENT_LIMITS=limits,
+        Case("singleton", burst.engine),
+        CLIENT_LIMITS=burst.limits,
         CLIENT_MAX_CONNECTIONS=str(args.max_connections),
-        # Queued requests must wait, not time out: the completion time is the finding. Both
-        # timeouts, since CIO counts the wait for a free connection against the connect timeout.
-        CLIENT_REQUEST_TIMEOUT_MS=str(int((args.deadline + 30) * 1000)),
-        CLIENT_CONNECT_TIMEOUT_MS=str(args.connect_timeout_ms or int((args.deadline + 30) * 1000)),
+        CLIENT_REQUEST_TIMEOUT_MS=str(request_ms),
+        CLIENT_CONNECT_TIMEOUT_MS=str(connect_ms),
     ).url
     try:
         # Unmeasured: the first calls create the client, load classes and open a few connections.
@@ -124,29 +181,32 @@ def run_one(lab: Stack, engine: str, limits: str, n: int, args) -> dict:
             requests.get(f"{url}/delay?ms=0", timeout=30).raise_for_status()
         time.sleep(0.5)
         idle = thread_gauges(url)
-        result = asyncio.run(burst(url, n, args.delay_ms, args.sample_at, args.deadline))
+        result = asyncio.run(burst_of(url, burst.n, args.delay_ms, args.sample_at, args.deadline))
         settings = metrics.scrape(url).labels("lab_proxy_info")
     finally:
         lab.stop_proxy()
     at = result["at"]
-    return {
-        "engine": engine,
-        "limits": limits,
-        "n": n,
-        **{
-            k: result[k]
-            for k in ("ok", "failed", "unfinished", "statuses", "finished", "completion_s", "waves")
-        },
-        "idle_live": idle.get("live"),
-        "idle_unparked": idle.get("unparked"),
-        "sampled_at_s": at.get("at_s"),
-        "live_at": at.get("live"),
-        "unparked_at": at.get("unparked"),
-        "live_added": _minus(at.get("live"), idle.get("live")),
-        "unparked_added": _minus(at.get("unparked"), idle.get("unparked")),
-        "live_peak": result["peak"]["live"],
-        "proxy_settings": settings,
-    }
+    return [
+        Row(
+            engine=burst.engine,
+            limits=burst.limits,
+            n=burst.n,
+            **{
+                k: result[k]
+                for k in ("ok", "failed", "unfinished", "statuses", "finished", "completion_s", "waves")
+            },
+            idle_live=idle.get("live"),
+            idle_unparked=idle.get("unparked"),
+            sampled_at_s=at.get("at_s"),
+            live_at=at.get("live"),
+            unparked_at=at.get("unparked"),
+            live_added=_minus(at.get("live"), idle.get("live")),
+            unparked_added=_minus(at.get("unparked"), idle.get("unparked")),
+            live_peak=result["peak"]["live"],
+            deadline_s=args.deadline,
+            proxy_settings=settings,
+        )
+    ]
 
 
 def _minus(a, b):
@@ -155,21 +215,21 @@ def _minus(a, b):
 
 def columns(sample_at: float) -> list[render.Column]:
     return [
-        render.Column("engine", lambda r: r["engine"]),
-        render.Column("limits", lambda r: r["limits"]),
-        render.Column("N", lambda r: r["n"]),
+        render.Column("engine", lambda r: r.engine),
+        render.Column("limits", lambda r: r.limits),
+        render.Column("N", lambda r: r.n),
         render.Column(
             f"live threads at {sample_at:g} s (idle + added)",
-            lambda r: _plus_text(r["idle_live"], r["live_added"]),
+            lambda r: _plus_text(r.idle_live, r.live_added),
         ),
         render.Column(
             f"active unparked at {sample_at:g} s (idle + added)",
-            lambda r: _plus_text(r["idle_unparked"], r["unparked_added"]),
+            lambda r: _plus_text(r.idle_unparked, r.unparked_added),
         ),
-        render.Column("live peak", lambda r: r["live_peak"]),
+        render.Column("live peak", lambda r: r.live_peak),
         render.Column("completion s", lambda r: _completion_text(r)),
-        render.Column("waves", lambda r: r["waves"]),
-        render.Column("errors", lambda r: r["failed"]),
+        render.Column("waves", lambda r: r.waves),
+        render.Column("errors", lambda r: r.failed),
     ]
 
 
@@ -179,35 +239,25 @@ def _plus_text(idle, added) -> str:
     return f"{idle:.0f} + {added:.0f}"
 
 
-def _completion_text(r: dict) -> str:
-    if r["finished"]:
-        return f"{r['completion_s']:.1f}"
-    return f"> {r['deadline_s']:.0f} ({r['ok']} of {r['n']} done)"
+def _completion_text(r: Row) -> str:
+    if r.finished:
+        return f"{r.completion_s:.1f}"
+    return f"> {r.deadline_s:.0f} ({r.ok} of {r.n} done)"
 
 
-def run(args) -> Path:
-    started = time.time()
-    engines = args.engines.split(",")
-    ns = [int(x) for x in args.n.split(",")]
-    limits = args.limits.split(",")
-    d = results_dir(args.out, NAME)
-    raise_fd_limit()
-    rows = []
-    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
-        lab.nginx()
-        total = len(engines) * len(limits) * len(ns)
-        for lim in limits:
-            for engine in engines:
-                for n in ns:
-                    row = run_one(lab, engine, lim, n, args)
-                    row["deadline_s"] = args.deadline
-                    rows.append(row)
-                    print(
-                        f"[{len(rows)}/{total}] {engine} {lim} N={n}: +{row['unparked_added']:.0f} active "
-                        f"unparked, +{row['live_added']:.0f} live at {row['sampled_at_s']} s; "
-                        f"{_completion_text(row)} s, {row['waves']} waves, {row['failed']} errors",
-                        flush=True,
-                    )
+def progress(r: Row) -> str:
+    return (
+        f"{r.engine} {r.limits} N={r.n}: +{r.unparked_added or 0:.0f} active unparked, "
+        f"+{r.live_added or 0:.0f} live at {r.sampled_at_s} s; {_completion_text(r)} s, {r.waves} waves, "
+        f"{r.failed} errors"
+    )
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+    engines = list(dict.fromkeys(r.engine for r in rows))
+    limits = list(dict.fromkeys(r.limits for r in rows))
+    ns = list(dict.fromkeys(r.n for r in rows))
+    request_ms, connect_ms = timeouts_ms(args)
     settings = {
         "lifetime": "singleton",
         "delay_ms": args.delay_ms,
@@ -215,62 +265,40 @@ def run(args) -> Path:
         "sampled at s": args.sample_at,
         "fair CLIENT_MAX_CONNECTIONS": args.max_connections,
         "deadline s": args.deadline,
-        "proxy request and connect timeouts ms": f"{int((args.deadline + 30) * 1000)}, "
-        f"{args.connect_timeout_ms or int((args.deadline + 30) * 1000)}",
+        "proxy request and connect timeouts ms": f"{request_ms}, {connect_ms}",
         "proxy JVM options": args.java_opts,
     }
     charts = []
     for lim in limits:
-        sub = [r for r in rows if r["limits"] == lim]
-        charts.append(
+        sub = [r for r in rows if r.limits == lim]
+        for key, title, digits in (
+            ("unparked_added", f"Active unparked threads added at {args.sample_at:g} s, {lim} limits", 0),
             (
-                f"threads-unparked-{lim}.svg",
-                render.bars(
-                    f"Active unparked threads added at {args.sample_at:g} s, {lim} limits",
-                    engines,
-                    {
-                        f"N={n}": [common.find(sub, "unparked_added", engine=e, n=n) for e in engines]
-                        for n in ns
-                    },
-                ),
-            )
-        )
-        charts.append(
-            (
-                f"threads-completion-{lim}.svg",
-                render.bars(
-                    f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
-                    engines,
-                    {
-                        f"N={n}": [common.find(sub, "completion_s", engine=e, n=n) for e in engines]
-                        for n in ns
-                    },
-                    digits=1,
-                ),
-            )
-        )
-    return common.write(
-        d,
-        NAME,
+                "completion_s",
+                f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
+                1,
+            ),
+        ):
+            name = "unparked" if key == "unparked_added" else "completion"
+            series = {f"N={n}": [machinery.find(sub, key, engine=e, n=n) for e in engines] for n in ns}
+            charts.append((f"threads-{name}-{lim}.svg", render.bars(title, engines, series, digits=digits)))
+    return machinery.Report(
         "Threads per engine: N requests in flight to a slow upstream",
-        "lab study threads " + args.argv_text,
         settings,
-        rows,
         [
-            (f"{lim} limits", common.table(columns(args.sample_at), [r for r in rows if r["limits"] == lim]))
+            (f"{lim} limits", machinery.table(columns(args.sample_at), [r for r in rows if r.limits == lim]))
             for lim in limits
         ],
         charts,
-        started,
     )
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "threads",
-        help="N requests at once to a 2 s upstream per engine: threads at 1 s, completion, waves",
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
     )
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all five)")
     p.add_argument(
         "--n", default="100,500,1000", help="requests in flight, comma-separated (default: %(default)s)"
     )
@@ -292,6 +320,15 @@ def add_parser(sub) -> None:
         "a connection wait instead of failing (CIO counts that wait as connecting)",
     )
     p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
-    p.add_argument(
-        "--out", type=Path, default=None, help="results folder (default: results/study-threads-<time>)"
-    )
+
+
+STUDY = machinery.Study(
+    name="threads",
+    help="N requests at once to a 2 s upstream per engine: threads at 1 s, completion, waves",
+    add_options=add_options,
+    plan=plan,
+    parts=parts,
+    measure=measure,
+    report=report,
+    progress=progress,
+)

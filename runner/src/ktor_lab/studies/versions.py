@@ -11,94 +11,87 @@ plain JVM I/O) for each release. Each change is judged against the spread of the
 from __future__ import annotations
 
 import argparse
-import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import measure, render, run_report, versions
-from ..backends import NativeBackend
-from ..cases import LIFETIMES, case_list
+from .. import render, run_report, versions
+from ..cases import LIFETIMES, Case, case_list
 from ..results import Plan, Results, parse_load
-from ..rundirs import results_dir
-from ..stack import Ports
-from . import common, io
-
-NAME = "versions"
-NEEDS = "prometheus"  # the runs are lab run's: nginx, the proxy, Locust and Prometheus
+from . import io, machinery
 
 
-def common_cases(releases: list[versions.Release]) -> list[str]:
+@dataclass(frozen=True)
+class Matrices:
+    """The lab runs: Ktor changed on the first JDK, then the JDK changed on the last release."""
+
+    whole: Plan
+    ktor: Plan
+    jdk: Plan
+
+
+@dataclass(frozen=True)
+class IoRun:
+    """The io study's JMH run for one release."""
+
+    release: str
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    before: float | None
+    after: float | None
+    beyond_spread: bool | None  # None: one repeat, not known
+
+    @property
+    def change(self) -> float | None:
+        a, b = self.before, self.after
+        return (b - a) / a if a and b is not None else None
+
+
+@dataclass
+class ChangeRow:
+    """One case with one dimension changed (run_report.Change), its figures before and after."""
+
+    dimension: str  # Ktor or JDK
+    case: str
+    held: str  # e.g. "JDK 17"
+    before: str
+    after: str
+    figures: dict[str, FigureChange] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = {"dimension": self.dimension, "case": self.case, "held": self.held}
+        out.update({"from": self.before, "to": self.after})
+        for key, f in self.figures.items():
+            out.update({f"{key}_from": f.before, f"{key}_to": f.after, f"{key}_change": f.change})
+            out[f"{key}_beyond_spread"] = f.beyond_spread
+        return {**out, "flags": self.flags}
+
+
+@dataclass
+class IoRow:
+    """The io study's row for one release."""
+
+    ktor: str
+    row: io.Row
+
+    def to_json(self) -> dict:
+        return {"io": True, "ktor": self.ktor, **asdict(self.row)}
+
+
+def common_cases(releases: list[versions.Release]) -> list[Case]:
     """Singleton and per-call of every engine all the releases publish."""
     engines = [e for e in releases[0].engines if all(e in r.engines for r in releases)]
-    return [f"{lifetime}-{engine}" for lifetime in LIFETIMES for engine in engines]
+    return [Case(lifetime, engine) for lifetime in LIFETIMES for engine in engines]
 
 
-def change_rows(results: Results) -> list[dict]:
-    rows = []
-    for group in run_report.groups(results):
-        for c in run_report.changes(group):
-            row = {
-                "dimension": c.dimension,
-                "case": c.case,
-                "held": c.same,
-                "from": c.before_name,
-                "to": c.after_name,
-            }
-            for key in run_report.CHANGE_FIGURES:
-                a, b = c.before.figures[key], c.after.figures[key]
-                row[f"{key}_from"], row[f"{key}_to"] = a.median, b.median
-                row[f"{key}_change"] = (
-                    (b.median - a.median) / a.median if a.median and b.median is not None else None
-                )
-                clear = c.figure(key)[1]
-                row[f"{key}_beyond_spread"] = clear
-            row["flags"] = sorted(set(c.before.flags + c.after.flags))
-            rows.append(row)
-    return rows
-
-
-def _cell(key: str, digits: int):
-    def cell(r: dict) -> str:
-        a, b, ch = r[f"{key}_from"], r[f"{key}_to"], r[f"{key}_change"]
-        if a is None or b is None:
-            return "-"
-        mark = {True: " *", False: "", None: ""}[r[f"{key}_beyond_spread"]]
-        return f"{a:,.{digits}f} -> {b:,.{digits}f} ({ch:+.1%}){mark}" if ch is not None else f"{a} -> {b}"
-
-    return cell
-
-
-COLUMNS = [
-    render.Column("case", lambda r: r["case"]),
-    render.Column("held", lambda r: r["held"]),
-    render.Column("change", lambda r: f"{r['from']} -> {r['to']}"),
-    render.Column("rps", _cell("rps", 0)),
-    render.Column("CPU s / 1000 req", _cell("cpu", 3)),
-    render.Column("threads max", _cell("threads", 0)),
-    render.Column("heap max MiB", _cell("heap", 0)),
-    render.Column("flags", lambda r: ", ".join(r["flags"]) or "-"),
-]
-
-IO_COLUMNS = [
-    render.Column("Ktor", lambda r: r["ktor"]),
-    render.Column("operation", lambda r: r["what"]),
-    render.Column("JVM MB/s", lambda r: r["jvm_mb_per_s"]),
-    render.Column("Ktor MB/s", lambda r: r["ktor_mb_per_s"]),
-    render.Column("Ktor time / JVM time", lambda r: f"{r['ktor_over_jvm_time']:.2f}x"),
-]
-
-
-def run(args) -> Path:
-    started = time.time()
+def matrices(args: argparse.Namespace) -> Matrices:
     names, java_names = versions.names(args.ktor), versions.names(args.java)
     releases = [versions.release(n) for n in names]
-    jdks = [versions.jdk(n) for n in java_names]
-    if len(releases) < 2 or len(jdks) < 2:
+    if len(releases) < 2 or len(java_names) < 2:
         raise ValueError("give at least two releases (--ktor) and two JDKs (--java) to compare")
     cases = case_list(args.cases) if args.cases else common_cases(releases)
-    for r in releases:
-        versions.check_cases(r, cases)
-    versions.ensure_jars(releases, ("proxy-app", "io-bench") if args.io else ("proxy-app",))
-    d = results_dir(args.out, NAME)
     load = parse_load(args.load)
 
     def plan(ktor: list[str], java: list[str]) -> Plan:
@@ -107,18 +100,35 @@ def run(args) -> Path:
             ktor=ktor, java=java,
         )  # fmt: skip
 
-    plans = [("ktor", plan(names, java_names[:1])), ("jdk", plan(names[-1:], java_names[1:]))]
-    backend = NativeBackend(d / "logs", Ports.free(), args.java_opts, 0, cases[0])
-    parts: list[Results] = []
-    try:
-        backend.open()
-        for name, p in plans:
-            print(f"lab study versions: {name} changed: {len(p.runs())} runs", flush=True)
-            parts.append(measure.run_plan(p, backend, d / f"runs-{name}"))
-    finally:
-        backend.close()
+    return Matrices(plan(names, java_names), plan(names, java_names[:1]), plan(names[-1:], java_names[1:]))
+
+
+def plan(args: argparse.Namespace) -> list[Matrices | IoRun]:
+    """The two matrices (checked here: releases, JDKs, engines), then io per release."""
+    m = matrices(args)
+    if not args.io:
+        return [m]
+    versions.ensure_jars([versions.release(n) for n in m.whole.ktor], ("io-bench",))
+    return [m, *(IoRun(name) for name in m.whole.ktor)]
+
+
+def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
+    if isinstance(item, IoRun):
+        run = io.Jmh(
+            args.io_size,
+            warmup_iterations=args.io_iterations,
+            iterations=args.io_iterations,
+            iteration_ms=args.io_iteration_ms,
+            release=item.release,
+        )
+        out = d / f"jmh-{item.release}"
+        return [IoRow(item.release, row) for row in io.jmh(run, Path(f"{out}.json"), Path(f"{out}.log"))]
+    m = item
+    for name, p in (("ktor", m.ktor), ("jdk", m.jdk)):
+        print(f"lab study versions: {name} changed: {len(p.runs())} runs", flush=True)
+    parts = machinery.run_matrices(m.whole, [(m.ktor, d / "runs-ktor"), (m.jdk, d / "runs-jdk")], d)
     merged = Results(
-        plan=plan(names, java_names),
+        plan=m.whole,
         backend=parts[0].backend,
         environment=parts[0].environment,
         started=parts[0].started,
@@ -130,27 +140,77 @@ def run(args) -> Path:
     (d / "runs").mkdir(exist_ok=True)
     merged.write(d / "runs")
     run_report.write_report(d / "runs")
-    rows = change_rows(merged)
+    return change_rows(merged)
 
-    io_rows: list[dict] = []
-    if args.io:
-        io_args = argparse.Namespace(
-            size=args.io_size,
-            chunk=8192,
-            warmup_iterations=args.io_iterations,
-            iterations=args.io_iterations,
-            iteration_ms=args.io_iteration_ms,
-            forks=1,
-            timeout=1800,
-        )
-        for r in releases:
-            out = io.jmh(
-                io_args, d / f"jmh-{r.name}.json", d / f"jmh-{r.name}.log", jar=versions.jar("io-bench", r)
+
+def change_rows(results: Results) -> list[ChangeRow]:
+    rows = []
+    for group in run_report.groups(results):
+        for c in run_report.changes(group):
+            rows.append(
+                ChangeRow(
+                    c.dimension,
+                    c.case,
+                    c.same,
+                    c.before_name,
+                    c.after_name,
+                    {
+                        key: FigureChange(
+                            c.before.figures[key].median, c.after.figures[key].median, c.figure(key)[1]
+                        )
+                        for key in run_report.CHANGE_FIGURES
+                    },
+                    sorted(set(c.before.flags + c.after.flags)),
+                )
             )
-            io_rows += [{"ktor": r.name, **row} for row in io.rows_from(out, args.io_size)]
+    return rows
 
-    ktor_rows = [r for r in rows if r["dimension"] == "Ktor"]
-    jdk_rows = [r for r in rows if r["dimension"] == "JDK"]
+
+def progress(r: ChangeRow | IoRow) -> str:
+    if isinstance(r, IoRow):
+        return f"Ktor {r.ktor}: {io.progress(r.row)}"
+    return f"{r.case} on {r.held}, {r.dimension} {r.before} -> {r.after}"
+
+
+def _cell(key: str, digits: int):
+    def cell(r: ChangeRow) -> str:
+        f = r.figures[key]
+        if f.before is None or f.after is None:
+            return "-"
+        mark = " *" if f.beyond_spread else ""
+        if f.change is None:
+            return f"{f.before} -> {f.after}"
+        return f"{f.before:,.{digits}f} -> {f.after:,.{digits}f} ({f.change:+.1%}){mark}"
+
+    return cell
+
+
+COLUMNS = [
+    render.Column("case", lambda r: r.case),
+    render.Column("held", lambda r: r.held),
+    render.Column("change", lambda r: f"{r.before} -> {r.after}"),
+    render.Column("rps", _cell("rps", 0)),
+    render.Column("CPU s / 1000 req", _cell("cpu", 3)),
+    render.Column("threads max", _cell("threads", 0)),
+    render.Column("heap max MiB", _cell("heap", 0)),
+    render.Column("flags", lambda r: ", ".join(r.flags) or "-"),
+]
+
+IO_COLUMNS = [
+    render.Column("Ktor", lambda r: r.ktor),
+    render.Column("operation", lambda r: r.row.what),
+    render.Column("JVM MB/s", lambda r: r.row.jvm_mb_per_s),
+    render.Column("Ktor MB/s", lambda r: r.row.ktor_mb_per_s),
+    render.Column("Ktor time / JVM time", lambda r: f"{r.row.ktor_over_jvm_time:.2f}x"),
+]
+
+
+def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery.Report:
+    names, java_names = versions.names(args.ktor), versions.names(args.java)
+    changes = [r for r in rows if isinstance(r, ChangeRow)]
+    io_rows = [r for r in rows if isinstance(r, IoRow)]
+    ktor_rows = [r for r in changes if r.dimension == "Ktor"]
+    jdk_rows = [r for r in changes if r.dimension == "JDK"]
     charts = []
     for key, title, digits in [
         ("cpu", "Proxy CPU seconds per 1000 requests", 3),
@@ -158,16 +218,16 @@ def run(args) -> Path:
     ]:
         for dim, subset in (("ktor", ktor_rows), ("jdk", jdk_rows)):
             if subset:
+                first = subset[0]
                 charts.append(
                     (
                         f"versions-{dim}-{key}.svg",
                         render.bars(
-                            f"{title}, {subset[0]['dimension']} {subset[0]['from']} vs {subset[0]['to']} "
-                            f"({subset[0]['held']})",
-                            [r["case"] for r in subset],
+                            f"{title}, {first.dimension} {first.before} vs {first.after} ({first.held})",
+                            [r.case for r in subset],
                             {
-                                subset[0]["from"]: [r[f"{key}_from"] for r in subset],
-                                subset[0]["to"]: [r[f"{key}_to"] for r in subset],
+                                first.before: [r.figures[key].before for r in subset],
+                                first.after: [r.figures[key].after for r in subset],
                             },
                             digits,
                             better="lower" if key == "cpu" else "higher",
@@ -180,19 +240,21 @@ def run(args) -> Path:
                 "versions-io.svg",
                 render.bars(
                     "Ktor I/O MB/s per release (JVM I/O beside it), higher is better",
-                    [f"{r['what']} (Ktor {r['ktor']})" for r in io_rows],
+                    [f"{r.row.what} (Ktor {r.ktor})" for r in io_rows],
                     {
-                        "JVM": [r["jvm_mb_per_s"] for r in io_rows],
-                        "Ktor": [r["ktor_mb_per_s"] for r in io_rows],
+                        "JVM": [r.row.jvm_mb_per_s for r in io_rows],
+                        "Ktor": [r.row.ktor_mb_per_s for r in io_rows],
                     },
                 ),
             )
         )
+    jdks = [versions.jdk(n) for n in java_names]
+    m = matrices(args)
     settings = {
         "Ktor releases": ", ".join(names),
         "JDKs": ", ".join(f"{j.major} ({j.version}, {j.home})" for j in jdks),
-        "cases": ", ".join(cases),
-        "load": load.describe(),
+        "cases": ", ".join(c.name for c in m.whole.cases),
+        "load": m.whole.loads[0].describe(),
         "per run": f"a fresh proxy, warm-up up to {args.warmup} s, a {args.duration} s window, "
         f"{args.repeats} repeat(s) interleaved",
         "JVM options": args.java_opts,
@@ -209,27 +271,17 @@ def run(args) -> Path:
         "The lab report of every run (verdict, tables, settings): runs/report.md and runs/report.html.",
     ]
     tables = [
-        (f"Ktor changed ({', '.join(names)}), JDK {java_names[0]}", common.table(COLUMNS, ktor_rows)),
-        (f"JDK changed ({', '.join(java_names)}), Ktor {names[-1]}", common.table(COLUMNS, jdk_rows)),
+        (f"Ktor changed ({', '.join(names)}), JDK {java_names[0]}", machinery.table(COLUMNS, ktor_rows)),
+        (f"JDK changed ({', '.join(java_names)}), Ktor {names[-1]}", machinery.table(COLUMNS, jdk_rows)),
     ]
     if io_rows:
-        tables.append(("Ktor I/O against JVM I/O, per release (JMH)", common.table(IO_COLUMNS, io_rows)))
-    return common.write(
-        d,
-        NAME,
-        "Ktor release and JDK: what an upgrade changes, per engine",
-        "lab study versions " + args.argv_text,
-        settings,
-        rows + [{"io": True, **r} for r in io_rows],
-        tables,
-        charts,
-        started,
-        notes,
+        tables.append(("Ktor I/O against JVM I/O, per release (JMH)", machinery.table(IO_COLUMNS, io_rows)))
+    return machinery.Report(
+        "Ktor release and JDK: what an upgrade changes, per engine", settings, tables, charts, notes
     )
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("versions", help="Ktor 3.4.0 vs 3.5.1 and JDK 17 vs 25: rps, CPU, threads, heap, I/O")
+def add_options(p: argparse.ArgumentParser) -> None:
     releases = [r.name for r in versions.releases()]
     p.add_argument("--ktor", default=",".join(releases), help="releases, oldest first (default: %(default)s)")
     p.add_argument("--java", default="17,25", help="JDKs, the first is the base (default: %(default)s)")
@@ -261,6 +313,21 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--io-iteration-ms", type=int, default=2000, help="JMH iteration length (default: %(default)s)"
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="results folder (default: results/study-versions-<time>)"
-    )
+
+
+def help_text() -> str:
+    releases = [r.name for r in versions.releases()]
+    return f"Ktor {' vs '.join(releases)} and JDK 17 vs 25: rps, CPU, threads, heap, I/O"
+
+
+STUDY = machinery.Study(
+    name="versions",
+    help=help_text(),
+    add_options=add_options,
+    plan=plan,
+    parts=machinery.nothing,
+    measure=measure,
+    report=report,
+    progress=progress,
+    needs="prometheus",  # the runs are lab run's: nginx, the proxy, Locust and Prometheus
+)

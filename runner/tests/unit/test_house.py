@@ -2,9 +2,9 @@
 data flows one way, layer by layer, and no module imports one that imports it back.
 
 Layers (docs/README.md draws them): base (errors, paths, cases, processes, rundirs, machine,
-metrics, warmup) < parts/ < the lab's own machinery (stack, results, verdict, render, measure,
-run_report, backends) < commands/ < studies/ < cli. A module imports only its own layer or
-below.
+metrics, warmup, versions) < parts/ < the lab's own machinery (stack, results, verdict, render,
+measure, run_report, backends) < commands/ < studies/ < cli. A module imports only its own
+layer or below.
 """
 
 from __future__ import annotations

@@ -1,0 +1,188 @@
+"""What every study shares: a plan of runs -> typed rows -> tables, charts and words.
+
+A study (one module each) declares a `Study`: its options, its plan (the runs, checked before
+anything starts), the parts its runs share, how one run is measured into rows (dataclasses),
+and its report (tables, charts, words) from those rows. `run` does the rest: the folder
+`results/study-<name>-<timestamp>/`, one progress line per run, results.json (environment,
+settings, rows), report.md and one SVG per chart. The doc pages in docs/studies/ show a real
+run's tables and charts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from .. import measure, metrics, render, run_report
+from ..backends import NativeBackend
+from ..machine import environment
+from ..results import Plan, Results
+from ..rundirs import results_dir
+from ..stack import Stack
+
+Item = TypeVar("Item")
+Row = TypeVar("Row")
+Parts = TypeVar("Parts")
+
+
+@dataclass
+class Report:
+    """A study's page: its settings, tables (heading, markdown), charts (file name, svg), notes."""
+
+    title: str
+    settings: dict[str, Any]
+    tables: list[tuple[str, str]] = field(default_factory=list)
+    charts: list[tuple[str, str]] = field(default_factory=list)
+    notes: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Study(Generic[Item, Row, Parts]):
+    name: str
+    help: str
+    add_options: Callable[[argparse.ArgumentParser], None]
+    plan: Callable[[argparse.Namespace], list[Item]]  # ValueError for options that cannot run
+    parts: Callable[[argparse.Namespace, Path], contextlib.AbstractContextManager[Parts]]
+    measure: Callable[[Parts, Item, argparse.Namespace], list[Row]]
+    report: Callable[[list[Row], argparse.Namespace], Report]
+    progress: Callable[[Row], str] = str  # one line per row as it is measured
+    # What must be installed: "upstream" (nginx, java, the proxy jar), "prometheus" (and Prometheus,
+    # the exporter), "java" (java and the jars only).
+    needs: str = "upstream"
+
+    def add_parser(self, sub) -> None:
+        p = sub.add_parser(self.name, help=self.help)
+        self.add_options(p)
+        p.add_argument(
+            "--out",
+            type=Path,
+            default=None,
+            help=f"results folder (default: results/study-{self.name}-<time>)",
+        )
+
+
+def run(study: Study, args: argparse.Namespace, command: str) -> Path:
+    """Plans, measures every run, writes results.json, the charts and report.md; returns its path."""
+    started = time.time()
+    items = study.plan(args)
+    d = results_dir(args.out, study.name)
+    rows: list = []
+    with study.parts(args, d) as parts:
+        for i, item in enumerate(items, 1):
+            for row in study.measure(parts, item, args):
+                rows.append(row)
+                print(f"[{i}/{len(items)}] {study.progress(row)}", flush=True)
+    report = study.report(rows, args)
+    return write(d, study.name, command, report, [plain(r) for r in rows], started)
+
+
+def plain(row) -> dict:
+    """A row as results.json holds it: its own `to_json`, else its fields."""
+    if hasattr(row, "to_json"):
+        return row.to_json()
+    return asdict(row) if is_dataclass(row) else dict(row)
+
+
+def now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def write(d: Path, name: str, command: str, report: Report, rows: list[dict], started: float) -> Path:
+    """results.json and report.md (and the charts beside them) in `d`."""
+    env = environment()
+    results = {
+        "study": name,
+        "title": report.title,
+        "command": command,
+        "started": datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"),
+        "finished": now(),
+        "wall_seconds": round(time.time() - started, 1),
+        "environment": env,
+        "settings": report.settings,
+        "rows": rows,
+    }
+    (d / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    for file_name, svg in report.charts:
+        (d / file_name).write_text(svg)
+    lines = [
+        f"# {report.title}",
+        "",
+        f"`{command}`",
+        "",
+        f"Run {results['started']}, {results['wall_seconds']:.0f} s; commit `{env['commit'][:12]}`"
+        f"{' (with local changes)' if env['dirty'] else ''}; {env['machine']['cpus']} CPUs "
+        f"({env['machine']['cpu_model']}), {env['versions']['java']}.",
+        "",
+        "Settings: " + ", ".join(f"{k} = {v}" for k, v in report.settings.items()) + ".",
+        "",
+    ]
+    for heading, md in report.tables:
+        lines += [f"## {heading}", "", md, ""]
+    lines += [f"![{html.escape(render.svg_title(s))}]({f})" for f, s in report.charts]
+    if report.notes:
+        lines += ["", *[f"- {n}" for n in report.notes]]
+    path = d / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --- what several studies use ----------------------------------------------------------------
+
+
+def table(columns: Sequence[render.Column], rows: Sequence) -> str:
+    """A study's table in Markdown (render.Table)."""
+    return render.Table(columns, rows).markdown()
+
+
+def find(rows: Sequence, key: str, **match):
+    """`key` of the first row whose fields equal `match`, or None (rows are dataclasses)."""
+    return next((getattr(r, key) for r in rows if all(getattr(r, k) == v for k, v in match.items())), None)
+
+
+def proxy_figures(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
+    """One scrape of `url`/metrics; for each (sample name, labels) the sum of the matching samples."""
+    samples = metrics.scrape(url)
+    return [samples.sum(name, **labels) for name, labels in wanted]
+
+
+@contextlib.contextmanager
+def upstream(args: argparse.Namespace, d: Path) -> Iterator[Stack]:
+    """The parts most studies share: a Stack with nginx, the proxy's JVM options from --java-opts."""
+    with Stack(d / "logs", java_opts=getattr(args, "java_opts", "-Xmx512m").split()) as lab:
+        lab.nginx()
+        yield lab
+
+
+@contextlib.contextmanager
+def nothing(args: argparse.Namespace, d: Path) -> Iterator[Path]:
+    """No shared parts: the runs start their own (a JMH jar); they get the study's folder."""
+    yield d
+
+
+def run_matrices(whole: Plan, parts: Sequence[tuple[Plan, Path]], d: Path) -> list[Results]:
+    """`lab run` matrices on one set of native parts (started for `whole`, logs in `d`), each plan
+    into its folder (results.json, report.md and .html): the studies that compare cases under
+    Locust's load (replay, versions)."""
+    backend = NativeBackend()
+    backend.check(whole)
+    out = []
+    try:
+        backend.open(whole, d)
+        for plan, folder in parts:
+            results = measure.run_plan(plan, backend, folder)
+            if results.interrupted:
+                raise KeyboardInterrupt
+            out.append(results)
+    finally:
+        backend.close()
+    for _, folder in parts:
+        run_report.write_report(folder)
+    return out

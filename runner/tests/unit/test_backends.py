@@ -1,0 +1,86 @@
+"""The backends' own rules, checked on plans before anything starts, and `lab run` choosing one
+without branching on it."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from ktor_lab import backends
+from ktor_lab.errors import LabError
+from ktor_lab.paths import REPO
+from ktor_lab.results import Plan, parse_load
+
+
+def plan(*cases: str, **kw) -> Plan:
+    return Plan(list(cases or ["singleton-cio"]), ["static-small"], [parse_load("rate/10")], **kw)
+
+
+def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says():
+    assert set(backends.BACKENDS) == {"native", "compose"}
+    for kind, cls in backends.BACKENDS.items():
+        backend = backends.make(kind)
+        assert backend.kind == kind and isinstance(backend.scrape_seconds, int)
+        for name in ("check", "open", "start_case", "container_ids", "close", "describe"):
+            assert callable(getattr(cls, name)), (kind, name)
+        for name in ("locust_url", "locust_host", "proxy_metrics_url", "prometheus_url"):
+            assert hasattr(cls, name), (kind, name)
+
+
+@pytest.mark.parametrize(
+    "the_plan,message",
+    [
+        (plan(java=["17"]), "--java with --backend compose: the proxy's JDK is its image's"),
+        (plan("singleton-cio jdk 17"), "--java with --backend compose"),
+        (plan(proxy_env={"ACCESS_LOG": "on"}), "--set ACCESS_LOG: docker-compose.yml does not pass it"),
+        (plan("singleton-cio protocol h2"), "the compose backend serves the upstream over http only"),
+    ],
+    ids=["java", "a-case-s-jdk", "unknown-set", "protocol"],
+)
+def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
+    with pytest.raises(LabError) as e:
+        backends.make("compose").check(the_plan)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_native_refuses_a_dimension_it_does_not_apply_yet(monkeypatch):
+    monkeypatch.setattr(backends, "missing", lambda: [])
+    backends.make("native").check(plan())
+    with pytest.raises(LabError, match="adds no round trip"):
+        backends.make("native").check(plan("per-call-cio rtt 40"))
+    monkeypatch.setattr(backends, "grafana_binary", lambda: None)
+    with pytest.raises(LabError, match="grafana is not installed"):
+        backends.make("native", grafana=True).check(plan())
+
+
+def test_compose_needs_a_docker_engine(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(LabError, match=r"docker is missing: .* \(--backend compose\)"):
+        backends.make("compose").check(plan())
+
+
+def test_lab_run_has_no_branch_on_the_backend():
+    tree = ast.parse((REPO / "runner" / "src" / "ktor_lab" / "commands" / "run.py").read_text())
+    compared = [
+        ast.unparse(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare) and "backend" in ast.unparse(n.left)
+    ]
+    assert not compared, compared
+
+
+def test_a_plan_applies_its_dimensions_to_every_case_and_refuses_them_twice():
+    p = plan("singleton-cio", "per-call-okhttp", ktor=["3.4.0", "3.5.1"])
+    assert [c.name for c in p.cases_to_run()] == [
+        "singleton-cio ktor 3.4.0",
+        "per-call-okhttp ktor 3.4.0",
+        "singleton-cio ktor 3.5.1",
+        "per-call-okhttp ktor 3.5.1",
+    ]
+    assert p.has_dimensions and not plan().has_dimensions
+    assert p.to_json()["cases"] == ["singleton-cio", "per-call-okhttp"]
+    with pytest.raises(ValueError, match="names its ktor; give it there or with --ktor, not both"):
+        plan("singleton-cio ktor 3.5.1", ktor=["3.4.0"])
+    with pytest.raises(ValueError, match="does not publish the apache engine"):
+        plan("singleton-apache ktor 3.5.1")

@@ -1,0 +1,61 @@
+"""The base layer's helpers: the one wait, the machine's figures from psutil, the .env reader,
+and the one definition of Locust's window totals shared by the export and `lab run`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import psutil
+
+from ktor_lab import machine
+from ktor_lab.parts import compose
+from ktor_lab.parts.loadgen import WindowStats
+from ktor_lab.processes import start_time, wait_until
+from ktor_lab.results import LocustFigures
+
+
+def test_wait_until_returns_the_first_true_value_or_the_last_false_one():
+    calls = iter([0, [], "ready", "later"])
+    assert wait_until(lambda: next(calls), timeout=5, interval=0) == "ready"
+    t0 = time.monotonic()
+    assert wait_until(lambda: [], timeout=0.3, interval=0.05) == []
+    assert 0.3 <= time.monotonic() - t0 < 2
+
+
+def test_machine_figures_come_from_psutil():
+    busy = sum(range(2_000_000))  # some CPU of this process's own
+    sample = machine.cpu_sample()
+    assert busy and sample.lab_s > 0 and sample.busy_s >= sample.lab_s * 0.5
+    assert machine.process_cpu_seconds(os.getpid()) > 0
+    # every thread's count, where psutil reads the main thread's only
+    assert machine.process_context_switches(os.getpid()) >= psutil.Process().num_ctx_switches().voluntary
+    assert machine.load_average() >= 0
+    assert start_time(os.getpid()) == start_time(os.getpid()) is not None
+    assert start_time(2**22 + 12345) is None
+
+
+def test_the_env_file_is_read_as_compose_reads_it(tmp_path):
+    (tmp_path / ".env").write_text(
+        "# a comment\nPLAIN=a b\nQUOTED=\"x # not a comment\"\nSINGLE='$NOT_EXPANDED'\nEMPTY=\n"
+    )
+    assert compose.dotenv(tmp_path / ".env") == {
+        "PLAIN": "a b",
+        "QUOTED": "x # not a comment",
+        "SINGLE": "$NOT_EXPANDED",
+        "EMPTY": "",
+    }
+    assert compose.dotenv()["KTOR_VERSION"]
+
+
+def test_the_window_totals_are_one_definition_for_the_export_and_the_results():
+    shared = {f.name for f in dataclasses.fields(WindowStats)}
+    own = {f.name for f in dataclasses.fields(LocustFigures)}
+    assert own - {"rps"} <= shared, own - shared
+    stats = WindowStats(
+        state="running", now=110.0, start_time=100.0, last_request_timestamp=109.9, requests=500, failures=1,
+        p50_ms=2.0, p95_ms=5.0, p99_ms=9.0, max_ms=20.0, avg_ms=2.5, users=10, workers=0, target_rps=50.0,
+    )  # fmt: skip
+    figures = LocustFigures.of(stats)
+    assert figures.rps == 50.0 and figures.requests == 500 and figures.p99_ms == 9.0

@@ -1,0 +1,176 @@
+"""The typed case and the one list of engines: parsing and names, the proxy's environment, and
+every place outside cases.py that must list the engines, checked against it (a new engine that
+one of them lacks fails here, naming the place)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from ktor_lab import versions
+from ktor_lab.cases import ALL, CASES, ENGINES, LIFETIMES, SCENARIOS, Case, all_of, case_list, engine_list
+from ktor_lab.parts import compose
+from ktor_lab.paths import PROXY_DIR, REPO
+
+
+@pytest.mark.parametrize(
+    "text,case",
+    [
+        ("per-call-okhttp", Case("per-call", "okhttp")),
+        ("singleton-apache5", Case("singleton", "apache5")),
+        ("per-call-okhttp ktor 3.5.1 jdk 25", Case("per-call", "okhttp", ktor="3.5.1", java="25")),
+        ("singleton-cio protocol h2 rtt 50", Case("singleton", "cio", protocol="h2", rtt_ms=50)),
+        ("singleton-cio rtt 50ms", Case("singleton", "cio", rtt_ms=50)),
+    ],
+)
+def test_a_case_parses_from_its_text_and_writes_the_same_name(text, case):
+    assert Case.parse(text) == case
+    assert Case.parse(case.name) == case
+    assert case.id == text.split()[0] and case.base == Case(case.lifetime, case.engine)
+
+
+def test_dimensions_at_their_defaults_are_left_out_of_the_name():
+    case = Case("per-call", "java", ktor="3.5.1", protocol="http", rtt_ms=0)
+    assert case.name == "per-call-java ktor 3.5.1"
+    assert case.dimensions() == {"ktor": "3.5.1"}
+    assert "OkHttp" in Case.parse("singleton-okhttp").title()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("singleton-netty", "unknown case 'singleton-netty'; valid cases: singleton-cio"),
+        ("forever-cio", "unknown case 'forever-cio'"),
+        ("singleton-cio ktor", "each dimension is a word and a value"),
+        ("singleton-cio color red", "unknown dimension 'color'"),
+        ("singleton-cio protocol gopher", "protocol 'gopher': give one of http, https, h2"),
+        ("singleton-cio rtt -5", "rtt '-5': give whole milliseconds"),
+    ],
+)
+def test_a_bad_case_is_refused_naming_what_is_valid(text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Case.parse(text)
+
+
+def test_lists_of_cases_and_engines():
+    assert case_list("singleton-cio, per-call-java") == [Case("singleton", "cio"), Case("per-call", "java")]
+    assert engine_list("cio,okhttp") == ["cio", "okhttp"]
+    with pytest.raises(ValueError, match="unknown engine 'netty'; engines: cio, apache"):
+        engine_list("cio,netty")
+    assert [c.id for c in ALL] == list(CASES) and len(CASES) == len(ENGINES) * len(LIFETIMES)
+    assert all_of(CASES, "cases") == f"all {len(CASES)} cases"
+
+
+def test_the_proxy_environment_of_a_case_is_its_engine_and_lifetime():
+    assert Case.parse("per-call-okhttp ktor 3.5.1").proxy_env() == {
+        "CLIENT_ENGINE": "okhttp",
+        "CLIENT_LIFETIME": "per-call",
+    }
+
+
+# --- every place that lists the engines --------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ALL, ids=CASES)
+def test_each_case_has_its_overlay_holding_exactly_its_proxy_environment(case):
+    path = compose.overlay(case.id)
+    assert path.exists(), f"{path.relative_to(REPO)} is missing; it holds:\n{compose.overlay_text(case)}"
+    assert path.read_text() == compose.overlay_text(case)
+    raw = yaml.safe_load(path.read_text())
+    assert raw["services"]["proxy"]["environment"] == case.proxy_env()
+
+
+def test_no_overlay_names_a_case_the_lab_does_not_know():
+    extras = {"distributed", "headless"}
+    assert {p.stem for p in compose.OVERLAYS.glob("*.yml")} - extras == set(CASES)
+
+
+def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
+    """proxy-app's ProxyConfig.kt: its Engine and Lifetime enums (what CLIENT_ENGINE and
+    CLIENT_LIFETIME accept), and one EngineSetup file per engine."""
+    text = (PROXY_DIR / "src" / "main" / "kotlin" / "lab" / "proxy" / "ProxyConfig.kt").read_text()
+
+    def ids(enum: str) -> tuple[str, ...]:
+        body = re.search(rf"enum class {enum}\(.*?\{{(.*?)\}}", text, re.S)[1]
+        return tuple(re.findall(r'\w+\("([\w-]+)"\)', body))
+
+    assert ids("Engine") == ENGINES
+    assert ids("Lifetime") == LIFETIMES
+    setups = {p.stem.removesuffix("Setup").lower() for p in (PROXY_DIR / "src").rglob("engines/*Setup.kt")}
+    assert set(ENGINES) <= setups, (
+        f"no proxy-app/src/*/kotlin/lab/proxy/engines/<Engine>Setup.kt for {set(ENGINES) - setups}"
+    )
+
+
+def test_every_release_publishes_engines_of_the_list_and_the_default_all():
+    for release in versions.releases():
+        assert set(release.engines) <= set(ENGINES), (release.name, release.engines)
+    assert versions.default_release().engines == ENGINES
+    for engine in ENGINES:
+        assert versions.publishing(engine), f"no release of ktor-releases.tsv publishes {engine}"
+
+
+DOC_LISTS = [
+    ("README.md", r"compose/\{singleton,per-call\}-\{([^}]+)\}\.yml"),
+    ("docs/compose.md", r"compose/\{singleton,per-call\}-\{([^}]+)\}\.yml"),
+    ("docs/native.md", r"the engine one of\s+(.+?)\s+\("),
+    ("docs/proxy.md", r"\| `CLIENT_ENGINE` \| ([^|]+) \|"),
+    ("docs/proxy.md", r"CLIENT_ENGINE='netty' is not valid; valid values: ([\w, ]+)"),
+]
+
+
+@pytest.mark.parametrize("page,pattern", DOC_LISTS, ids=[f"{p}:{i}" for i, (p, _) in enumerate(DOC_LISTS)])
+def test_the_docs_list_every_engine_where_they_list_them(page, pattern):
+    m = re.search(pattern, (REPO / page).read_text(), re.S)
+    assert m, f"{page} no longer lists the engines where this test looks ({pattern})"
+    assert tuple(re.findall(r"[a-z][a-z0-9]*", m[1])) == ENGINES, (page, m[1])
+
+
+def test_the_docs_table_of_releases_is_ktor_releases_tsv():
+    text = (REPO / "docs" / "versions.md").read_text()
+    for release in versions.releases():
+        row = re.search(
+            rf"^\| {re.escape(release.name)} \| {re.escape(release.kotlin)} \| ([^|]+) \|", text, re.M
+        )
+        assert row and tuple(re.findall(r"[a-z0-9]+", row[1])) == release.engines, release
+
+
+def test_grafana_finds_the_engines_in_the_metrics_rather_than_listing_them():
+    for path in (REPO / "grafana" / "dashboards").glob("*.json"):
+        for var in json.loads(path.read_text()).get("templating", {}).get("list", []):
+            if var["name"] == "engine":
+                if var["type"] == "custom":
+                    assert tuple(var["query"].split(",")) == ENGINES, path.name
+                else:
+                    assert "label_values" in json.dumps(var["query"]), path.name
+
+
+def test_no_help_text_counts_the_engines_or_cases_by_hand():
+    stale = re.compile(r"all (five|ten|5|10)\b|\b(five|ten) (engines|cases)\b")
+    found = [
+        f"{p.relative_to(REPO)}: {m[0]}"
+        for p in (REPO / "runner" / "src").rglob("*.py")
+        for m in stale.finditer(p.read_text())
+    ]
+    found += [f"Makefile: {m[0]}" for m in stale.finditer((REPO / "Makefile").read_text())]
+    assert not found, found
+
+
+def test_the_scenarios_are_the_locustfile_s_own():
+    text = (REPO / "locust" / "locustfile.py").read_text()
+    assert SCENARIOS == tuple(re.findall(r'@scenario\("([\w-]+)"\)', text))
+    assert "static-small, static-large" not in text, "the locustfile's help lists its scenarios by hand"
+
+
+def test_the_proxy_page_s_tables_per_engine_have_a_row_for_every_engine():
+    """docs/proxy.md: the limits and the retry on stale connections, one row per engine."""
+    tables = re.findall(
+        r"^\| engine \|.*\n\|[- |]+\n((?:\|.*\n)+)", (REPO / "docs" / "proxy.md").read_text(), re.M
+    )
+    assert len(tables) >= 2
+    for rows in tables:
+        labels = [re.match(r"\| (\w+)", row)[1].lower() for row in rows.splitlines()]
+        assert tuple(labels) == ENGINES, labels

@@ -1,0 +1,123 @@
+"""The studies without any part: their doc pages, ranks, charts, and each study's tables from
+rows made here (the runs themselves: test_studies.py)."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from ktor_lab import render
+from ktor_lab.paths import REPO
+from ktor_lab.studies import STUDIES
+
+
+def test_every_study_has_a_doc_page_that_names_its_command():
+    for name in STUDIES:
+        page = REPO / "docs" / "studies" / f"{name}.md"
+        assert page.exists(), f"{page} is missing"
+        text = page.read_text()
+        assert f"lab study {name}" in text
+        for img in re.findall(r"!\[[^\]]*\]\(([^)]+\.svg)\)", text):
+            ET.parse(page.parent / img)
+
+
+def test_ranks_tie_within_5_percent():
+    from ktor_lab.studies.replay import rank
+
+    assert rank({"a": 100.0, "b": 96.0, "c": 50.0, "d": None}) == {"a": 1, "b": 1, "c": 3}
+
+
+def test_grouped_bars_scale_to_the_largest_value():
+    svg = render.bars("t", ["a", "b"], {"x": [10.0, 5.0], "y": [None, 2.5]})
+    root = ET.fromstring(svg)
+    rects = root.iter("{http://www.w3.org/2000/svg}rect")
+    bars = [r for r in rects if r.get("x") == "150" and r.get("height") == "16"]  # not the legend's squares
+    assert [float(r.get("width")) for r in bars] == [440.0, 220.0, 110.0]
+    assert "n/a" in svg
+
+
+def options(study: str, *argv: str):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    STUDIES[study].add_options(p)
+    return p.parse_args(list(argv))
+
+
+def test_each_studys_plan_checks_its_options_before_anything_starts():
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown engine 'netty'"):
+        STUDIES["threads"].plan(options("threads", "--engines", "cio,netty"))
+    with pytest.raises(ValueError, match="unknown fault 'fire'"):
+        STUDIES["faults"].plan(options("faults", "--faults", "fire"))
+    assert [
+        (b.engine, b.limits, b.n)
+        for b in STUDIES["threads"].plan(options("threads", "--engines", "cio", "--n", "1,2"))
+    ] == [
+        ("cio", "defaults", 1),
+        ("cio", "defaults", 2),
+        ("cio", "fair", 1),
+        ("cio", "fair", 2),
+    ]
+    setups = STUDIES["faults"].plan(options("faults", "--engines", "java", "--settings", "lab"))
+    assert [(s.case.id, s.settings) for s in setups] == [("singleton-java", "lab"), ("per-call-java", "lab")]
+
+
+def test_threads_rows_make_one_table_per_kind_of_limits():
+    from ktor_lab.studies import machinery
+    from ktor_lab.studies.threads import Row
+
+    def row(engine, limits, finished=True):
+        return Row(
+            engine, limits, 10, 10 if finished else 4, 0, 0 if finished else 6, [200], finished,
+            0.8 if finished else None, 2, 40.0, 20.0, 0.2, 50.0, 25.0, 10.0, 5.0, 52.0, 10.0,
+        )  # fmt: skip
+
+    rows = [row("cio", "defaults"), row("okhttp", "defaults", finished=False), row("cio", "fair")]
+    report = STUDIES["threads"].report(rows, options("threads", "--sample-at", "0.2"))
+    assert [h for h, _ in report.tables] == ["defaults limits", "fair limits"]
+    assert table_rows_of(report.tables[0][1])[1][6] == "> 10 (4 of 10 done)"
+    assert len(report.charts) == 4 and machinery.plain(rows[0])["proxy_settings"] == {}
+
+
+def test_faults_rows_make_a_summary_a_matrix_and_times():
+    from ktor_lab.cases import Case
+    from ktor_lab.studies.faults import BY_NAME, Gauges, Probe, Setup, Trial
+
+    probe = Probe(Setup(Case("singleton", "okhttp"), "lab"), Gauges(30, 40), {"retry_on_stale": "on"})
+    rows = [
+        probe.row(BY_NAME["short-fixed"], [Trial("502", "200 whole", 3.0, 5.0)] * 2, Gauges(31, 41)),
+        probe.row(
+            BY_NAME["cut-chunked"],
+            [Trial("200 whole", "200 whole", 4.0, 6.0, passed_whole=True), Trial("200 cut", "502", 4.0, 9.0)],
+            Gauges(32, 40),
+        ),
+    ]
+    assert (rows[0].caller, rows[0].repeats, rows[0].threads_added) == ("502 x2", 2, 1)
+    assert rows[1].passed_whole == 1 and rows[1].next_failed == 1 and rows[1].clean_ms == 7.5
+    report = STUDIES["faults"].report(rows, options("faults", "--faults", "short-fixed,cut-chunked"))
+    assert [h for h, _ in report.tables] == ["Summary", "What the caller got, per fault", "Times"]
+    summary, matrix = (table_rows_of(md) for _, md in report.tables[:2])
+    assert summary == [["singleton-okhttp", "lab", "on", "1", "1", "8", "2", "1"]]
+    assert matrix == [
+        ["singleton-okhttp", "lab", "502 x2", "**200 whole x1, 200 cut x1**; next: 200 whole x1, 502 x1"]
+    ]
+
+
+def test_streaming_rows_are_set_beside_nginx_direct():
+    from ktor_lab.studies.streaming import DIRECT, Row, Transfer
+
+    def row(target, rate):
+        t = Transfer(1.0, rate, True, None, None)
+        return Row(target, "1m", 1 << 20, "download", [t], rate, rate, rate, True, None, None)
+
+    rows = [row(DIRECT, 400.0), row("cio", 100.0)]
+    report = STUDIES["streaming"].report(rows, options("streaming", "--sizes", "1m"))
+    assert rows[1].of_direct == 0.25
+    assert [h for h, _ in report.tables] == ["download, 1 MiB", "upload, 1 MiB"]
+    assert table_rows_of(report.tables[0][1])[1][:4] == ["cio", "100.0", "100-100", "0.25"]
+
+
+def table_rows_of(md: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()[2:]]
