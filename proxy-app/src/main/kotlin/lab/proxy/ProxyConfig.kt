@@ -1,9 +1,10 @@
 /**
  * The proxy's whole configuration, read once from the environment and validated here.
  *
- * Every variable, its valid values and its default are listed in [ProxyConfig.VARIABLES];
- * the README's table is the same list. A bad value is a [ConfigException] whose message
- * names the variable and what it accepts, so the process can stop at start.
+ * Every variable is declared once, in [ProxyConfig.Companion]: its name, what it accepts (the text
+ * of its error and of [ProxyConfig.VARIABLES], the docs' table) and how it is read, so the two
+ * cannot drift apart. A bad value is a [ConfigException] whose message names the variable and what
+ * it accepts, so the process can stop at start.
  */
 package lab.proxy
 
@@ -55,6 +56,20 @@ enum class RetryOnStale(override val id: String) : Choice {
     ENGINE("engine"),
 }
 
+/** The HTTP version the client asks the upstream for. [id] is the value of `CLIENT_HTTP_VERSION`. */
+enum class HttpVersion(override val id: String, val wire: String) : Choice {
+    HTTP_1_1("1.1", "HTTP/1.1"),
+
+    /** Over TLS only, chosen by ALPN (`h2`); the proxy has no cleartext HTTP/2 (`h2c`). */
+    HTTP_2("2", "HTTP/2.0"),
+}
+
+/** The TLS version the client is limited to. [id] is the value of `CLIENT_TLS_VERSION`; unset: the engine's own range. */
+enum class TlsVersion(override val id: String, val jsse: String) : Choice {
+    TLS_1_2("1.2", "TLSv1.2"),
+    TLS_1_3("1.3", "TLSv1.3"),
+}
+
 class ConfigException(message: String) : RuntimeException(message)
 
 data class ProxyConfig(
@@ -75,89 +90,128 @@ data class ProxyConfig(
     val headerTimeoutMs: Long = 10_000,
     /** A connection with no request in progress is closed after this. */
     val idleTimeoutMs: Long = 60_000,
+    /** The only CA the client trusts for an https upstream (a PEM file); null for http. */
+    val upstreamCaFile: String? = null,
+    val httpVersion: HttpVersion = HttpVersion.HTTP_1_1,
+    /** Null: the engine's own range of TLS versions. */
+    val tlsVersion: TlsVersion? = null,
 ) {
     /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
     val caseName: String get() = "${lifetime.id}-${engine.id}"
 
+    /** `http` or `https`. */
+    val scheme: String get() = upstreamUrl.substringBefore("://").lowercase()
+
+    val tls: Boolean get() = scheme == "https"
+
+    /** One environment variable: its name, what it accepts, and how a non-blank value is read (null: not valid). */
+    class Variable<T : Any>(val name: String, val accepts: String, private val parse: (String) -> T?) {
+        /** The value in [env], or null when unset or blank; a [ConfigException] when not valid. */
+        fun read(env: Map<String, String>): T? {
+            val value = env[name]?.trim()?.takeIf { it.isNotEmpty() } ?: return null
+            return parse(value) ?: throw ConfigException("$name='$value' is not valid; valid values: $accepts")
+        }
+    }
+
     companion object {
-        /** Variable name to a one-line description of what it accepts (for errors and docs). */
-        val VARIABLES: Map<String, String> = linkedMapOf(
-            "CLIENT_ENGINE" to Engine.entries.joinToString(", ") { it.id },
-            "CLIENT_LIFETIME" to Lifetime.entries.joinToString(", ") { it.id },
-            "UPSTREAM_URL" to "an http:// URL with a port from 1 to 65535 (or none) and no query or fragment, " +
-                "e.g. http://nginx:80",
-            "HOST" to "an IP address or host name to listen on, e.g. 0.0.0.0 or 127.0.0.1",
-            "PORT" to "an integer from 1 to 65535",
-            "CLIENT_MAX_CONNECTIONS" to "an integer from 1 to 100000",
-            "CLIENT_LIMITS" to Limits.entries.joinToString(", ") { it.id },
-            "CLIENT_CONNECT_TIMEOUT_MS" to "an integer from 1 to 3600000",
-            "CLIENT_REQUEST_TIMEOUT_MS" to "an integer from 1 to 3600000",
-            "ACCESS_LOG" to "on, off",
-            "CLIENT_RETRY_ON_STALE" to RetryOnStale.entries.joinToString(", ") { it.id },
-            "SERVER_HEADER_TIMEOUT_MS" to "an integer from 100 to 3600000",
-            "SERVER_IDLE_TIMEOUT_MS" to "an integer from 100 to 3600000",
+        private fun <E : Choice> choice(name: String, entries: List<E>) =
+            Variable(name, entries.joinToString(", ") { it.id }) { entries.byId(it) }
+
+        private fun int(name: String, range: IntRange) =
+            Variable(name, "an integer from ${range.first} to ${range.last}") { v -> v.toIntOrNull()?.takeIf { it in range } }
+
+        private fun onOff(name: String) = Variable(name, "on, off") {
+            when (it.lowercase()) {
+                "on" -> true
+                "off" -> false
+                else -> null
+            }
+        }
+
+        val ENGINE = choice("CLIENT_ENGINE", Engine.entries)
+        val LIFETIME = choice("CLIENT_LIFETIME", Lifetime.entries)
+        val UPSTREAM_URL = Variable(
+            "UPSTREAM_URL",
+            "an http:// or https:// URL with a port from 1 to 65535 (or none) and no query or fragment, e.g. http://nginx:80",
+            ::parseUpstream,
         )
+        val HOST = Variable("HOST", "an IP address or host name to listen on, e.g. 0.0.0.0 or 127.0.0.1") { v ->
+            v.takeIf { s -> s.none { it.isWhitespace() || it == '/' } }
+        }
+        val PORT = int("PORT", 1..65535)
+        val MAX_CONNECTIONS = int("CLIENT_MAX_CONNECTIONS", 1..100_000)
+        val LIMITS = choice("CLIENT_LIMITS", Limits.entries)
+        val CONNECT_TIMEOUT = int("CLIENT_CONNECT_TIMEOUT_MS", 1..3_600_000)
+        val REQUEST_TIMEOUT = int("CLIENT_REQUEST_TIMEOUT_MS", 1..3_600_000)
+        val ACCESS_LOG = onOff("ACCESS_LOG")
+        val RETRY_ON_STALE = choice("CLIENT_RETRY_ON_STALE", RetryOnStale.entries)
+        val HEADER_TIMEOUT = int("SERVER_HEADER_TIMEOUT_MS", 100..3_600_000)
+        val IDLE_TIMEOUT = int("SERVER_IDLE_TIMEOUT_MS", 100..3_600_000)
+        val CA_FILE = Variable("UPSTREAM_CA_FILE", "a readable PEM file of the CA that signed the upstream's certificate") { v ->
+            v.takeIf { java.io.File(it).canRead() }
+        }
+        val HTTP_VERSION = choice("CLIENT_HTTP_VERSION", HttpVersion.entries)
+        val TLS_VERSION = choice("CLIENT_TLS_VERSION", TlsVersion.entries)
+
+        private val ALL: List<Variable<*>> = listOf(
+            ENGINE, LIFETIME, UPSTREAM_URL, HOST, PORT, MAX_CONNECTIONS, LIMITS, CONNECT_TIMEOUT, REQUEST_TIMEOUT,
+            ACCESS_LOG, RETRY_ON_STALE, HEADER_TIMEOUT, IDLE_TIMEOUT, CA_FILE, HTTP_VERSION, TLS_VERSION,
+        )
+
+        /** Variable name to a one-line description of what it accepts (for errors and docs). */
+        val VARIABLES: Map<String, String> = ALL.associate { it.name to it.accepts }
 
         /** Reads [env] (normally `System.getenv()`); unset or blank variables take the default. */
         fun fromEnv(env: Map<String, String>): ProxyConfig {
-            val defaults = ProxyConfig()
-            fun value(name: String): String? = env[name]?.trim()?.takeIf { it.isNotEmpty() }
-
-            return ProxyConfig(
-                engine = value("CLIENT_ENGINE")?.let { v ->
-                    Engine.entries.byId(v) ?: fail("CLIENT_ENGINE", v)
-                } ?: defaults.engine,
-                lifetime = value("CLIENT_LIFETIME")?.let { v ->
-                    Lifetime.entries.byId(v) ?: fail("CLIENT_LIFETIME", v)
-                } ?: defaults.lifetime,
-                upstreamUrl = value("UPSTREAM_URL")?.let { parseUpstream(it) } ?: defaults.upstreamUrl,
-                host = value("HOST")?.also { v ->
-                    if (v.any { it.isWhitespace() || it == '/' }) fail("HOST", v)
-                } ?: defaults.host,
-                port = value("PORT")?.let { intIn("PORT", it, 1..65535) } ?: defaults.port,
-                maxConnections = value("CLIENT_MAX_CONNECTIONS")
-                    ?.let { intIn("CLIENT_MAX_CONNECTIONS", it, 1..100_000) } ?: defaults.maxConnections,
-                limits = value("CLIENT_LIMITS")?.let { v ->
-                    Limits.entries.byId(v) ?: fail("CLIENT_LIMITS", v)
-                } ?: defaults.limits,
-                connectTimeoutMs = value("CLIENT_CONNECT_TIMEOUT_MS")
-                    ?.let { intIn("CLIENT_CONNECT_TIMEOUT_MS", it, 1..3_600_000).toLong() }
-                    ?: defaults.connectTimeoutMs,
-                requestTimeoutMs = value("CLIENT_REQUEST_TIMEOUT_MS")
-                    ?.let { intIn("CLIENT_REQUEST_TIMEOUT_MS", it, 1..3_600_000).toLong() }
-                    ?: defaults.requestTimeoutMs,
-                accessLog = value("ACCESS_LOG")?.let { v ->
-                    when (v.lowercase()) {
-                        "on" -> true
-                        "off" -> false
-                        else -> fail("ACCESS_LOG", v)
-                    }
-                } ?: defaults.accessLog,
-                retryOnStale = value("CLIENT_RETRY_ON_STALE")?.let { v ->
-                    RetryOnStale.entries.byId(v) ?: fail("CLIENT_RETRY_ON_STALE", v)
-                } ?: defaults.retryOnStale,
-                headerTimeoutMs = value("SERVER_HEADER_TIMEOUT_MS")
-                    ?.let { intIn("SERVER_HEADER_TIMEOUT_MS", it, 100..3_600_000).toLong() }
-                    ?: defaults.headerTimeoutMs,
-                idleTimeoutMs = value("SERVER_IDLE_TIMEOUT_MS")
-                    ?.let { intIn("SERVER_IDLE_TIMEOUT_MS", it, 100..3_600_000).toLong() }
-                    ?: defaults.idleTimeoutMs,
+            val d = ProxyConfig()
+            val config = ProxyConfig(
+                engine = ENGINE.read(env) ?: d.engine,
+                lifetime = LIFETIME.read(env) ?: d.lifetime,
+                upstreamUrl = UPSTREAM_URL.read(env) ?: d.upstreamUrl,
+                host = HOST.read(env) ?: d.host,
+                port = PORT.read(env) ?: d.port,
+                maxConnections = MAX_CONNECTIONS.read(env) ?: d.maxConnections,
+                connectTimeoutMs = CONNECT_TIMEOUT.read(env)?.toLong() ?: d.connectTimeoutMs,
+                requestTimeoutMs = REQUEST_TIMEOUT.read(env)?.toLong() ?: d.requestTimeoutMs,
+                accessLog = ACCESS_LOG.read(env) ?: d.accessLog,
+                limits = LIMITS.read(env) ?: d.limits,
+                retryOnStale = RETRY_ON_STALE.read(env) ?: d.retryOnStale,
+                headerTimeoutMs = HEADER_TIMEOUT.read(env)?.toLong() ?: d.headerTimeoutMs,
+                idleTimeoutMs = IDLE_TIMEOUT.read(env)?.toLong() ?: d.idleTimeoutMs,
+                upstreamCaFile = CA_FILE.read(env),
+                httpVersion = HTTP_VERSION.read(env) ?: d.httpVersion,
+                tlsVersion = TLS_VERSION.read(env),
             )
+            return config.also { it.checkTls() }
         }
 
-        private fun fail(name: String, value: String): Nothing =
-            throw ConfigException("$name='$value' is not valid; valid values: ${VARIABLES.getValue(name)}")
+        /** The settings that only mean something together: one line naming what to change. */
+        private fun ProxyConfig.checkTls() {
+            val url = "UPSTREAM_URL='$upstreamUrl'"
+            when {
+                tls && upstreamCaFile == null -> throw ConfigException(
+                    "$url is https but UPSTREAM_CA_FILE is not set: the proxy trusts only the CA it is given " +
+                        "(a PEM file), never the system's store or any certificate; set UPSTREAM_CA_FILE",
+                )
+                !tls && upstreamCaFile != null -> throw ConfigException(
+                    "UPSTREAM_CA_FILE is set but $url is http; use an https:// URL or unset UPSTREAM_CA_FILE",
+                )
+                !tls && httpVersion == HttpVersion.HTTP_2 -> throw ConfigException(
+                    "CLIENT_HTTP_VERSION=2 needs an https:// UPSTREAM_URL (HTTP/2 is chosen by ALPN; there is no h2c); " +
+                        "use an https:// URL or CLIENT_HTTP_VERSION=1.1",
+                )
+                !tls && tlsVersion != null -> throw ConfigException(
+                    "CLIENT_TLS_VERSION is set but $url is http; use an https:// URL or unset CLIENT_TLS_VERSION",
+                )
+            }
+        }
 
-        private fun intIn(name: String, value: String, range: IntRange): Int =
-            value.toIntOrNull()?.takeIf { it in range } ?: fail(name, value)
-
-        private fun parseUpstream(value: String): String {
-            val uri = runCatching { URI(value) }.getOrNull() ?: fail("UPSTREAM_URL", value)
-            val ok = uri.scheme?.lowercase() == "http" && !uri.host.isNullOrEmpty() &&
+        private fun parseUpstream(value: String): String? {
+            val uri = runCatching { URI(value) }.getOrNull() ?: return null
+            val ok = uri.scheme?.lowercase() in setOf("http", "https") && !uri.host.isNullOrEmpty() &&
                 (uri.port == -1 || uri.port in 1..65535) &&
                 uri.rawQuery == null && uri.rawFragment == null && uri.rawUserInfo == null
-            if (!ok) fail("UPSTREAM_URL", value)
-            return value.trimEnd('/')
+            return if (ok) value.trimEnd('/') else null
         }
     }
 }

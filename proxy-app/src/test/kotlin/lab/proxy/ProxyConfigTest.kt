@@ -69,10 +69,10 @@ class ProxyConfigTest {
             "CLIENT_ENGINE|ktor-cio|cio, apache, apache5, okhttp, java",
             "CLIENT_LIFETIME|per_call|singleton, per-call",
             "CLIENT_LIFETIME|pooled|singleton, per-call",
-            "UPSTREAM_URL|nginx:80|an http:// URL",
-            "UPSTREAM_URL|https://nginx|an http:// URL",
-            "UPSTREAM_URL|http://nginx/?a=1|an http:// URL",
-            "UPSTREAM_URL|http:///path|an http:// URL",
+            "UPSTREAM_URL|nginx:80|an http:// or https:// URL",
+            "UPSTREAM_URL|ftp://nginx|an http:// or https:// URL",
+            "UPSTREAM_URL|http://nginx/?a=1|an http:// or https:// URL",
+            "UPSTREAM_URL|http:///path|an http:// or https:// URL",
             "UPSTREAM_URL|http://nginx:0|a port from 1 to 65535",
             "UPSTREAM_URL|http://nginx:99999|a port from 1 to 65535",
             "HOST|0.0.0.0/0|an IP address or host name",
@@ -89,6 +89,9 @@ class ProxyConfigTest {
             "CLIENT_RETRY_ON_STALE|yes|on, off, engine",
             "SERVER_HEADER_TIMEOUT_MS|50|an integer from 100 to 3600000",
             "SERVER_IDLE_TIMEOUT_MS|0|an integer from 100 to 3600000",
+            "CLIENT_HTTP_VERSION|3|1.1, 2",
+            "CLIENT_TLS_VERSION|1.1|1.2, 1.3",
+            "UPSTREAM_CA_FILE|/no/such/ca.pem|a readable PEM file",
         ],
     )
     fun `a bad value names the variable and the valid values`(name: String, value: String, valid: String) {
@@ -106,8 +109,27 @@ class ProxyConfigTest {
                 "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
                 "CLIENT_LIMITS", "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
                 "CLIENT_RETRY_ON_STALE", "SERVER_HEADER_TIMEOUT_MS", "SERVER_IDLE_TIMEOUT_MS",
+                "UPSTREAM_CA_FILE", "CLIENT_HTTP_VERSION", "CLIENT_TLS_VERSION",
             ),
             documented,
         )
+    }
+
+    @Test
+    fun `an https upstream is trusted through the CA it is given, and HTTP 2 and a TLS version need https`() {
+        val ca = kotlin.io.path.createTempFile("ca", ".pem").toFile().apply { writeText("-----BEGIN CERTIFICATE-----\n"); deleteOnExit() }
+        val https = ProxyConfig.fromEnv(
+            mapOf("UPSTREAM_URL" to "https://nginx:8443", "UPSTREAM_CA_FILE" to ca.path, "CLIENT_HTTP_VERSION" to "2", "CLIENT_TLS_VERSION" to "1.3"),
+        )
+        assertEquals(Triple("https", HttpVersion.HTTP_2, TlsVersion.TLS_1_3), Triple(https.scheme, https.httpVersion, https.tlsVersion))
+        for ((env, names) in listOf(
+            mapOf("UPSTREAM_URL" to "https://nginx:8443") to "UPSTREAM_CA_FILE",
+            mapOf("UPSTREAM_CA_FILE" to ca.path) to "UPSTREAM_CA_FILE",
+            mapOf("CLIENT_HTTP_VERSION" to "2") to "CLIENT_HTTP_VERSION=2",
+            mapOf("CLIENT_TLS_VERSION" to "1.2") to "CLIENT_TLS_VERSION",
+        )) {
+            val message = assertFailsWith<ConfigException>(env.toString()) { ProxyConfig.fromEnv(env) }.message!!
+            assertTrue(names in message && "\n" !in message, message)
+        }
     }
 }
