@@ -7,13 +7,25 @@
 package lab.proxy
 
 import io.ktor.client.HttpClient
+import lab.proxy.engines.ClientPart
 import lab.proxy.engines.EngineSetup
 
 object ClientFactory {
-    /** Call once at start-up, before any client exists. */
-    fun prepareJvm(config: ProxyConfig) = EngineSetup.of(config.engine).prepareJvm(config)
+    /**
+     * Call once at start-up, before any client exists: a [ConfigException] when the engine cannot
+     * do what is asked of the upstream, or the upstream's CA cannot be read; then the engine's
+     * JVM-wide knob.
+     */
+    fun prepareJvm(config: ProxyConfig) {
+        val setup = EngineSetup.of(config.engine)
+        setup.refusal(config)?.let { throw ConfigException(it) }
+        UpstreamTls.of(config)
+        setup.prepareJvm(config)
+    }
 
-    fun create(config: ProxyConfig): HttpClient = EngineSetup.of(config.engine).create(config)
+    /** The lab's client; with fewer [parts], a rung of the ladder that measures what each part costs. */
+    fun create(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL): HttpClient =
+        EngineSetup.of(config.engine).create(config, parts)
 
     /** Every setting in force, as names and values for the start-up log and `lab_proxy_info`. */
     fun effectiveSettings(config: ProxyConfig): Map<String, String> {

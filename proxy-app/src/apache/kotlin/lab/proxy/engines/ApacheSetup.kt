@@ -10,22 +10,41 @@ import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache.Apache
 import io.ktor.client.engine.apache.ApacheEngineConfig
 import lab.proxy.ProxyConfig
+import lab.proxy.UpstreamTls
+import org.apache.http.nio.conn.ssl.SSLIOSessionStrategy
 import org.apache.http.impl.nio.reactor.IOReactorConfig
 
 object ApacheSetup : EngineSetup {
-    override fun create(config: ProxyConfig): HttpClient = HttpClient(Apache) {
-        engine { configure(config) }
-        labCommon(config)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Apache) {
+        engine { configure(config, parts) }
+        labCommon(config, parts)
     }
 
-    private fun ApacheEngineConfig.configure(config: ProxyConfig) {
+    override fun refusal(config: ProxyConfig): String? =
+        config.refuseHttp2("HttpAsyncClient 4 (Ktor's apache engine) has no HTTP/2")?.let { "$it, e.g. apache5" }
+
+    private fun ApacheEngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
+        UpstreamTls.of(config)?.let { tls ->
+            sslContext = tls.sslContext
+            config.tlsVersion?.let { v ->
+                customizeClient {
+                    setSSLStrategy(SSLIOSessionStrategy(tls.sslContext, arrayOf(v.jsse), null, SSLIOSessionStrategy.getDefaultHostnameVerifier()))
+                }
+            }
+        }
         if (!config.fair) return
-        connectTimeout = config.connectTimeoutMs.toInt()
-        socketTimeout = config.requestTimeoutMs.toInt()
+        if (ClientPart.TIMEOUTS in parts) {
+            connectTimeout = config.connectTimeoutMs.toInt()
+            socketTimeout = config.requestTimeoutMs.toInt()
+        }
         customizeClient {
-            setMaxConnTotal(config.maxConnections)
-            setMaxConnPerRoute(config.maxConnections)
-            setDefaultIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
+            if (ClientPart.LIMITS in parts) {
+                setMaxConnTotal(config.maxConnections)
+                setMaxConnPerRoute(config.maxConnections)
+            }
+            if (ClientPart.ENGINE in parts) {
+                setDefaultIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
+            }
         }
     }
 

@@ -10,7 +10,13 @@ package lab.proxy.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache5.Apache5
 import io.ktor.client.engine.apache5.Apache5EngineConfig
+import lab.proxy.HttpVersion
 import lab.proxy.ProxyConfig
+import lab.proxy.TlsVersion
+import lab.proxy.UpstreamTls
+import org.apache.hc.client5.http.config.TlsConfig
+import org.apache.hc.core5.http.ssl.TLS
+import org.apache.hc.core5.http2.HttpVersionPolicy
 import lab.proxy.RetryOnStale
 import org.apache.hc.client5.http.config.ConnectionConfig
 import org.apache.hc.core5.reactor.IOReactorConfig
@@ -30,32 +36,58 @@ import java.net.UnknownHostException
 import javax.net.ssl.SSLException
 
 object Apache5Setup : EngineSetup {
-    override fun create(config: ProxyConfig): HttpClient = HttpClient(Apache5) {
-        engine { configure(config) }
-        labCommon(config)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Apache5) {
+        engine { configure(config, parts) }
+        labCommon(config, parts)
     }
 
-    private fun Apache5EngineConfig.configure(config: ProxyConfig) {
-        customizeClient {
-            when (config.retryOnStale) {
-                RetryOnStale.ON -> setRetryStrategy(StaleConnectionRetry)
-                RetryOnStale.OFF -> disableAutomaticRetries()
-                RetryOnStale.ENGINE -> Unit // HttpClient 5's default strategy
+    private fun Apache5EngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
+        if (ClientPart.ENGINE in parts) {
+            customizeClient {
+                when (config.retryOnStale) {
+                    RetryOnStale.ON -> setRetryStrategy(StaleConnectionRetry)
+                    RetryOnStale.OFF -> disableAutomaticRetries()
+                    RetryOnStale.ENGINE -> Unit // HttpClient 5's default strategy
+                }
+                if (config.fair) setIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
             }
-            if (config.fair) setIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
         }
-        if (!config.fair) return
-        connectTimeout = config.connectTimeoutMs
-        socketTimeout = config.requestTimeoutMs.toInt()
+        val tls = UpstreamTls.of(config)
+        if (tls != null) sslContext = tls.sslContext
+        val fair = config.fair
+        val timeouts = ClientPart.TIMEOUTS in parts && fair
+        if (timeouts) {
+            connectTimeout = config.connectTimeoutMs
+            socketTimeout = config.requestTimeoutMs.toInt()
+        }
+        // One block: a second configureConnectionManager would replace the first.
         configureConnectionManager {
-            setMaxConnTotal(config.maxConnections)
-            setMaxConnPerRoute(config.maxConnections)
-            setDefaultConnectionConfig(
-                ConnectionConfig.custom()
-                    .setConnectTimeout(Timeout.ofMilliseconds(config.connectTimeoutMs))
-                    .setSocketTimeout(Timeout.ofMilliseconds(config.requestTimeoutMs))
-                    .build(),
-            )
+            if (tls != null) {
+                // Without a policy HttpClient 5 negotiates HTTP/2 on its own over TLS: exactly what is
+                // asked, or a failed handshake (FORCE_HTTP_2 offers only h2). With HTTP/2, requests in
+                // flight share a connection (message multiplexing) instead of taking one each.
+                val h2 = config.httpVersion == HttpVersion.HTTP_2
+                setDefaultTlsConfig(
+                    TlsConfig.custom()
+                        .setVersionPolicy(if (h2) HttpVersionPolicy.FORCE_HTTP_2 else HttpVersionPolicy.FORCE_HTTP_1)
+                        .apply { config.tlsVersion?.let { setSupportedProtocols(if (it == TlsVersion.TLS_1_3) TLS.V_1_3 else TLS.V_1_2) } }
+                        .build(),
+                )
+                if (h2) setMessageMultiplexing(true)
+            }
+            if (!fair) return@configureConnectionManager
+            if (ClientPart.LIMITS in parts) {
+                setMaxConnTotal(config.maxConnections)
+                setMaxConnPerRoute(config.maxConnections)
+            }
+            if (timeouts) {
+                setDefaultConnectionConfig(
+                    ConnectionConfig.custom()
+                        .setConnectTimeout(Timeout.ofMilliseconds(config.connectTimeoutMs))
+                        .setSocketTimeout(Timeout.ofMilliseconds(config.requestTimeoutMs))
+                        .build(),
+                )
+            }
         }
     }
 
@@ -76,6 +108,7 @@ object Apache5Setup : EngineSetup {
             "socket_timeout_ms" to apache5.socketTimeout.toString(),
             "io_threads" to EngineSetup.IO_THREADS.toString(),
             "retry_on_stale" to retry,
+            "h2_multiplexing" to if (config.tls && config.httpVersion == HttpVersion.HTTP_2) "on" else "off",
         )
     }
 }

@@ -10,21 +10,30 @@ import io.ktor.client.engine.cio.CIO
 import io.ktor.client.engine.cio.CIOEngineConfig
 import io.ktor.client.engine.cio.endpoint
 import lab.proxy.ProxyConfig
+import lab.proxy.UpstreamTls
 
 object CioSetup : EngineSetup {
-    override fun create(config: ProxyConfig): HttpClient = HttpClient(CIO) {
-        engine { configure(config) }
-        labCommon(config)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(CIO) {
+        engine { configure(config, parts) }
+        labCommon(config, parts)
     }
 
-    private fun CIOEngineConfig.configure(config: ProxyConfig) {
+    override fun refusal(config: ProxyConfig): String? =
+        config.refuseHttp2("Ktor's CIO client speaks HTTP/1.1 only (no ALPN, no HTTP/2)")
+            ?: config.refuseTls13("Ktor's CIO TLS (ktor-network-tls) does TLS 1.2 at most")
+
+    private fun CIOEngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
+        // Ktor's own TLS, not the JDK's: it takes the trust manager alone (TLS 1.2, no session resumption).
+        UpstreamTls.of(config)?.let { tls -> https { trustManager = tls.trustManager } }
         if (!config.fair) return
-        maxConnectionsCount = config.maxConnections
-        requestTimeout = config.requestTimeoutMs
-        endpoint {
-            maxConnectionsPerRoute = config.maxConnections
-            connectTimeout = config.connectTimeoutMs
-            keepAliveTime = EngineSetup.KEEP_ALIVE_MS
+        if (ClientPart.LIMITS in parts) {
+            maxConnectionsCount = config.maxConnections
+            endpoint { maxConnectionsPerRoute = config.maxConnections }
+        }
+        if (ClientPart.ENGINE in parts) endpoint { keepAliveTime = EngineSetup.KEEP_ALIVE_MS }
+        if (ClientPart.TIMEOUTS in parts) {
+            requestTimeout = config.requestTimeoutMs
+            endpoint { connectTimeout = config.connectTimeoutMs }
         }
     }
 

@@ -17,18 +17,60 @@ import io.ktor.client.plugins.HttpTimeout
 import lab.proxy.BuildInfo
 import lab.proxy.ConfigException
 import lab.proxy.Engine
+import lab.proxy.HttpVersion
 import lab.proxy.Limits
 import lab.proxy.ProxyConfig
+import lab.proxy.TlsVersion
+
+/**
+ * The lab's client settings in parts. The lab's client has them all; `lab bench --ladder` and
+ * `lab study engines --ladder` add them one at a time to a plain client, to show what each costs
+ * each engine (docs/benchmarks.md).
+ */
+enum class ClientPart(val id: String) {
+    /** `CLIENT_MAX_CONNECTIONS` on the engine's own knobs (with `CLIENT_LIMITS=fair`). */
+    LIMITS("limits"),
+
+    /** No redirects followed, no default transformers (no added headers). */
+    FLAGS("flags"),
+
+    /** The engine's other settings: its pool's keep-alive, retry on a stale connection, HTTP version, I/O threads. */
+    ENGINE("engine"),
+
+    /** The connect and request timeouts. */
+    TIMEOUTS("timeouts"),
+    ;
+
+    companion object {
+        val ALL: Set<ClientPart> = entries.toSet()
+
+        /** `limits,flags` -> those parts; "all" -> every part; an unknown name is a [ConfigException]. */
+        fun parse(text: String): Set<ClientPart> = if (text.trim() == "all") ALL else text.split(",")
+            .map { it.trim() }.filter { it.isNotEmpty() }
+            .map { id -> entries.firstOrNull { it.id == id } ?: throw ConfigException("no client part '$id'; parts: ${entries.joinToString(", ") { it.id }}, all") }
+            .toSet()
+    }
+}
 
 interface EngineSetup {
-    /** A new client for [config]: the lab's limits (or the engine's, with `CLIENT_LIMITS=defaults`). */
-    fun create(config: ProxyConfig): HttpClient
+    /**
+     * A new client for [config]: the lab's limits (or the engine's, with `CLIENT_LIMITS=defaults`),
+     * with only [parts] of the lab's settings (all of them in the lab).
+     */
+    fun create(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL): HttpClient
 
     /** The engine-specific settings in force, as names and values for the log and `lab_proxy_info`. */
     fun settings(config: ProxyConfig): Map<String, String>
 
     /** Called once at start-up, before the first client exists (a JVM-wide knob, for one engine). */
     fun prepareJvm(config: ProxyConfig) = Unit
+
+    /**
+     * Null when the engine can do what [config] asks of the upstream (HTTP version, TLS version);
+     * else one line naming the engine, its limit and what it can do. Checked at start: an engine
+     * never falls back silently.
+     */
+    fun refusal(config: ProxyConfig): String? = null
 
     companion object {
         /** The engine's setup; a [ConfigException] naming the release when this build lacks it. */
@@ -65,6 +107,9 @@ interface EngineSetup {
             "connect_timeout_ms" to config.connectTimeoutMs.toString(),
             "request_timeout_ms" to config.requestTimeoutMs.toString(),
             "follow_redirects" to "false",
+            "scheme" to config.scheme,
+            "http_version" to config.httpVersion.wire,
+            "tls_version" to (if (config.tls) config.tlsVersion?.jsse ?: "engine" else "none"),
         )
     }
 }
@@ -73,14 +118,30 @@ interface EngineSetup {
 val ProxyConfig.fair: Boolean get() = limits == Limits.FAIR
 
 /** What every client shares: the same timeouts, no redirects followed, no added headers. */
-fun HttpClientConfig<*>.labCommon(config: ProxyConfig) {
-    followRedirects = false
+fun HttpClientConfig<*>.labCommon(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
     expectSuccess = false
-    // The default transformers add "Accept-Charset: UTF-8" to every request; a proxy adds no
-    // headers of its own, and the raw body channel needs no transformer.
-    useDefaultTransformers = false
-    install(HttpTimeout) {
-        connectTimeoutMillis = config.connectTimeoutMs
-        requestTimeoutMillis = config.requestTimeoutMs
+    if (ClientPart.FLAGS in parts) {
+        followRedirects = false
+        // The default transformers add "Accept-Charset: UTF-8" to every request; a proxy adds no
+        // headers of its own, and the raw body channel needs no transformer.
+        useDefaultTransformers = false
+    }
+    if (ClientPart.TIMEOUTS in parts) {
+        install(HttpTimeout) {
+            connectTimeoutMillis = config.connectTimeoutMs
+            requestTimeoutMillis = config.requestTimeoutMs
+        }
     }
 }
+
+/** The line an engine refuses a protocol with: the engine, its limit, what it can do. */
+fun refuse(config: ProxyConfig, setting: String, limit: String, can: String): String =
+    "$setting is not possible with CLIENT_ENGINE=${config.engine.id}: $limit; $can"
+
+/** HTTP/2 asked of an engine that speaks HTTP/1.1 only. */
+fun ProxyConfig.refuseHttp2(limit: String): String? =
+    if (httpVersion == HttpVersion.HTTP_2) refuse(this, "CLIENT_HTTP_VERSION=2", limit, "use CLIENT_HTTP_VERSION=1.1 or another engine") else null
+
+/** TLS 1.3 asked of an engine whose TLS stops at 1.2. */
+fun ProxyConfig.refuseTls13(limit: String): String? =
+    if (tlsVersion == TlsVersion.TLS_1_3) refuse(this, "CLIENT_TLS_VERSION=1.3", limit, "use CLIENT_TLS_VERSION=1.2 or leave it unset") else null

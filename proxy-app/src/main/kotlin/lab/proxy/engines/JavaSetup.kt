@@ -1,7 +1,10 @@
 /**
  * The JDK's `HttpClient`. It cannot limit connections in flight; its only knob is the size of
- * the idle keep-alive cache, a system property read once when its classes load. HTTP/1.1 is
- * forced: the engine defaults to HTTP/2, which over cleartext sends an `h2c` upgrade. It sends
+ * the idle keep-alive cache, a system property read once when its classes load. The HTTP version
+ * is the one asked for (`CLIENT_HTTP_VERSION`, 1.1 by default): the engine defaults to HTTP/2, which
+ * over cleartext sends an `h2c` upgrade. Over HTTP/2 the JDK uses one connection per upstream and
+ * fails a request beyond the server's limit of concurrent streams (nginx: 128) instead of queuing
+ * it (JDK-8225647). It sends
  * an idempotent request again once when its pooled connection was closed; that cannot be
  * turned off per client.
  */
@@ -9,7 +12,9 @@ package lab.proxy.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.java.Java
+import lab.proxy.HttpVersion
 import lab.proxy.ProxyConfig
+import lab.proxy.UpstreamTls
 
 object JavaSetup : EngineSetup {
     const val POOL_PROPERTY = "jdk.httpclient.connectionPoolSize"
@@ -18,9 +23,23 @@ object JavaSetup : EngineSetup {
         if (config.fair) System.setProperty(POOL_PROPERTY, config.maxConnections.toString())
     }
 
-    override fun create(config: ProxyConfig): HttpClient = HttpClient(Java) {
-        engine { protocolVersion = java.net.http.HttpClient.Version.HTTP_1_1 }
-        labCommon(config)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Java) {
+        engine {
+            // The engine's default, HTTP/2, sends an h2c upgrade over cleartext: the lab asks for what is set.
+            if (ClientPart.ENGINE in parts || config.tls) protocolVersion = version(config)
+            UpstreamTls.of(config)?.let { tls ->
+                config {
+                    sslContext(tls.sslContext)
+                    config.tlsVersion?.let { v -> sslParameters(tls.sslContext.defaultSSLParameters.apply { protocols = arrayOf(v.jsse) }) }
+                }
+            }
+        }
+        labCommon(config, parts)
+    }
+
+    private fun version(config: ProxyConfig): java.net.http.HttpClient.Version = when (config.httpVersion) {
+        HttpVersion.HTTP_1_1 -> java.net.http.HttpClient.Version.HTTP_1_1
+        HttpVersion.HTTP_2 -> java.net.http.HttpClient.Version.HTTP_2
     }
 
     override fun settings(config: ProxyConfig): Map<String, String> {
@@ -29,7 +48,7 @@ object JavaSetup : EngineSetup {
             "max_connections_per_route" to "unlimited",
         )
         if (config.fair) out["keep_alive_cache"] = config.maxConnections.toString()
-        out["http_version"] = "HTTP_1_1"
+        out["java_http_version"] = version(config).name
         out["retry_on_stale"] = "always" // idempotent requests, once: the JDK's own
         return out
     }

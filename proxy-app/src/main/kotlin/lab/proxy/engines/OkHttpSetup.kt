@@ -9,27 +9,44 @@ import io.ktor.client.HttpClient
 import io.ktor.client.engine.okhttp.OkHttp
 import lab.proxy.ProxyConfig
 import lab.proxy.RetryOnStale
+import lab.proxy.HttpVersion
+import lab.proxy.TlsVersion
+import lab.proxy.UpstreamTls
 import okhttp3.ConnectionPool
+import okhttp3.ConnectionSpec
+import okhttp3.Protocol
 import okhttp3.Dispatcher
 import okhttp3.OkHttpClient
 import java.util.concurrent.TimeUnit
 
 object OkHttpSetup : EngineSetup {
-    override fun create(config: ProxyConfig): HttpClient = HttpClient(OkHttp) {
-        engine { config { configure(this, config) } }
-        labCommon(config)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(OkHttp) {
+        engine { config { configure(this, config, parts) } }
+        labCommon(config, parts)
     }
 
     /** The dispatcher this client uses: the lab's limit, or OkHttp's own (64, 5 per host). */
-    private fun dispatcher(config: ProxyConfig): Dispatcher = Dispatcher().apply {
-        if (config.fair) {
+    private fun dispatcher(config: ProxyConfig, parts: Set<ClientPart>): Dispatcher = Dispatcher().apply {
+        if (config.fair && ClientPart.LIMITS in parts) {
             maxRequests = config.maxConnections
             maxRequestsPerHost = config.maxConnections
         }
     }
 
-    private fun configure(builder: OkHttpClient.Builder, config: ProxyConfig) {
-        builder.dispatcher(dispatcher(config))
+    private fun configure(builder: OkHttpClient.Builder, config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
+        builder.dispatcher(dispatcher(config, parts))
+        UpstreamTls.of(config)?.let { tls ->
+            builder.sslSocketFactory(tls.sslContext.socketFactory, tls.trustManager)
+            // HTTP/2 is offered by ALPN beside HTTP/1.1 (OkHttp wants both); the proxy counts what was chosen.
+            builder.protocols(
+                if (config.httpVersion == HttpVersion.HTTP_2) listOf(Protocol.HTTP_2, Protocol.HTTP_1_1) else listOf(Protocol.HTTP_1_1),
+            )
+            config.tlsVersion?.let { v ->
+                val version = if (v == TlsVersion.TLS_1_3) okhttp3.TlsVersion.TLS_1_3 else okhttp3.TlsVersion.TLS_1_2
+                builder.connectionSpecs(listOf(ConnectionSpec.Builder(ConnectionSpec.MODERN_TLS).tlsVersions(version).build()))
+            }
+        }
+        if (ClientPart.ENGINE !in parts) return
         if (config.fair) {
             builder.connectionPool(ConnectionPool(config.maxConnections, EngineSetup.KEEP_ALIVE_MS, TimeUnit.MILLISECONDS))
         }
