@@ -53,10 +53,12 @@ class Forwarder(
         val started = System.nanoTime()
         var answered = false
         var outcome = Outcome.FAILED
+        var protocol = ProxyMetrics.NONE
         try {
             clients.withClient { client ->
                 client.prepare(call, config.upstreamUrl + pathAndQuery, contentType).execute { upstream ->
                     outcome = Outcome.of(upstream.status.value)
+                    protocol = upstream.version.toString()
                     // Reads the body's first bytes (a small body whole) before answering: a stall
                     // or a short body here is still a 504 or a 502, not an empty reply.
                     val answer = RelayedBodies.answer(call, upstream, config.upstreamUrl)
@@ -86,7 +88,7 @@ class Forwarder(
                 status = failure.status,
             )
         } finally {
-            metrics.recordUpstream(outcome, System.nanoTime() - started)
+            metrics.recordUpstream(outcome, protocol, System.nanoTime() - started)
         }
     }
 

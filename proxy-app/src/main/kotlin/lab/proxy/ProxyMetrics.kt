@@ -22,15 +22,29 @@ import io.micrometer.prometheusmetrics.PrometheusConfig
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry
 import java.lang.management.ManagementFactory
 import java.time.Duration
+import java.util.concurrent.ConcurrentHashMap
 
 class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCounters()) {
     val registry = PrometheusMeterRegistry(PrometheusConfig.DEFAULT).apply {
         config().commonTags("engine", config.engine.id, "lifetime", config.lifetime.id)
     }
 
-    /** Registered with the other meters in [binders], after Ktor's plugin has set its filters. */
+    /** Bound with the other meters in [binders], after Ktor's plugin has set its filters. */
     @Volatile
-    private var upstreamTimers: Map<Outcome, Timer> = emptyMap()
+    private var bound: MeterRegistry? = null
+
+    /** One timer per outcome and negotiated protocol (`HTTP/1.1`, `HTTP/2.0`, `none` without a response). */
+    private val upstreamTimers = ConcurrentHashMap<Pair<Outcome, String>, Timer>()
+
+    /** The protocols the upstream has answered with so far, and the info gauge that shows them. */
+    private val negotiated = ConcurrentHashMap.newKeySet<String>()
+    private var info: Gauge? = null
+
+    @Volatile
+    private var shownTls: String? = null
+    private val log = org.slf4j.LoggerFactory.getLogger("lab.proxy.upstream")
+    private val tls = UpstreamTls.of(config)
+    private val config = config
 
     /** The JVM and process meters; installed through Ktor's Micrometer plugin. */
     val binders: List<MeterBinder> = listOf(
@@ -44,22 +58,36 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
         MeterBinder { bindLabMeters(it, config) },
     )
 
-    fun recordUpstream(outcome: Outcome, nanos: Long) {
-        upstreamTimers[outcome]?.record(Duration.ofNanos(nanos))
+    /** One upstream exchange; [protocol] is the version the upstream answered with (`none`: no answer). */
+    fun recordUpstream(outcome: Outcome, protocol: String, nanos: Long) {
+        val registry = bound ?: return
+        if (protocol != NONE && negotiated.add(protocol)) {
+            registerInfo(registry)
+            if (protocol != config.httpVersion.wire) {
+                log.warn("asked the upstream for {}, it answered with {} (lab_proxy_info shows what was negotiated)", config.httpVersion.wire, protocol)
+            }
+        }
+        if (tls != null && tls.trustManager.lastTlsVersion != shownTls) registerInfo(registry)
+        upstreamTimers.computeIfAbsent(outcome to protocol) { (o, p) -> upstreamTimer(registry, o, p) }
+            .record(Duration.ofNanos(nanos))
     }
+
+    private fun upstreamTimer(registry: MeterRegistry, outcome: Outcome, protocol: String): Timer =
+        Timer.builder("lab.upstream.requests")
+            .description("Upstream exchanges through the engine under test, until the body is relayed")
+            .tag("outcome", outcome.tag)
+            .tag("protocol", protocol)
+            .publishPercentileHistogram()
+            .minimumExpectedValue(Duration.ofMillis(1))
+            .maximumExpectedValue(Duration.ofSeconds(60))
+            .register(registry)
 
     fun scrape(): String = registry.scrape()
 
     private fun bindLabMeters(registry: MeterRegistry, config: ProxyConfig) {
-        upstreamTimers = Outcome.entries.associateWith { outcome ->
-            Timer.builder("lab.upstream.requests")
-                .description("Upstream exchanges through the engine under test, until the body is relayed")
-                .tag("outcome", outcome.tag)
-                .publishPercentileHistogram()
-                .minimumExpectedValue(Duration.ofMillis(1))
-                .maximumExpectedValue(Duration.ofSeconds(60))
-                .register(registry)
-        }
+        // The outcomes of plain HTTP/1.1 exist from the start, so a dashboard has them before the first request.
+        Outcome.entries.forEach { o -> upstreamTimers.computeIfAbsent(o to NONE) { upstreamTimer(registry, o, NONE) } }
+        bound = registry
         // Not "created": Prometheus reserves the _created suffix and would strip it.
         FunctionCounter.builder("lab.clients.opened", counters) { it.created.get().toDouble() }
             .description("HttpClient instances created").register(registry)
@@ -71,20 +99,55 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
         Gauge.builder("lab.threads.active.unparked", ThreadSampler) { it.activeUnparked().toDouble() }
             .description("Live threads whose top stack frame is not park (runnable, blocked in I/O or waiting on a monitor)")
             .register(registry)
+        registerInfo(registry)
+        tls?.let { bindTls(registry, it) }
+    }
 
-        val info = Gauge.builder("lab.proxy.info") { 1.0 }
+    /** Full TLS handshakes the client made, by TLS version and the protocol ALPN chose (resumed ones are not counted). */
+    private fun bindTls(registry: MeterRegistry, tls: UpstreamTls) {
+        val seen = ConcurrentHashMap.newKeySet<Pair<String, String>>()
+        fun register(key: Pair<String, String>) {
+            if (!seen.add(key)) return
+            FunctionCounter.builder("lab.upstream.tls.handshakes", tls) { it.fullHandshakes[key]?.sum()?.toDouble() ?: 0.0 }
+                .description("Full TLS handshakes with the upstream (a resumed session is not one), as the client saw them")
+                .tag("tls_version", key.first)
+                .tag("alpn", key.second)
+                .register(registry)
+        }
+        // Keys appear as handshakes happen: looked for at each scrape.
+        Gauge.builder("lab.upstream.tls.handshake.kinds", tls) { t ->
+            t.fullHandshakes.keys.forEach(::register)
+            t.fullHandshakes.size.toDouble()
+        }.description("Kinds of full TLS handshakes seen (TLS version x ALPN)").register(registry)
+    }
+
+    /**
+     * `lab_proxy_info`: the case and every effective setting, and what the upstream negotiated so far
+     * (`negotiated_http_version`, `negotiated_tls_version`; `none` before the first answer). Registered
+     * again when a new protocol is seen (rare: once per run, or on a fallback).
+     */
+    @Synchronized
+    private fun registerInfo(registry: MeterRegistry) {
+        info?.let { registry.remove(it) }
+        val builder = Gauge.builder("lab.proxy.info") { 1.0 }
             .description("The case and the effective client settings; value is always 1")
             .tag("case", config.caseName)
             .tag("ktor_version", KTOR_VERSION)
             .tag("java_version", System.getProperty("java.version"))
             .tag("upstream", config.upstreamUrl)
-        ClientFactory.effectiveSettings(config).forEach { (k, v) -> info.tag(k, v) }
-        info.register(registry)
+        ClientFactory.effectiveSettings(config).forEach { (k, v) -> builder.tag(k, v) }
+        builder.tag("negotiated_http_version", negotiated.sorted().joinToString("+").ifEmpty { NONE })
+        shownTls = tls?.trustManager?.lastTlsVersion
+        builder.tag("negotiated_tls_version", shownTls ?: NONE)
+        info = builder.register(registry)
     }
 
     companion object {
         /** The Ktor release the jar was built with. */
         val KTOR_VERSION: String = BuildInfo.ktorVersion
+
+        /** The protocol of an exchange without an answer, and what is not negotiated yet. */
+        const val NONE = "none"
     }
 }
 
