@@ -5,13 +5,19 @@
  * all 1000 at once, had no warm-up and reported rps only. Here a batch launches its requests
  * behind a real limit (a semaphore of `--concurrency` permits; 0 = all at once, as published),
  * unmeasured batches come first, and every request's latency is kept (from the moment it may
- * start to its last body byte) for percentiles. The client is the proxy's, built by
- * [ClientFactory] with the same settings. Prints one JSON object on stdout.
+ * start to its last body byte) for percentiles. Prints one JSON object on stdout.
+ *
+ * The client is one of three (`--client`): `lab`, the proxy's own, built by [ClientFactory] with
+ * the same settings (or only some of them: `--parts`), read as the proxy reads (`--read stream`);
+ * or a reference written without the lab's code ([PlainClients]): `plain` (the engine's defaults)
+ * and `plain-limits` (only the lab's connection limit), read as a user would (`--read text`).
  *
  * java -jar engine-bench/target/engine-bench.jar --engine cio --url http://127.0.0.1:18080/files/tiny.txt
  */
 package lab.enginebench
 
+import lab.plain.PlainClients
+import lab.plain.PlainForm
 import lab.proxy.ClientFactory
 import lab.proxy.ConfigException
 import lab.proxy.Engine
@@ -19,10 +25,14 @@ import lab.proxy.Limits
 import lab.proxy.ProxyConfig
 import lab.proxy.ProxyMetrics
 import lab.proxy.byId
+import lab.proxy.engines.ClientPart
 
 import io.ktor.client.HttpClient
+import io.ktor.client.request.get
 import io.ktor.client.request.prepareGet
 import io.ktor.client.statement.bodyAsChannel
+import io.ktor.client.statement.bodyAsText
+import io.ktor.client.statement.readRawBytes
 import io.ktor.utils.io.discard
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.coroutineScope
@@ -41,11 +51,17 @@ data class BenchmarkOptions(
     val warmupBatches: Int = 5,
     val limits: Limits = Limits.FAIR,
     val maxConnections: Int = 1000,
+    /** `lab`, or a reference: `plain`, `plain-limits` ([PlainForm]). */
+    val client: String = "lab",
+    /** The lab's client parts (`--parts limits,flags`); all of them by default. */
+    val parts: Set<ClientPart> = ClientPart.ALL,
+    val read: Read = Read.STREAM,
 ) {
     companion object {
         private val usage = "usage: --engine ${Engine.entries.joinToString("|") { it.id }} --url URL " +
             "[--batches 10] [--batch-size 1000] [--concurrency 100 (0 = all at once)] [--warmup-batches 5] " +
-            "[--limits fair|defaults] [--max-connections 1000]"
+            "[--limits fair|defaults] [--max-connections 1000] [--client lab|plain|plain-limits] " +
+            "[--parts all|${ClientPart.entries.joinToString(",") { it.id }}] [--read stream|raw|text]"
 
         fun parse(args: Array<String>): BenchmarkOptions {
             if (args.size % 2 != 0) throw ConfigException(usage)
@@ -55,8 +71,11 @@ data class BenchmarkOptions(
                     ?: default
             val unknown = o.keys - setOf(
                 "engine", "url", "batches", "batch-size", "concurrency", "warmup-batches", "limits", "max-connections",
+                "client", "parts", "read",
             )
             if (unknown.isNotEmpty()) throw ConfigException("unknown option --${unknown.first()}: $usage")
+            val client = o["client"] ?: "lab"
+            if (client != "lab" && PlainForm.of(client) == null) throw ConfigException("--client '$client': $usage")
             return BenchmarkOptions(
                 engine = o["engine"]?.let { Engine.entries.byId(it) } ?: throw ConfigException(usage),
                 url = o["url"] ?: throw ConfigException(usage),
@@ -67,15 +86,31 @@ data class BenchmarkOptions(
                 limits = o["limits"]?.let { v -> Limits.entries.byId(v) ?: throw ConfigException(usage) }
                     ?: Limits.FAIR,
                 maxConnections = int("max-connections", 1000, 1),
+                client = client,
+                parts = o["parts"]?.let { ClientPart.parse(it) } ?: ClientPart.ALL,
+                read = o["read"]?.let { v -> Read.entries.firstOrNull { it.id == v } ?: throw ConfigException("--read '$v': $usage") }
+                    ?: if (client == "lab") Read.STREAM else Read.TEXT,
             )
         }
     }
 }
 
+/** How each response is read: as the proxy reads it, or as a user's code would. */
+enum class Read(val id: String) {
+    /** `prepareGet(url).execute { it.bodyAsChannel().discard() }`: streamed, as the proxy does. */
+    STREAM("stream"),
+
+    /** `get(url).readRawBytes()`: whole, without the response pipeline's transformers. */
+    RAW("raw"),
+
+    /** `get(url).bodyAsText()`: whole, as text: the plainest user code (needs the default transformers). */
+    TEXT("text"),
+}
+
 class BatchResult(val seconds: Double, val latenciesNs: LongArray, val failures: Int, val bytes: Long)
 
 /** One batch: [n] requests launched together, at most [concurrency] in flight (0 = no limit). */
-suspend fun runBatch(client: HttpClient, url: String, n: Int, concurrency: Int): BatchResult {
+suspend fun runBatch(client: HttpClient, url: String, n: Int, concurrency: Int, read: Read = Read.STREAM): BatchResult {
     val latencies = LongArray(n)
     val failures = AtomicInteger()
     val bytes = java.util.concurrent.atomic.AtomicLong()
@@ -87,10 +122,21 @@ suspend fun runBatch(client: HttpClient, url: String, n: Int, concurrency: Int):
                 permits?.acquire()
                 val start = System.nanoTime()
                 try {
-                    client.prepareGet(url).execute { response ->
-                        bytes.addAndGet(response.bodyAsChannel().discard())
-                        if (response.status.value != 200) failures.incrementAndGet()
+                    val status = when (read) {
+                        Read.STREAM -> client.prepareGet(url).execute { response ->
+                            bytes.addAndGet(response.bodyAsChannel().discard())
+                            response.status.value
+                        }
+                        Read.RAW -> client.get(url).let { response ->
+                            bytes.addAndGet(response.readRawBytes().size.toLong())
+                            response.status.value
+                        }
+                        Read.TEXT -> client.get(url).let { response ->
+                            bytes.addAndGet(response.bodyAsText().length.toLong())
+                            response.status.value
+                        }
                     }
+                    if (status != 200) failures.incrementAndGet()
                 } catch (e: Exception) {
                     failures.incrementAndGet()
                 } finally {
@@ -105,12 +151,18 @@ suspend fun runBatch(client: HttpClient, url: String, n: Int, concurrency: Int):
 
 fun benchmark(options: BenchmarkOptions): String {
     val config = ProxyConfig(engine = options.engine, maxConnections = options.maxConnections, limits = options.limits)
-    ClientFactory.prepareJvm(config)
-    val client = ClientFactory.create(config)
+    val plain = PlainForm.of(options.client)
+    val client = if (plain != null) {
+        PlainClients.create(options.engine.id, plain, options.maxConnections)
+    } else {
+        ClientFactory.prepareJvm(config)
+        ClientFactory.create(config, options.parts)
+    }
     val (warmup, measured) = client.use {
         runBlocking(Dispatchers.Default) {
-            val w = (1..options.warmupBatches).map { runBatch(client, options.url, options.batchSize, options.concurrency) }
-            w to (1..options.batches).map { runBatch(client, options.url, options.batchSize, options.concurrency) }
+            suspend fun batch() = runBatch(client, options.url, options.batchSize, options.concurrency, options.read)
+            val w = (1..options.warmupBatches).map { batch() }
+            w to (1..options.batches).map { batch() }
         }
     }
     val all = measured.flatMap { it.latenciesNs.asList() }.sorted()
@@ -120,9 +172,14 @@ fun benchmark(options: BenchmarkOptions): String {
     fun batches(list: List<BatchResult>) = list.joinToString(",", "[", "]") {
         """{"seconds":${it.seconds},"rps":${it.latenciesNs.size / it.seconds},"failures":${it.failures}}"""
     }
-    val settings = ClientFactory.effectiveSettings(config).entries
-        .joinToString(",", "{", "}") { (k, v) -> "\"$k\":\"$v\"" }
+    val settings = if (plain != null) {
+        "{}" // the engine's own, but for the limit (plain-limits)
+    } else {
+        ClientFactory.effectiveSettings(config).entries.joinToString(",", "{", "}") { (k, v) -> "\"$k\":\"$v\"" }
+    }
+    val parts = if (plain != null) "" else options.parts.joinToString(",") { it.id }
     return """{"engine":"${options.engine.id}","concurrency":${options.concurrency},""" +
+        """"client":"${options.client}","parts":"$parts","read":"${options.read.id}",""" +
         """"batch_size":${options.batchSize},"batches":${batches(measured)},""" +
         """"warmup_batches":${batches(warmup)},"requests":$requests,""" +
         """"failures":${measured.sumOf { it.failures }},"bytes":${measured.sumOf { it.bytes }},""" +

@@ -1,6 +1,8 @@
 package lab.enginebench
 
+import lab.plain.PlainClients
 import lab.proxy.ClientFactory
+import lab.proxy.engines.ClientPart
 import lab.proxy.ConfigException
 import lab.proxy.Engine
 import lab.proxy.Limits
@@ -65,6 +67,52 @@ class EngineBenchmarkTest {
                 assertTrue(maxInFlight() > 5, "all at once, saw ${maxInFlight()}")
             }
         }
+
+    @Test
+    fun `a plain client reads as a user's code does, and every read gets the whole body`() =
+        withCountingServer { url, _ ->
+            for ((client, read) in listOf(
+                PlainClients.plain("okhttp") to Read.TEXT,
+                PlainClients.withLimits("apache5", 10) to Read.TEXT,
+                ClientFactory.create(ProxyConfig(engine = Engine.JAVA), setOf(ClientPart.LIMITS, ClientPart.FLAGS)) to Read.RAW,
+            )) {
+                client.use {
+                    val result = runBlocking { runBatch(it, url, 10, 5, read) }
+                    assertEquals(0, result.failures)
+                    assertEquals(10L * 2, result.bytes)
+                }
+            }
+        }
+
+    @Test
+    fun `OkHttp's plain client holds 5 requests per host in flight, with the lab's limit as many as asked`() =
+        withCountingServer { url, maxInFlight ->
+            PlainClients.plain("okhttp").use { runBlocking { runBatch(it, url, 40, 0, Read.TEXT) } }
+            assertEquals(5, maxInFlight())
+        }
+
+    @Test
+    fun `OkHttp's plain client with the lab's limit holds more than 5 in flight`() =
+        withCountingServer { url, maxInFlight ->
+            PlainClients.withLimits("okhttp", 20).use { runBlocking { runBatch(it, url, 40, 0, Read.TEXT) } }
+            assertTrue(maxInFlight() in 6..20, "saw ${maxInFlight()}")
+        }
+
+    @Test
+    fun `the client, its parts and the read are options`() {
+        val plain = BenchmarkOptions.parse(arrayOf("--engine", "cio", "--url", "http://h/x", "--client", "plain"))
+        assertEquals("plain" to Read.TEXT, plain.client to plain.read)
+        val rung = BenchmarkOptions.parse(
+            arrayOf("--engine", "cio", "--url", "http://h/x", "--parts", "limits,flags", "--read", "raw"),
+        )
+        assertEquals(setOf(ClientPart.LIMITS, ClientPart.FLAGS), rung.parts)
+        assertEquals(Read.RAW, rung.read)
+        for (bad in listOf(arrayOf("--client", "lean"), arrayOf("--parts", "limits,pool"), arrayOf("--read", "lines"))) {
+            assertFailsWith<ConfigException>(bad.joinToString(" ")) {
+                BenchmarkOptions.parse(arrayOf("--engine", "cio", "--url", "http://h/x", *bad))
+            }
+        }
+    }
 
     @Test
     fun `options are parsed and bad ones refused with the usage`() {
