@@ -99,6 +99,8 @@ def _sources(module: str) -> list[Path]:
             REPO / "proxy-app" / "src" / "main",
             REPO / "proxy-app" / "src" / "apache",
             REPO / "proxy-app" / "pom.xml",
+            REPO / "plain-client" / "src",
+            REPO / "plain-client" / "pom.xml",
         ]
     out = []
     for root in roots:
