@@ -39,6 +39,7 @@ import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.sync.Semaphore
+import java.lang.management.ManagementFactory
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.system.exitProcess
 
@@ -158,11 +159,16 @@ fun benchmark(options: BenchmarkOptions): String {
         ClientFactory.prepareJvm(config)
         ClientFactory.create(config, options.parts)
     }
+    val cpu = ManagementFactory.getOperatingSystemMXBean() as com.sun.management.OperatingSystemMXBean
+    var cpuNs = 0L
     val (warmup, measured) = client.use {
         runBlocking(Dispatchers.Default) {
             suspend fun batch() = runBatch(client, options.url, options.batchSize, options.concurrency, options.read)
             val w = (1..options.warmupBatches).map { batch() }
-            w to (1..options.batches).map { batch() }
+            val before = cpu.processCpuTime
+            val m = (1..options.batches).map { batch() }
+            cpuNs = cpu.processCpuTime - before
+            w to m
         }
     }
     val all = measured.flatMap { it.latenciesNs.asList() }.sorted()
@@ -183,7 +189,8 @@ fun benchmark(options: BenchmarkOptions): String {
         """"batch_size":${options.batchSize},"batches":${batches(measured)},""" +
         """"warmup_batches":${batches(warmup)},"requests":$requests,""" +
         """"failures":${measured.sumOf { it.failures }},"bytes":${measured.sumOf { it.bytes }},""" +
-        """"rps":${requests / seconds},"p50_ms":${pct(50.0)},"p90_ms":${pct(90.0)},""" +
+        """"rps":${requests / seconds},"cpu_ms_per_request":${cpuNs / 1e6 / requests},""" +
+        """"p50_ms":${pct(50.0)},"p90_ms":${pct(90.0)},""" +
         """"p99_ms":${pct(99.0)},"max_ms":${all.last() / 1e6},""" +
         """"ktor_version":"${ProxyMetrics.KTOR_VERSION}","java_version":"${System.getProperty("java.version")}",""" +
         """"client_settings":$settings}"""

@@ -23,6 +23,8 @@ import kotlinx.io.Buffer
 @OptIn(InternalAPI::class)
 class CheckedBody(
     private val source: ByteReadChannel,
+    /** Called whenever bytes move from the source (the request timeout counts from the last). */
+    private val progress: () -> Unit = {},
     /** Called once the source has ended, with the bytes it gave: null when whole, else why not. */
     private val verdict: (received: Long) -> Throwable?,
 ) : ByteReadChannel {
@@ -71,6 +73,7 @@ class CheckedBody(
     private fun pull() {
         if (end != null || source.closedCause != null) return
         val moved = buffer.transferFrom(source.readBuffer)
+        if (moved > 0) progress()
         received += moved
     }
 
@@ -93,6 +96,6 @@ class CheckedBody(
         private val WHOLE = Throwable("whole")
 
         /** A body that fails its first read with [cause]: nothing of it may be sent. */
-        fun failed(cause: Throwable): ByteReadChannel = CheckedBody(ByteReadChannel.Empty) { cause }
+        fun failed(cause: Throwable): ByteReadChannel = CheckedBody(ByteReadChannel.Empty, {}) { cause }
     }
 }

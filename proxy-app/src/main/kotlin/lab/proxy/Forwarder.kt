@@ -27,6 +27,8 @@ import io.ktor.server.response.header
 import io.ktor.server.response.respond
 import io.ktor.server.response.respondText
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.coroutineScope
+import kotlinx.coroutines.job
 
 class Forwarder(
     private val config: ProxyConfig,
@@ -54,33 +56,49 @@ class Forwarder(
         var answered = false
         var outcome = Outcome.FAILED
         var protocol = ProxyMetrics.NONE
+        var watch: Watchdog.Watch? = null
         try {
-            clients.withClient { client ->
-                client.prepare(call, config.upstreamUrl + pathAndQuery, contentType).execute { upstream ->
-                    outcome = Outcome.of(upstream.status.value)
-                    protocol = upstream.version.toString()
-                    // Reads the body's first bytes (a small body whole) before answering: a stall
-                    // or a short body here is still a 504 or a 502, not an empty reply.
-                    val answer = RelayedBodies.answer(call, upstream, config.upstreamUrl)
-                    answered = true
-                    call.respond(answer)
-                    // A streamed body that broke has aborted the caller's connection and says why.
-                    (answer as? RelayedBodies.Streamed)?.failure?.let { throw it }
+            // A scope of its own: the watchdog cancels the exchange, not the call, which can still
+            // answer 504 (as withTimeout does, without its cost per request).
+            coroutineScope {
+                val w = Watchdog.watch(config.requestTimeoutMs, coroutineContext.job).also { watch = it }
+                try {
+                    clients.withClient { client ->
+                        client.prepare(call, config.upstreamUrl + pathAndQuery, contentType, w).execute { upstream ->
+                            w.progress()
+                            outcome = Outcome.of(upstream.status.value)
+                            protocol = upstream.version.toString()
+                            metrics.noteAnswer(protocol)
+                            // Reads the body's first bytes (a small body whole) before answering: a
+                            // stall or a short body here is still a 504 or a 502, not an empty reply.
+                            val answer = RelayedBodies.answer(call, upstream, config.upstreamUrl, w)
+                            answered = true
+                            call.respond(answer)
+                            // A streamed body that broke has aborted the caller's connection and says why.
+                            (answer as? RelayedBodies.Streamed)?.failure?.let { throw it }
+                        }
+                    }
+                } finally {
+                    w.stop()
                 }
             }
-        } catch (e: CancellationException) {
-            // The caller went away (or the server is stopping): nothing left to answer.
-            outcome = Outcome.ABORTED
-            throw e
         } catch (e: Throwable) {
-            if (answered || ServerGuards.bodyCut(call)) {
-                // Too late for a status, or no one to give it to. Rethrown so the server drops the
-                // connection instead of ending a chunked body cleanly.
+            val timedOut = watch?.expired == true
+            if (e is CancellationException && !timedOut) {
+                // The caller went away (or the server is stopping): nothing left to answer.
                 outcome = Outcome.ABORTED
-                failureLog.record("aborted", e)
                 throw e
             }
-            val failure = UpstreamFailure.classify(e)
+            if (answered || ServerGuards.bodyCut(call)) {
+                // Too late for a status, or no one to give it to: the connection is dropped, so a
+                // chunked body never ends cleanly.
+                outcome = Outcome.ABORTED
+                failureLog.record("aborted", e)
+                ServerGuards.abort(call)
+                if (e is CancellationException) return
+                throw e
+            }
+            val failure = if (timedOut) UpstreamFailure.TIMED_OUT else UpstreamFailure.classify(e)
             outcome = failure.outcome
             failureLog.record(failure.outcome.tag, e)
             call.respondText(
@@ -106,7 +124,7 @@ class Forwarder(
             (headers[HttpHeaders.ContentLength]?.toLongOrNull() ?: 0) > 0
     }
 
-    private suspend fun HttpClient.prepare(call: ApplicationCall, url: String, contentType: ContentType?) =
+    private suspend fun HttpClient.prepare(call: ApplicationCall, url: String, contentType: ContentType?, watch: Watchdog.Watch) =
         prepareRequest {
             url(url)
             method = call.request.httpMethod
@@ -118,7 +136,7 @@ class Forwarder(
             // with Content-Length: 0); elsewhere it is no body, which every engine accepts
             // (Apache5 refuses an OPTIONS entity without a Content-Type).
             if (chunked || (length != null && (length > 0 || method in methodsWithBody))) {
-                setBody(RelayedBodies.CallerBody(call, if (chunked) null else length, contentType))
+                setBody(RelayedBodies.CallerBody(call, if (chunked) null else length, contentType, watch))
             }
         }
 

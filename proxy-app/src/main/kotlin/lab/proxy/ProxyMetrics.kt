@@ -45,6 +45,7 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
     private val log = org.slf4j.LoggerFactory.getLogger("lab.proxy.upstream")
     private val tls = UpstreamTls.of(config)
     private val config = config
+    private val settings = ClientFactory.effectiveSettings(config)
 
     /** The JVM and process meters; installed through Ktor's Micrometer plugin. */
     val binders: List<MeterBinder> = listOf(
@@ -61,15 +62,25 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
     /** One upstream exchange; [protocol] is the version the upstream answered with (`none`: no answer). */
     fun recordUpstream(outcome: Outcome, protocol: String, nanos: Long) {
         val registry = bound ?: return
-        if (protocol != NONE && negotiated.add(protocol)) {
+        upstreamTimers.computeIfAbsent(outcome to protocol) { (o, p) -> upstreamTimer(registry, o, p) }
+            .record(Duration.ofNanos(nanos))
+    }
+
+    /**
+     * The upstream answered in [protocol]: called as soon as its answer is in, before the caller
+     * gets it, so `lab_proxy_info` already shows what was negotiated when the caller looks.
+     */
+    fun noteAnswer(protocol: String) {
+        val registry = bound ?: return
+        val tlsChanged = tls != null && tls.trustManager.lastTlsVersion != shownTls
+        if (negotiated.add(protocol)) {
             registerInfo(registry)
             if (protocol != config.httpVersion.wire) {
                 log.warn("asked the upstream for {}, it answered with {} (lab_proxy_info shows what was negotiated)", config.httpVersion.wire, protocol)
             }
+        } else if (tlsChanged) {
+            registerInfo(registry)
         }
-        if (tls != null && tls.trustManager.lastTlsVersion != shownTls) registerInfo(registry)
-        upstreamTimers.computeIfAbsent(outcome to protocol) { (o, p) -> upstreamTimer(registry, o, p) }
-            .record(Duration.ofNanos(nanos))
     }
 
     private fun upstreamTimer(registry: MeterRegistry, outcome: Outcome, protocol: String): Timer =
@@ -105,20 +116,15 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
 
     /** Full TLS handshakes the client made, by TLS version and the protocol ALPN chose (resumed ones are not counted). */
     private fun bindTls(registry: MeterRegistry, tls: UpstreamTls) {
-        val seen = ConcurrentHashMap.newKeySet<Pair<String, String>>()
         fun register(key: Pair<String, String>) {
-            if (!seen.add(key)) return
             FunctionCounter.builder("lab.upstream.tls.handshakes", tls) { it.fullHandshakes[key]?.sum()?.toDouble() ?: 0.0 }
                 .description("Full TLS handshakes with the upstream (a resumed session is not one), as the client saw them")
                 .tag("tls_version", key.first)
                 .tag("alpn", key.second)
                 .register(registry)
         }
-        // Keys appear as handshakes happen: looked for at each scrape.
-        Gauge.builder("lab.upstream.tls.handshake.kinds", tls) { t ->
-            t.fullHandshakes.keys.forEach(::register)
-            t.fullHandshakes.size.toDouble()
-        }.description("Kinds of full TLS handshakes seen (TLS version x ALPN)").register(registry)
+        tls.trustManager.onNewKind = ::register
+        tls.fullHandshakes.keys.forEach(::register) // seen before the registry was bound
     }
 
     /**
@@ -128,17 +134,19 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
      */
     @Synchronized
     private fun registerInfo(registry: MeterRegistry) {
-        info?.let { registry.remove(it) }
         val builder = Gauge.builder("lab.proxy.info") { 1.0 }
             .description("The case and the effective client settings; value is always 1")
             .tag("case", config.caseName)
             .tag("ktor_version", KTOR_VERSION)
             .tag("java_version", System.getProperty("java.version"))
             .tag("upstream", config.upstreamUrl)
-        ClientFactory.effectiveSettings(config).forEach { (k, v) -> builder.tag(k, v) }
+        settings.forEach { (k, v) -> builder.tag(k, v) }
         builder.tag("negotiated_http_version", negotiated.sorted().joinToString("+").ifEmpty { NONE })
         shownTls = tls?.trustManager?.lastTlsVersion
         builder.tag("negotiated_tls_version", shownTls ?: NONE)
+        // Everything computed first: between the old one's removal and the new one's registration a
+        // scrape would find no lab_proxy_info.
+        info?.let { registry.remove(it) }
         info = builder.register(registry)
     }
 

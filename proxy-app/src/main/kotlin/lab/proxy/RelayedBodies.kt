@@ -47,13 +47,14 @@ object RelayedBodies {
         private val call: ApplicationCall,
         override val contentLength: Long?,
         override val contentType: ContentType?,
+        private val watch: Watchdog.Watch? = null,
     ) : OutgoingContent.ReadChannelContent() {
         private val sent = AtomicBoolean()
 
         override fun readFrom(): ByteReadChannel {
             // An engine that retried would get an empty body: never let it pass as the caller's.
             if (!sent.compareAndSet(false, true)) return CheckedBody.failed(CutBody("the caller's body cannot be sent twice"))
-            return CheckedBody(call.request.receiveChannel()) { received ->
+            return CheckedBody(call.request.receiveChannel(), { watch?.progress() }) { received ->
                 when {
                     ServerGuards.bodyCut(call) -> CutBody("the caller's body was cut off after $received bytes")
                     contentLength != null && received != contentLength ->
@@ -65,7 +66,7 @@ object RelayedBodies {
     }
 
     /** What the caller gets for [upstream]: status, end-to-end headers and the checked body. */
-    suspend fun answer(call: ApplicationCall, upstream: HttpResponse, upstreamUrl: String): OutgoingContent {
+    suspend fun answer(call: ApplicationCall, upstream: HttpResponse, upstreamUrl: String, watch: Watchdog.Watch? = null): OutgoingContent {
         val status = upstream.status
         val headers = HeadersBuilder().apply {
             ForwardedHeaders.toClient(upstream.headers, upstreamUrl).forEach { (name, value) -> append(name, value) }
@@ -89,7 +90,7 @@ object RelayedBodies {
             if (length != null && n.toLong() != length) throw CutBody("the upstream's body ended after $n of $length bytes")
             return Whole(status, headers, type, first.copyOf(n))
         }
-        return Streamed(call, status, headers, length, type, first, n, body)
+        return Streamed(call, status, headers, length, type, first, n, body, watch)
     }
 
     /** A body read whole before the answer: its length is exact. */
@@ -126,6 +127,7 @@ object RelayedBodies {
         private val first: ByteArray,
         private val firstSize: Int,
         private val rest: ByteReadChannel,
+        private val watch: Watchdog.Watch? = null,
     ) : OutgoingContent.WriteChannelContent() {
         /** Why the body could not be relayed whole (the caller's connection was aborted); null when it was. */
         @Volatile
@@ -141,6 +143,7 @@ object RelayedBodies {
                     if (n < 0) break
                     channel.writeFully(first, 0, n)
                     channel.flush()
+                    watch?.progress()
                     total += n
                 }
                 // readAvailable ends quietly at a source closed with an error: the engine's error is the cut.

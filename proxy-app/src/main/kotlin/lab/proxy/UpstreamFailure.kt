@@ -20,6 +20,9 @@ import java.util.concurrent.TimeoutException
 
 data class UpstreamFailure(val status: HttpStatusCode, val outcome: Outcome, val reason: String) {
     companion object {
+        /** The proxy's own request timeout ([Watchdog]) ended the exchange before the answer. */
+        val TIMED_OUT = UpstreamFailure(HttpStatusCode.GatewayTimeout, Outcome.TIMEOUT, "upstream did not answer in time")
+
         fun classify(error: Throwable): UpstreamFailure {
             val chain = generateSequence(error) { it.cause.takeIf { c -> c !== it } }.take(16).toList()
             return when {

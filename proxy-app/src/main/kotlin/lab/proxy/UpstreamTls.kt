@@ -69,6 +69,10 @@ class UpstreamTls private constructor(val trustManager: CountingTrustManager, va
     class CountingTrustManager(private val delegate: X509ExtendedTrustManager) : X509ExtendedTrustManager() {
         val full = ConcurrentHashMap<Pair<String, String>, LongAdder>()
 
+        /** Told of each new kind of full handshake (TLS version, ALPN), once: the metrics register its counter. */
+        @Volatile
+        var onNewKind: (Pair<String, String>) -> Unit = {}
+
         /** The TLS version of the last full handshake (`TLSv1.3`), null before the first. */
         @Volatile
         var lastTlsVersion: String? = null
@@ -77,7 +81,10 @@ class UpstreamTls private constructor(val trustManager: CountingTrustManager, va
         private fun seen(tls: String?, alpn: String?) {
             val version = tls ?: "unknown"
             lastTlsVersion = version
-            full.computeIfAbsent(version to (alpn?.takeIf { it.isNotEmpty() } ?: "-")) { LongAdder() }.increment()
+            val key = version to (alpn?.takeIf { it.isNotEmpty() } ?: "-")
+            var added = false
+            full.computeIfAbsent(key) { added = true; LongAdder() }.increment()
+            if (added) onNewKind(key)
         }
 
         override fun checkServerTrusted(chain: Array<X509Certificate>, authType: String, engine: SSLEngine) {

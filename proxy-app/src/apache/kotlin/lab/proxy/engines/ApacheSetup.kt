@@ -32,11 +32,12 @@ object ApacheSetup : EngineSetup {
                 }
             }
         }
-        if (!config.fair) return
         if (ClientPart.TIMEOUTS in parts) {
             connectTimeout = config.connectTimeoutMs.toInt()
-            socketTimeout = config.requestTimeoutMs.toInt()
+            // Its own socket timeout (10 s by default) never shorter than the proxy's; the engine's with CLIENT_LIMITS=defaults.
+            if (config.fair) socketTimeout = config.requestTimeoutMs.toInt()
         }
+        if (!config.fair) return
         customizeClient {
             if (ClientPart.LIMITS in parts) {
                 setMaxConnTotal(config.maxConnections)

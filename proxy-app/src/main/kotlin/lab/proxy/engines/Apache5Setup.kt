@@ -55,10 +55,11 @@ object Apache5Setup : EngineSetup {
         val tls = UpstreamTls.of(config)
         if (tls != null) sslContext = tls.sslContext
         val fair = config.fair
-        val timeouts = ClientPart.TIMEOUTS in parts && fair
+        val timeouts = ClientPart.TIMEOUTS in parts
         if (timeouts) {
             connectTimeout = config.connectTimeoutMs
-            socketTimeout = config.requestTimeoutMs.toInt()
+            // Its own socket timeout (10 s in Ktor's default) never shorter than the proxy's; the engine's with CLIENT_LIMITS=defaults.
+            if (fair) socketTimeout = config.requestTimeoutMs.toInt()
         }
         // One block: a second configureConnectionManager would replace the first.
         configureConnectionManager {
@@ -88,6 +89,7 @@ object Apache5Setup : EngineSetup {
                         .build(),
                 )
             }
+            // (without fair limits, the default ConnectionConfig takes connectTimeout and socketTimeout above)
         }
     }
 

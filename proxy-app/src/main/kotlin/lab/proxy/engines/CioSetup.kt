@@ -25,16 +25,17 @@ object CioSetup : EngineSetup {
     private fun CIOEngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
         // Ktor's own TLS, not the JDK's: it takes the trust manager alone (TLS 1.2, no session resumption).
         UpstreamTls.of(config)?.let { tls -> https { trustManager = tls.trustManager } }
+        if (ClientPart.TIMEOUTS in parts) {
+            // CIO's own request timer (a coroutine per request, 15 s by default) gives way to the proxy's watchdog.
+            requestTimeout = 0
+            endpoint { connectTimeout = config.connectTimeoutMs }
+        }
         if (!config.fair) return
         if (ClientPart.LIMITS in parts) {
             maxConnectionsCount = config.maxConnections
             endpoint { maxConnectionsPerRoute = config.maxConnections }
         }
         if (ClientPart.ENGINE in parts) endpoint { keepAliveTime = EngineSetup.KEEP_ALIVE_MS }
-        if (ClientPart.TIMEOUTS in parts) {
-            requestTimeout = config.requestTimeoutMs
-            endpoint { connectTimeout = config.connectTimeoutMs }
-        }
     }
 
     override fun settings(config: ProxyConfig): Map<String, String> {
@@ -43,6 +44,7 @@ object CioSetup : EngineSetup {
             "max_connections_total" to cio.maxConnectionsCount.toString(),
             "max_connections_per_route" to cio.endpoint.maxConnectionsPerRoute.toString(),
             "keep_alive_ms" to cio.endpoint.keepAliveTime.toString(),
+            "cio_request_timeout_ms" to cio.requestTimeout.toString(), // 0: none of CIO's own
             "pipelining" to if (cio.pipelining) "on" else "off",
             "retry_on_stale" to "n/a", // no pooled connection without pipelining
         )

@@ -27,6 +27,7 @@ object JavaSetup : EngineSetup {
         engine {
             // The engine's default, HTTP/2, sends an h2c upgrade over cleartext: the lab asks for what is set.
             if (ClientPart.ENGINE in parts || config.tls) protocolVersion = version(config)
+            if (ClientPart.TIMEOUTS in parts) config { connectTimeout(java.time.Duration.ofMillis(config.connectTimeoutMs)) }
             UpstreamTls.of(config)?.let { tls ->
                 config {
                     sslContext(tls.sslContext)

@@ -35,6 +35,14 @@ object OkHttpSetup : EngineSetup {
 
     private fun configure(builder: OkHttpClient.Builder, config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
         builder.dispatcher(dispatcher(config, parts))
+        if (ClientPart.TIMEOUTS in parts) {
+            builder.connectTimeout(config.connectTimeoutMs, TimeUnit.MILLISECONDS)
+            if (config.fair) {
+                // OkHttp's own read and write timeouts (10 s by default) never shorter than the proxy's.
+                builder.readTimeout(config.requestTimeoutMs, TimeUnit.MILLISECONDS)
+                builder.writeTimeout(config.requestTimeoutMs, TimeUnit.MILLISECONDS)
+            }
+        }
         UpstreamTls.of(config)?.let { tls ->
             builder.sslSocketFactory(tls.sslContext.socketFactory, tls.trustManager)
             // HTTP/2 is offered by ALPN beside HTTP/1.1 (OkHttp wants both); the proxy counts what was chosen.
