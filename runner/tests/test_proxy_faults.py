@@ -48,6 +48,19 @@ def test_a_short_fixed_length_body_is_a_502_before_the_answer(faulty):
     assert requests.get(f"{faulty.url}/ok", timeout=5).text == "ok\n"
 
 
+def test_a_slow_body_that_keeps_moving_is_never_cut_by_the_request_timeout(faulty):
+    """The request timeout is the longest the exchange may go without progress, not its length: a
+    body sent in 6 parts 0.6 s apart takes twice the 1.5 s timeout and passes whole; one whose
+    parts are 3 s apart is cut (the answer had started: the connection is dropped)."""
+    t0 = time.monotonic()
+    reply = exchange(faulty.url, get("/trickle?size=300000&parts=6&gap=0.6"))
+    took = time.monotonic() - t0
+    assert (reply.status, reply.whole, len(reply.body)) == (200, True, 300000), reply
+    assert took > 2 * REQUEST_TIMEOUT_MS / 1000, took
+    reply = exchange(faulty.url, get("/trickle?size=300000&parts=2&gap=3"))
+    assert not (reply.status == 200 and reply.whole), reply
+
+
 def test_a_stall_after_the_headers_is_a_504_at_the_request_timeout(faulty):
     for path in ("/hang-after-headers?size=1000", f"/hang-after-headers?size={LARGE}", "/hang"):
         t0 = time.monotonic()

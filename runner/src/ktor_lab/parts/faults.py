@@ -12,6 +12,8 @@ path says:
                         last chunk: where a chunk's size line would start, or with `cut=mid`
                         in the middle of a chunk (its size line says one byte more than follows)
   /reset-mid-body       200 with Content-Length: SIZE, SENT bytes, then resets (RST)
+  /trickle              200 with Content-Length: SIZE, sent in PARTS parts one GAP seconds after
+                        another (`?size=100000&parts=8&gap=0.5`): a slow body that keeps moving
 
   The three truncations take `pause=S` (seconds between the last bytes and the close; default 0,
   0.05 for reset-mid-body) and `close=rst` (reset instead of FIN).
@@ -58,6 +60,7 @@ FAULTS = (
     "reset-mid-body",
     "stale",
     "extra",
+    "trickle",
     "upload",
 )
 
@@ -242,6 +245,16 @@ async def serve_connection(app: App, reader: asyncio.StreamReader, writer: async
                 writer.write(head + b"x" * sent)
                 await end_cut(writer, target, pause=0.05, rst=True)
                 return
+            elif fault == "trickle":
+                query = sizes_query(target)
+                parts, gap = int(query.get("parts", 8)), float(query.get("gap", 0.5))
+                writer.write(head)
+                for i in range(parts):
+                    n = size // parts + (size % parts if i == parts - 1 else 0)
+                    writer.write(b"x" * n)
+                    await writer.drain()
+                    if i < parts - 1:
+                        await asyncio.sleep(gap)
             elif fault == "stale":
                 writer.write(response("200 OK", b"ok\n"))
                 await writer.drain()
