@@ -9,9 +9,10 @@ set -eu
 
 LAB_FILES_DIR=${LAB_FILES_DIR:-/usr/share/nginx/lab}
 LAB_TMP_DIR=${LAB_TMP_DIR:-/tmp/nginx-lab}
+LAB_LOG_DIR=${LAB_LOG_DIR:-/var/log/nginx/lab}  # connections.log (one line per new connection)
 LINE='ktor-lab static payload 0123456789 abcdefghijklmnopqrstuvwxyz.'  # 63 bytes + newline
 
-mkdir -p "$LAB_FILES_DIR" "$LAB_TMP_DIR/body" "$LAB_TMP_DIR/proxy"
+mkdir -p "$LAB_FILES_DIR" "$LAB_TMP_DIR/body" "$LAB_TMP_DIR/proxy" "$LAB_LOG_DIR"
 # Workers run as LAB_WORKER_USER (nginx.conf's "user") when the master is root: they
 # write upload bodies here.
 LAB_WORKER_USER=${LAB_WORKER_USER:-nginx}

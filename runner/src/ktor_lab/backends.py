@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from . import versions
-from .cases import Case
+from .cases import ENGINE_TITLES, Case
 from .errors import LabError
-from .parts import compose
+from .parts import compose, nginx
 from .paths import PROXY_JAR
 from .processes import free_port
 from .results import Plan
@@ -49,6 +49,9 @@ class Backend(Protocol):
     def start_case(self, case: Case, env: dict[str, str]) -> int | None:
         """A fresh proxy for `case` with the extra variables `env`; its host PID when visible."""
 
+    def connections(self, since: float, until: float) -> list[nginx.Connection]:
+        """The new connections nginx logged between `since` and `until` (seconds since the epoch)."""
+
     def container_ids(self) -> tuple[str, ...]:
         """Containers whose processes count as the lab's (machine figures)."""
 
@@ -60,12 +63,21 @@ class Backend(Protocol):
 
 
 def refuse_unapplied(cases: list[Case], kind: str) -> None:
-    """Dimensions no backend applies yet: the protocol (TLS, HTTP/2) and an added round trip."""
+    """Dimensions no backend applies yet: an added round trip."""
     for case in cases:
-        if case.protocol != "http":
-            raise LabError(f"case {case.name!r}: the {kind} backend serves the upstream over http only")
         if case.rtt_ms:
             raise LabError(f"case {case.name!r}: the {kind} backend adds no round trip (rtt)")
+
+
+def refuse_incapable(cases: list[Case]) -> None:
+    """What an engine cannot do, refused before anything starts as the proxy would at its start:
+    HTTP/2 through CIO or Apache (HttpClient 4)."""
+    for case in cases:
+        if case.protocol == "h2" and case.engine in ("cio", "apache"):
+            raise LabError(
+                f"case {case.name!r}: {ENGINE_TITLES[case.engine]} speaks HTTP/1.1 only; "
+                "use protocol https, or another engine (apache5, okhttp, java) for h2"
+            )
 
 
 class NativeBackend:
@@ -104,6 +116,7 @@ class NativeBackend:
 
     def check(self, plan: Plan) -> None:
         refuse_unapplied(plan.cases_to_run(), self.kind)
+        refuse_incapable(plan.cases_to_run())
         problems = missing()
         if self.grafana and grafana_binary() is None:
             problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
@@ -128,6 +141,9 @@ class NativeBackend:
         jar = versions.jar("proxy-app", versions.release(case.ktor)) if case.ktor else PROXY_JAR
         java_bin = versions.jdk(case.java).java if case.java else None
         return self._stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
+
+    def connections(self, since: float, until: float) -> list[nginx.Connection]:
+        return self._stack.connections(since, until)
 
     def container_ids(self) -> tuple[str, ...]:
         return ()  # every part is a child of this process
@@ -193,6 +209,7 @@ class ComposeBackend:
                 f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
             )
         refuse_unapplied(plan.cases_to_run(), self.kind)
+        refuse_incapable(plan.cases_to_run())
         if problem := compose.engine_problem():
             raise LabError(f"cannot start: {problem} (--backend compose)")
 
@@ -220,6 +237,11 @@ class ComposeBackend:
         project.env["KTOR_VERSION"] = case.ktor or self.default_ktor
         project.up(case, fresh_proxy=True)
         return project.container_pid("proxy")
+
+    def connections(self, since: float, until: float) -> list[nginx.Connection]:
+        return nginx.parse_connections(
+            self._project.read_file("nginx", compose.CONNECTIONS_LOG), since, until
+        )
 
     def container_ids(self) -> tuple[str, ...]:
         """The project's containers: their processes count as the lab's, not as other work."""

@@ -33,6 +33,18 @@ ENGINE_TITLES = {
     "okhttp": "OkHttp",
     "java": "Java (the JDK's HttpClient)",
 }
+# What a user should know of each engine itself, said next to its rows in reports and studies.
+ENGINE_FACTS = {
+    "cio": "speaks HTTP/1.x only (no HTTP/2; its own TLS stops at 1.2, without ALPN or session "
+    "resumption) and, without pipelining, opens a connection per request even as a singleton",
+    "apache": "Ktor's apache engine (HttpAsyncClient 4) is deprecated since Ktor 3.4.0 in favour of apache5, "
+    "and not published after 3.4.1; no HTTP/2",
+    "apache5": "HttpClient 5: HTTP/1.1 and HTTP/2 (over TLS it picks h2 by itself unless told otherwise)",
+    "okhttp": "blocks one thread of its dispatcher per request in flight, up to its per-host limit "
+    "(5 by default: the lab raises it to its connection limit)",
+    "java": "the JDK's HttpClient: cannot limit connections in flight; HTTP/2 by default in Ktor "
+    "(over cleartext an h2c upgrade; the lab asks for HTTP/1.1 unless h2 is the case)",
+}
 # How long one HttpClient lives.
 LIFETIME_TITLES = {
     "singleton": "one HttpClient for the whole process",
@@ -40,8 +52,14 @@ LIFETIME_TITLES = {
 }
 ENGINES = tuple(ENGINE_TITLES)
 LIFETIMES = tuple(LIFETIME_TITLES)
-# The upstream protocols a case may name (http: plain HTTP/1.1, the only one served so far).
-PROTOCOLS = ("http", "https", "h2")
+# The upstream protocols a case may name, each with what it is: the proxy calls nginx over plain
+# HTTP/1.1, over TLS with HTTP/1.1, or over TLS with HTTP/2 (chosen by ALPN).
+PROTOCOL_TITLES = {
+    "http": "HTTP/1.1, no TLS",
+    "https": "HTTP/1.1 over TLS",
+    "h2": "HTTP/2 over TLS",
+}
+PROTOCOLS = tuple(PROTOCOL_TITLES)
 # The dimensions beyond lifetime and engine: the field of Case, and the word that names it in a
 # case's name ("singleton-cio ktor 3.5.1 jdk 25"), in the order names write them.
 DIMENSIONS = {"ktor": "ktor", "java": "jdk", "protocol": "protocol", "rtt_ms": "rtt"}
@@ -126,8 +144,17 @@ class Case:
     def proxy_env(self) -> dict[str, str]:
         """The proxy's variables that make it this case: its process environment natively, the
         overlay's `environment` in compose. The release and the JDK are not the proxy's variables
-        but which build and which java run it (backends.py)."""
-        return {"CLIENT_ENGINE": self.engine, "CLIENT_LIFETIME": self.lifetime}
+        but which build and which java run it (backends.py); of the protocol, the HTTP version is
+        (the upstream's URL and CA are where the backend serves TLS: Stack.upstream_for,
+        compose/https.yml)."""
+        env = {"CLIENT_ENGINE": self.engine, "CLIENT_LIFETIME": self.lifetime}
+        if self.protocol != "http":
+            env["CLIENT_HTTP_VERSION"] = "2" if self.protocol == "h2" else "1.1"
+        return env
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol != "http"
 
     def __str__(self) -> str:
         return self.name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,8 +22,10 @@ import requests
 from . import machine, metrics, verdict
 from .cases import Case
 from .machine import environment
+from .parts import nginx
 from .parts.loadgen import LocustWeb, WindowStats
 from .results import (
+    ConnectionFigures,
     Leak,
     LocustFigures,
     MachineFigures,
@@ -146,11 +149,15 @@ def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
     idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.dimensions = plan.has_dimensions
+    run.protocol, run.rtt_ms = case.protocol, case.rtt_ms
     scrape_proxy = ProxyScraper(backend.proxy_metrics_url, run)
     edges = load_and_measure(backend, spec, plan, run, jvm_pid, scrape_proxy)
     record_window(run, edges, idle)
-    time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape
+    time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape (and nginx's log, within 1 s)
     run.prometheus = prometheus_figures(backend.prometheus_url, case, edges)
+    run.connections = connection_figures(
+        backend.connections(edges.started, edges.ended), run.proxy.upstream_requests
+    )
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - edges.stopped)))
     run.leak = leak_check(idle, scrape_proxy("leak check"))
     run.verdict = verdict.judge(run)
@@ -229,6 +236,24 @@ def prometheus_figures(prometheus_url: str, case: Case, edges: WindowEdges) -> P
             for name, q in window_queries(case.engine, case.lifetime, window_s).items()
         }
     )
+
+
+def connection_figures(new: list[nginx.Connection], requests: float) -> ConnectionFigures:
+    """New upstream connections over the window (nginx's log) and per 1,000 of the proxy's upstream
+    requests in it."""
+    tls = [c for c in new if c.tls_version]
+    figures = ConnectionFigures(
+        new=len(new),
+        tls=len(tls),
+        full_tls_handshakes=sum(1 for c in tls if not c.resumed),
+        by_protocol=dict(Counter(c.protocol for c in new)),
+        by_tls_version=dict(Counter(c.tls_version for c in tls)),
+    )
+    if requests:
+        figures.per_1000_requests = round(figures.new / requests * 1000, 2)
+        if tls:
+            figures.full_tls_per_1000_requests = round(figures.full_tls_handshakes / requests * 1000, 2)
+    return figures
 
 
 def leak_check(idle: metrics.Samples, settled: metrics.Samples | None) -> Leak:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from . import versions
-from .cases import SCENARIOS, Case
+from .cases import PROTOCOLS, SCENARIOS, Case
 from .warmup import Warmup
 
 FORMAT = 1
@@ -95,12 +95,21 @@ class Plan:
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)
-    # Dimensions beyond the case (lab run --ktor, --java): empty means the default build and JDK.
+    # Dimensions beyond the case (lab run --ktor, --java, --protocols): empty means the default
+    # build, JDK and protocol (http).
     ktor: list[str] = field(default_factory=list)
     java: list[str] = field(default_factory=list)
+    protocols: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
+        for name in self.protocols:
+            if name not in PROTOCOLS:
+                raise ValueError(f"protocol {name!r}: give one of {', '.join(PROTOCOLS)}")
+        if self.protocols and (named := [c for c in self.cases if c.protocol != "http"]):
+            raise ValueError(
+                f"case {named[0].name!r} names its protocol; give it there or with --protocols, not both"
+            )
         for dim, given in (("ktor", self.ktor), ("java", self.java)):
             if given and (named := [c for c in self.cases if getattr(c, dim)]):
                 raise ValueError(
@@ -121,11 +130,16 @@ class Plan:
             raise ValueError("the matrix is empty: give at least one case, scenario and load level")
 
     def cases_to_run(self) -> list[Case]:
-        """The cases with the plan's dimensions applied, releases and JDKs outermost."""
+        """The cases with the plan's dimensions applied, releases, JDKs and protocols outermost."""
         return [
-            case.with_dimensions(**({"ktor": ktor} if ktor else {}), **({"java": java} if java else {}))
+            case.with_dimensions(
+                **({"ktor": ktor} if ktor else {}),
+                **({"java": java} if java else {}),
+                **({"protocol": protocol} if protocol else {}),
+            )
             for ktor in self.ktor or [""]
             for java in self.java or [""]
+            for protocol in self.protocols or [""]
             for case in self.cases
         ]
 
@@ -142,7 +156,7 @@ class Plan:
     @property
     def has_dimensions(self) -> bool:
         """True when a run's rows must name the release and the JDK (--ktor, --java, or a case's own)."""
-        return bool(self.ktor or self.java or any(c.dimensions() for c in self.cases))
+        return bool(self.ktor or self.java or self.protocols or any(c.dimensions() for c in self.cases))
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -225,6 +239,21 @@ class PrometheusFigures:
 
 
 @dataclass
+class ConnectionFigures:
+    """New connections to the upstream over the window as nginx logged them (one line per new
+    connection, at its first request): counted alike for every engine. Full TLS handshakes are the
+    new TLS connections whose session was not resumed."""
+
+    new: int = 0
+    tls: int = 0
+    full_tls_handshakes: int = 0
+    by_protocol: dict[str, int] = field(default_factory=dict)  # HTTP/1.1, HTTP/2.0
+    by_tls_version: dict[str, int] = field(default_factory=dict)  # TLSv1.2, TLSv1.3
+    per_1000_requests: float | None = None
+    full_tls_per_1000_requests: float | None = None
+
+
+@dataclass
 class MachineFigures:
     """The machine during the window (/proc): how much CPU the lab's own processes used, how much
     everything else did, steal time, and the load average at its end."""
@@ -283,6 +312,10 @@ class Run:
     java: str | None = None
     # True when the run was one of a --ktor or --java dimension: its rows name both.
     dimensions: bool = False
+    # Between the proxy and the upstream: http, https or h2 (cases.PROTOCOLS).
+    protocol: str = "http"
+    rtt_ms: int = 0
+    connections: ConnectionFigures | None = None
 
     @property
     def java_major(self) -> str:
@@ -291,9 +324,12 @@ class Run:
     @property
     def variant(self) -> str:
         """The case, and with dimensions the release and JDK it ran on: what a report row stands for."""
+        network = {"protocol": self.protocol, "rtt_ms": self.rtt_ms}
         if not self.dimensions:
-            return self.case
-        return Case.parse(self.case).with_dimensions(ktor=self.ktor or "?", java=self.java_major).name
+            return Case.parse(self.case).with_dimensions(**network).name
+        return (
+            Case.parse(self.case).with_dimensions(ktor=self.ktor or "?", java=self.java_major, **network).name
+        )
 
     def title(self) -> str:
         return f"{self.variant} {self.scenario} {self.load.label} #{self.repeat}"

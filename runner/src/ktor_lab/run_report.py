@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import render, verdict
+from .cases import PROTOCOLS
 from .results import Load, Results, Run, load
 
 
@@ -46,6 +47,16 @@ FIGURES = [
     Figure("threads", "threads max", lambda r: r.prometheus.threads_live_max, 0, "lower"),
     Figure("unparked", "active unparked max", lambda r: r.prometheus.threads_active_unparked_max, 0, "lower"),
     Figure("heap", "heap max MiB", lambda r: _mib(r.prometheus.heap_max_bytes), 0, "lower"),
+    Figure(
+        "conns", "new conns / 1k req", lambda r: r.connections and r.connections.per_1000_requests, 1, "lower"
+    ),
+    Figure(
+        "tls_full",
+        "full TLS / 1k req",
+        lambda r: r.connections and r.connections.full_tls_per_1000_requests,
+        1,
+        "lower",
+    ),
 ]
 BY_KEY = {f.key: f for f in FIGURES}
 # The figures the verdict speaks of, and the charts.
@@ -271,27 +282,55 @@ class Change:
         return text
 
 
+# The dimensions a change is spoken of by, each with how its value is written and ordered.
+DIMENSION_NAMES = ("Ktor", "JDK", "protocol", "RTT")
+
+
+def _dims(run: Run) -> tuple[str, str, str, str]:
+    return run.ktor or "?", run.java_major, run.protocol, f"{run.rtt_ms} ms"
+
+
+def _dim_order(name: str, value: str) -> tuple:
+    if name == "protocol":
+        return (PROTOCOLS.index(value) if value in PROTOCOLS else len(PROTOCOLS),)
+    return _version(value.removesuffix(" ms"))
+
+
 def changes(group: Group) -> list[Change]:
-    """Every pair of rows with the same case and one of Ktor release and JDK changed."""
+    """Every pair of rows with the same case and exactly one of Ktor release, JDK, protocol and
+    RTT changed."""
     keyed = {}
     for row in group.rows:
         run = row.runs[0]
-        if run.dimensions:
-            keyed[(run.case, run.ktor, run.java_major)] = row
+        if run.dimensions or run.protocol != "http" or run.rtt_ms:
+            keyed[(run.case, *_dims(run))] = row
 
-    def order(key: tuple[str, str, str]) -> tuple:
-        return key[0], _version(key[1]), _version(key[2])
+    def order(key: tuple) -> tuple:
+        return key[0], *(_dim_order(n, v) for n, v in zip(DIMENSION_NAMES, key[1:], strict=True))
 
     out = []
     for a in sorted(keyed, key=order):
         for b in sorted(keyed, key=order):
             if a[0] != b[0] or order(a) >= order(b):
                 continue
-            if a[2] == b[2] and a[1] != b[1]:
-                out.append(Change(a[0], "Ktor", f"JDK {a[2]}", keyed[a], keyed[b], a[1], b[1]))
-            elif a[1] == b[1] and a[2] != b[2]:
-                out.append(Change(a[0], "JDK", f"Ktor {a[1]}", keyed[a], keyed[b], a[2], b[2]))
+            differ = [i for i in range(len(DIMENSION_NAMES)) if a[i + 1] != b[i + 1]]
+            if len(differ) != 1:
+                continue
+            i = differ[0]
+            held = ", ".join(
+                f"{n} {a[j + 1]}" for j, n in enumerate(DIMENSION_NAMES) if j != i and _shown(n, a[j + 1])
+            )
+            out.append(
+                Change(
+                    a[0], DIMENSION_NAMES[i], held or "the defaults", keyed[a], keyed[b], a[i + 1], b[i + 1]
+                )
+            )
     return out
+
+
+def _shown(name: str, value: str) -> bool:
+    """Whether a held dimension is worth naming (the release and JDK always; http and 0 ms not)."""
+    return not ((name == "protocol" and value == "http") or (name == "RTT" and value == "0 ms"))
 
 
 def _version(text: str | None) -> tuple:

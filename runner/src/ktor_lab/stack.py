@@ -34,6 +34,7 @@ class Ports:
     nginx: int = 18080
     nginx_status: int = 18081
     proxy: int = 18090
+    nginx_tls: int = 18443
     locust: int = 18089
     prometheus: int = 19090
     exporter: int = 19113
@@ -51,6 +52,7 @@ PORT_OWNERS = {
     "nginx": ("nginx", "--nginx-port", "nginx load port on 127.0.0.1"),
     "nginx_status": ("nginx's stub_status", "--nginx-status-port", "nginx stub_status port"),
     "proxy": ("the proxy", "--proxy-port", "proxy port on 127.0.0.1"),
+    "nginx_tls": ("nginx over TLS", "--nginx-tls-port", "nginx's TLS port on 127.0.0.1 (HTTP/1.1, HTTP/2)"),
     "locust": ("Locust's web UI", "--locust-port", "Locust web UI and its /metrics on 127.0.0.1"),
     "prometheus": ("Prometheus", "--prometheus-port", "Prometheus on 127.0.0.1"),
     "exporter": ("the nginx exporter", "--exporter-port", "nginx exporter on 127.0.0.1"),
@@ -143,6 +145,22 @@ class Stack:
         return local_url(self.ports.nginx)
 
     @property
+    def upstream_tls_url(self) -> str:
+        """nginx's TLS port, by the address its certificate names (127.0.0.1)."""
+        return f"https://127.0.0.1:{self.ports.nginx_tls}"
+
+    def upstream_for(self, case: Case) -> dict[str, str]:
+        """The proxy's upstream variables for `case`'s protocol: nginx over http, or over TLS
+        trusting the lab CA only (`https`, `h2`; CLIENT_HTTP_VERSION comes with the case)."""
+        if case.protocol == "http":
+            return {"UPSTREAM_URL": self.upstream_url}
+        return {"UPSTREAM_URL": self.upstream_tls_url, "UPSTREAM_CA_FILE": str(nginx.CA_FILE)}
+
+    def connections(self, since: float, until: float) -> list[nginx.Connection]:
+        """New connections to nginx between `since` and `until`, as it logged them."""
+        return nginx.connections(self.run_dir, since, until)
+
+    @property
     def status_url(self) -> str:
         return local_url(self.ports.nginx_status)
 
@@ -179,7 +197,8 @@ class Stack:
 
     def nginx(self) -> Service:
         """The upstream, with the lab's static files (generated once per checkout)."""
-        s = nginx.start(self.run_dir, nginx.NginxPorts(self.ports.nginx, self.ports.nginx_status))
+        ports = nginx.NginxPorts(self.ports.nginx, self.ports.nginx_status, self.ports.nginx_tls)
+        s = nginx.start(self.run_dir, ports)
         self.services.append(s)
         return s
 
@@ -206,7 +225,8 @@ class Stack:
         self.stop_proxy()
         case = case if isinstance(case, Case) else Case.parse(case)
         port = port or self.ports.proxy
-        env = proxy.case_env(case, upstream_url or self.upstream_url, port, **settings)
+        upstream = {"UPSTREAM_URL": upstream_url} if upstream_url else self.upstream_for(case)
+        env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
         service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
         self.current_proxy = Proxy(case, local_url(port), service)
         return self.current_proxy

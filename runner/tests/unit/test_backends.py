@@ -34,9 +34,10 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
         (plan(java=["17"]), "--java with --backend compose: the proxy's JDK is its image's"),
         (plan("singleton-cio jdk 17"), "--java with --backend compose"),
         (plan(proxy_env={"ACCESS_LOG": "on"}), "--set ACCESS_LOG: docker-compose.yml does not pass it"),
-        (plan("singleton-cio protocol h2"), "the compose backend serves the upstream over http only"),
+        (plan("singleton-cio protocol h2"), "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
+        (plan("per-call-apache protocol h2"), "use protocol https, or another engine"),
     ],
-    ids=["java", "a-case-s-jdk", "unknown-set", "protocol"],
+    ids=["java", "a-case-s-jdk", "unknown-set", "cio-h2", "apache-h2"],
 )
 def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
     with pytest.raises(LabError) as e:
@@ -47,6 +48,9 @@ def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
 def test_native_refuses_a_dimension_it_does_not_apply_yet(monkeypatch):
     monkeypatch.setattr(backends, "missing", lambda: [])
     backends.make("native").check(plan())
+    backends.make("native").check(plan("per-call-okhttp protocol h2"))  # TLS and HTTP/2 are applied
+    with pytest.raises(LabError, match="speaks HTTP/1.1 only"):
+        backends.make("native").check(plan("singleton-cio protocol h2"))
     with pytest.raises(LabError, match="adds no round trip"):
         backends.make("native").check(plan("per-call-cio rtt 40"))
     monkeypatch.setattr(backends, "grafana_binary", lambda: None)

@@ -291,3 +291,42 @@ def test_a_results_json_of_another_format_is_refused(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps({"format": 2}))
     assert main(["report", str(tmp_path)]) == 2
     assert "results.json has format 2; this lab reads format 1" in capsys.readouterr().err
+
+
+def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
+    from ktor_lab import run_report
+    from ktor_lab.results import ConnectionFigures, Plan, Results
+
+    runs = []
+    for protocol, conns in (("http", 1.0), ("https", 1.0), ("h2", 0.2)):
+        r = a_run(rps=1000 if protocol == "http" else 800)
+        r.case, r.engine = "singleton-okhttp", "okhttp"
+        r.protocol, r.dimensions = protocol, True
+        r.ktor, r.java = "3.4.0", "17.0.15"
+        r.connections = ConnectionFigures(new=int(conns * 30), per_1000_requests=conns)
+        runs.append(r)
+    plan = Plan(
+        cases=["singleton-okhttp"],
+        scenarios=["static-small"],
+        loads=[runs[0].load],
+        protocols=["http", "https", "h2"],
+    )
+    assert [c.name for c in plan.cases_to_run()] == [
+        "singleton-okhttp",
+        "singleton-okhttp protocol https",
+        "singleton-okhttp protocol h2",
+    ]
+    results = Results(plan=plan, backend={}, environment={}, started="", runs=runs)
+    (group,) = run_report.groups(results)
+    assert [row.case for row in group.rows] == [
+        "singleton-okhttp ktor 3.4.0 jdk 17",
+        "singleton-okhttp ktor 3.4.0 jdk 17 protocol https",
+        "singleton-okhttp ktor 3.4.0 jdk 17 protocol h2",
+    ]
+    assert group.rows[2].cell("conns") == "0.2"
+    found = {(c.dimension, c.same, c.before_name, c.after_name) for c in run_report.changes(group)}
+    assert found == {
+        ("protocol", "Ktor 3.4.0, JDK 17", "http", "https"),
+        ("protocol", "Ktor 3.4.0, JDK 17", "http", "h2"),
+        ("protocol", "Ktor 3.4.0, JDK 17", "https", "h2"),
+    }

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import backends, measure, run_report, verdict, versions
-from ..cases import CASES, SCENARIOS, all_of, case_list
+from ..cases import CASES, PROTOCOL_TITLES, SCENARIOS, all_of, case_list
 from ..errors import LabError
 from ..results import LOAD_HELP, Plan, parse_load
 from ..rundirs import results_dir
@@ -67,6 +67,13 @@ def add_parser(sub) -> None:
         help="also start Grafana (natively: when installed); it has no part in the figures",
     )
     options.add_versions(p, many=True)
+    p.add_argument(
+        "--protocols",
+        default="",
+        help="comma-separated, between the proxy and nginx: "
+        + ", ".join(f"{k} ({v})" for k, v in PROTOCOL_TITLES.items())
+        + "; each a dimension of every case (default: http only). HTTP/2 needs apache5, okhttp or java",
+    )
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
@@ -86,6 +93,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             proxy_env=options.settings(args.set),
             ktor=versions.names(args.ktor),
             java=versions.names(args.java),
+            protocols=versions.names(args.protocols),
         )
     except ValueError as e:
         raise LabError(str(e)) from None
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     runs = len(plan.runs())
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
     dims += f" x {len(plan.java)} JDKs" if plan.java else ""
+    dims += f" x {len(plan.protocols)} protocols" if plan.protocols else ""
     print(
         f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
         f"{len(plan.loads)} loads x {plan.repeats} repeats{dims}), warm-up <= {plan.warmup_s} s, "

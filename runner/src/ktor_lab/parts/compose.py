@@ -22,7 +22,7 @@ from dotenv import dotenv_values
 
 from ..cases import ALL, ENGINE_TITLES, LIFETIME_TITLES, Case
 from ..paths import REPO
-from ..processes import local_url, wait_until
+from ..processes import free_port, local_url, wait_until
 
 BASE = REPO / "docker-compose.yml"
 OVERLAYS = REPO / "compose"
@@ -40,8 +40,16 @@ def dotenv(path: Path = REPO / ".env") -> dict[str, str]:
     return {k: v or "" for k, v in dotenv_values(path).items()}
 
 
+# The overlays that are not a case, each stacked on a case's: what each changes.
+EXTRA_OVERLAYS = {
+    "distributed": "a Locust master and workers",
+    "headless": "one Locust run without the UI, its results in results/",
+    "https": "the proxy calls nginx over TLS (CLIENT_HTTP_VERSION=2 for HTTP/2)",
+}
+
+
 def overlay(name: str) -> Path:
-    """compose/<name>.yml: a case (`per-call-okhttp`) or an extra (`distributed`, `headless`)."""
+    """compose/<name>.yml: a case (`per-call-okhttp`) or an extra (EXTRA_OVERLAYS)."""
     return OVERLAYS / f"{name}.yml"
 
 
@@ -102,6 +110,8 @@ PROXY_VARIABLES = (
     "PROXY_JAVA_OPTS",
     "PROXY_NOFILE",
 )
+# nginx's log of new connections in its container (LAB_LOG_DIR in docker-compose.yml).
+CONNECTIONS_LOG = "/var/log/nginx/lab/connections.log"
 # What a run needs; Grafana only when asked for (it has no stand-in on the build machine).
 SERVICES = ("nginx", "nginx-exporter", "proxy", "locust", "prometheus")
 # The published ports of .env, by service.
@@ -150,6 +160,8 @@ class Project:
         self.env = {
             **os.environ,
             **{HOST_PORTS[s]: str(p) for s, p in ports.items()},
+            # nginx's TLS port too, so that two projects (or a project beside `lab up`) never clash
+            "NGINX_TLS_HOST_PORT": str(free_port()),
             "LOCUST_WORKERS": str(workers or 2),
             **(env or {}),
         }
@@ -170,7 +182,8 @@ class Project:
         case, enough for what acts on the project as a whole), and the extras."""
         case = Case.parse(case) if isinstance(case, str) else case
         files = ["-f", str(BASE), *(["-f", str(overlay(case.id))] if case else [])]
-        for extra in (*(("distributed",) if self.workers else ()), *extras):
+        tls = ("https",) if case and case.tls else ()
+        for extra in (*(("distributed",) if self.workers else ()), *tls, *extras):
             files += ["-f", str(overlay(extra))]
         return ["docker", "compose", "-p", self.name, *files, *command]
 
@@ -187,7 +200,11 @@ class Project:
     def up(self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
-        case = (case if isinstance(case, Case) else Case.parse(case)).base
+        case = case if isinstance(case, Case) else Case.parse(case)
+        # The release and JDK are the image's (KTOR_VERSION, PROXY_RUN_IMAGE); the protocol is the
+        # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on).
+        case = case.with_dimensions(ktor="", java="")
+        self.env["CLIENT_HTTP_VERSION"] = case.proxy_env().get("CLIENT_HTTP_VERSION", "1.1")
         same = case == self.case
         up = ("up", "-d", "--wait", "--wait-timeout", str(timeout))
         self.compose(case, *up, *self.services(), stdout=subprocess.DEVNULL)
@@ -211,6 +228,13 @@ class Project:
             ["docker", "inspect", "-f", "{{.State.Pid}}", ids[0]], capture_output=True, text=True
         ).stdout.strip()
         return int(pid) if pid.isdigit() and int(pid) > 0 and Path(f"/proc/{pid}/task").is_dir() else None
+
+    def read_file(self, service: str, path: str) -> str:
+        """A file in the service's container ("" when it is not there)."""
+        r = self.compose(
+            self.case, "exec", "-T", service, "cat", path, check=False, capture_output=True, text=True
+        )
+        return r.stdout if r.returncode == 0 else ""
 
     def container_ids(self) -> tuple[str, ...]:
         """Full IDs of the project's containers (their cgroups name them)."""

@@ -2,7 +2,10 @@
 
 `nginx/nginx.conf` is used as is in Docker; here only its lines marked "native:" are
 rewritten (pid and include paths into the run folder). `nginx/templates/*.template` are
-rendered like the image's envsubst does: only the named variables are replaced.
+rendered like the image's envsubst does: only the named variables are replaced. The lab CA and
+the server's certificate are made once per checkout by the image's own script (`.cache/lab-tls/`,
+never committed); every run's nginx serves the same locations over TLS on its `tls` port, and logs
+each new connection to `connections.log` in its run folder ([connections]).
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import NGINX_DIR, REPO
-from ..processes import Service, local_url
+from ..processes import Service, free_port, local_url
 
 FILES_SCRIPT = NGINX_DIR / "docker-entrypoint.d" / "40-lab-files.sh"
+TLS_SCRIPT = NGINX_DIR / "docker-entrypoint.d" / "30-lab-tls.sh"
+TLS_DIR = REPO / ".cache" / "lab-tls"
+CA_FILE = TLS_DIR / "ca.pem"
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -38,6 +44,7 @@ NATIVE_LINES = (
 class NginxPorts:
     http: int
     status: int
+    tls: int = field(default_factory=free_port)
 
 
 def render_template(text: str, values: dict[str, str]) -> str:
@@ -82,12 +89,62 @@ def env(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> dict
     """The variables the templates and the files script take, for this run folder."""
     return {
         "NGINX_PORT": f"127.0.0.1:{ports.http}",
+        "NGINX_TLS_PORT": f"127.0.0.1:{ports.tls}",
         "NGINX_STATUS_PORT": f"127.0.0.1:{ports.status}",
         "LAB_FILES_DIR": str((files_dir or shared_files_dir()).resolve()),
         "LAB_TMP_DIR": str((run_dir / "tmp").resolve()),
         "LAB_NJS_DIR": str((NGINX_DIR / "njs").resolve()),
+        "LAB_TLS_DIR": str(TLS_DIR.resolve()),
+        "LAB_LOG_DIR": str(run_dir.resolve()),
         "LAB_WORKER_USER": getpass.getuser(),
     }
+
+
+def make_tls() -> Path:
+    """The lab CA and the server's certificate, made by the image's own script once per checkout
+    (under a lock); returns the CA file the proxy trusts (UPSTREAM_CA_FILE)."""
+    TLS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(TLS_DIR.parent / ".lab-tls.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            ["sh", str(TLS_SCRIPT)],
+            check=True,
+            env={**os.environ, "LAB_TLS_DIR": str(TLS_DIR)},
+            stdout=subprocess.DEVNULL,
+        )
+    return CA_FILE
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One line of connections.log: a new connection to the upstream, at its first request."""
+
+    at: float  # seconds since the epoch
+    scheme: str  # http or https
+    protocol: str  # HTTP/1.1 or HTTP/2.0
+    tls_version: str  # TLSv1.2, TLSv1.3, or "" for http
+    resumed: bool  # a TLS session resumed (no full handshake)
+
+
+def connections(run_dir: Path, since: float = 0.0, until: float = float("inf")) -> list[Connection]:
+    """The new connections nginx logged in `run_dir` between `since` and `until` (nginx writes its
+    log buffer within a second: read after the window plus that)."""
+    log = run_dir / "connections.log"
+    return parse_connections(log.read_text() if log.exists() else "", since, until)
+
+
+def parse_connections(text: str, since: float = 0.0, until: float = float("inf")) -> list[Connection]:
+    """connections.log's lines (log_format lab_connection) between `since` and `until`."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6:
+            continue
+        at = float(parts[0])
+        if since <= at <= until:
+            tls = parts[4] if parts[4] != "-" else ""
+            out.append(Connection(at, parts[2], parts[3], tls, parts[5] == "r"))
+    return out
 
 
 def generate_files(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> None:
@@ -114,6 +171,7 @@ def start(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Se
     """Renders, generates the files, checks and starts nginx in the foreground; waits until it answers."""
     conf = render(run_dir, ports, files_dir)
     generate_files(run_dir, ports, files_dir)
+    make_tls()
     check(conf)
     service = Service("nginx", [NGINX, "-c", str(conf), "-g", "daemon off;"], run_dir / "nginx.log")
     service.wait_http(local_url(ports.status, "/health"), timeout=15)
