@@ -92,11 +92,13 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
         "nginx direct",
         "nginx proxy_pass",
         "singleton-cio",
-        "lean cio",
-        "lean streamed cio",
+        "plain cio",
+        "plain-limits cio",
+        "plain-limits streamed cio",
         "per-call-java",
-        "lean java",
-        "lean streamed java",
+        "plain java",
+        "plain-limits java",
+        "plain-limits streamed java",
     ]
     for x in results:
         assert x["requests"] > 0 and x["errors"] == 0, x
@@ -107,16 +109,39 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
     for x in ("nginx direct", "nginx proxy_pass"):
         assert by[x]["switches_per_request"] is None
     cio = by["singleton-cio"]
-    assert cio["cpu_to_lean"] == pytest.approx(
-        cio["cpu_ms_per_request"] / by["lean cio"]["cpu_ms_per_request"]
+    assert cio["cpu_to_plain_limits"] == pytest.approx(
+        cio["cpu_ms_per_request"] / by["plain-limits cio"]["cpu_ms_per_request"]
     )
-    assert cio["cpu_to_lean_streamed"] == pytest.approx(
-        cio["cpu_ms_per_request"] / by["lean streamed cio"]["cpu_ms_per_request"]
+    assert cio["rps_to_plain"] == pytest.approx(cio["rps"] / by["plain cio"]["rps"])
+    assert cio["cpu_to_plain_limits_streamed"] == pytest.approx(
+        cio["cpu_ms_per_request"] / by["plain-limits streamed cio"]["cpu_ms_per_request"]
     )
     assert by["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
     table = (tmp_path / "bench.md").read_text()
-    assert "| lean cio |" in table and "| lean streamed cio |" in table
-    assert "CPU x lean streamed" in table and "switches / req" in table
+    assert "| plain cio |" in table and "| plain-limits streamed cio |" in table
+    assert "CPU x plain-limits" in table and "rps x plain" in table and "switches / req" in table
+
+
+@pytest.mark.slow
+def test_bench_ladder_climbs_from_the_plain_proxy_to_the_lab_s(tmp_path):
+    """Every rung starts (its lean proxy takes the variables of the rung) and serves."""
+    from ktor_lab.commands.bench import LADDER
+
+    r = subprocess.run(
+        [LAB, "bench", "--ladder", "--cases", "singleton-okhttp", "--warmup", "3", "--duration", "2"]
+        + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
+        + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    results = json.loads((tmp_path / "bench.json").read_text())["results"]
+    assert [x["target"] for x in results] == ["nginx direct", "nginx proxy_pass"] + [
+        f"{rung} okhttp" for rung, _ in LADDER
+    ]
+    for x in results:
+        assert x["requests"] > 0 and x["errors"] == 0, x
 
 
 def bench_locust(run_dir: Path, locust_port: int) -> subprocess.CompletedProcess:

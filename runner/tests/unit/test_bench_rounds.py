@@ -23,18 +23,40 @@ def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_roun
         rounds += [
             run(n, "nginx proxy_pass", 40000, None),
             run(n, "singleton-cio", 2000, 0.66 * drift),
-            run(n, "lean cio", 2100, 0.60 * drift),
-            run(n, "lean streamed cio", 2050, 0.55 * drift),
+            run(n, "plain cio", 2200, 0.50 * drift),
+            run(n, "plain-limits cio", 2100, 0.60 * drift),
+            run(n, "plain-limits streamed cio", 2050, 0.55 * drift),
         ]
     third = next(r for r in rounds if (r["round"], r["target"]) == (3, "singleton-cio"))
-    third["cpu_ms_per_request"] = 0.72  # round 3: 1.20 against lean
+    third["cpu_ms_per_request"] = 0.72  # round 3: 1.20 against plain-limits
     rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-cio")])}
     cio = rows["singleton-cio"]
     assert cio["rounds"] == 3 and cio["requests"] == 60000 and cio["rps"] == 2000
-    assert cio["cpu_to_lean_rounds"] == [1.1, 1.1, 1.2]
-    assert cio["cpu_to_lean"] == pytest.approx(1.1)
+    assert cio["cpu_to_plain_limits_rounds"] == [1.1, 1.1, 1.2]
+    assert cio["cpu_to_plain_limits"] == pytest.approx(1.1)
+    assert cio["rps_to_plain_limits"] == pytest.approx(2000 / 2100)
     assert cio["cpu_ms_per_request"] == pytest.approx(0.72)  # median of 0.66, 0.99, 0.72
-    assert cio["cpu_to_lean_streamed_rounds"] == [1.2, 1.2, 1.309]
-    assert cio["cpu_to_lean_streamed"] == pytest.approx(1.2)
-    assert rows["lean cio"]["cpu_to_lean"] is None and rows["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
-    assert rows["lean streamed cio"]["cpu_to_lean_streamed"] is None
+    assert cio["cpu_to_plain_limits_streamed_rounds"] == [1.2, 1.2, 1.309]
+    assert cio["cpu_to_plain_limits_streamed"] == pytest.approx(1.2)
+    assert cio["cpu_to_plain"] == pytest.approx(1.32) and cio["rps_to_plain"] == pytest.approx(2000 / 2200)
+    assert rows["plain-limits cio"]["cpu_to_plain_limits"] is None
+    assert rows["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
+    # A reference against the others: the plain client's cost of the lab's limits.
+    assert rows["plain-limits cio"]["cpu_to_plain"] == pytest.approx(1.2)
+    assert rows["plain-limits streamed cio"]["cpu_to_plain_limits_streamed"] is None
+
+
+def test_the_ladder_s_rungs_are_judged_against_its_first_rung_within_each_round():
+    from ktor_lab.commands.bench import LADDER, rung_target, summarize
+
+    rounds = [dict(round=1, target="nginx proxy_pass", rps=40000, p50_us=1, p99_us=1, requests=1, errors=0,
+                   warmup_s=1, warmup_settled=True, cpu_ms_per_request=None)]  # fmt: skip
+    for i, (rung, _) in enumerate(LADDER):
+        cost = 0.5 * (1 + 0.1 * i)
+        rounds.append(
+            dict(rounds[0], target=rung_target("okhttp", rung), cpu_ms_per_request=cost, rps=1000 / cost)
+        )
+    rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-okhttp")])}
+    assert rows["lab proxy okhttp"]["cpu_to_plain_limits"] == pytest.approx(1 + 0.1 * (len(LADDER) - 1))
+    assert rows["+ streaming okhttp"]["rps_to_plain_limits"] == pytest.approx(1 / 1.1)
+    assert [rung for rung, _ in LADDER][0] == "plain-limits" and LADDER[-1][0] == "lab proxy"

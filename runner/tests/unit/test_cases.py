@@ -84,8 +84,9 @@ def test_each_case_has_its_overlay_holding_exactly_its_proxy_environment(case):
 
 
 def test_no_overlay_names_a_case_the_lab_does_not_know():
-    extras = {"distributed", "headless"}
+    extras = set(compose.EXTRA_OVERLAYS)
     assert {p.stem for p in compose.OVERLAYS.glob("*.yml")} - extras == set(CASES)
+    assert all(compose.overlay(extra).exists() for extra in extras)
 
 
 def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
@@ -174,3 +175,11 @@ def test_the_proxy_page_s_tables_per_engine_have_a_row_for_every_engine():
     for rows in tables:
         labels = [re.match(r"\| (\w+)", row)[1].lower() for row in rows.splitlines()]
         assert tuple(labels) == ENGINES, labels
+
+
+def test_every_engine_has_what_users_should_know_of_it():
+    from ktor_lab.cases import ENGINE_FACTS
+
+    assert tuple(ENGINE_FACTS) == ENGINES
+    assert "deprecated" in ENGINE_FACTS["apache"] and "HTTP/1" in ENGINE_FACTS["cio"]
+    assert "thread" in ENGINE_FACTS["okhttp"]

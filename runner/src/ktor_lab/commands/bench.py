@@ -1,16 +1,25 @@
 """`lab bench`: the proxy's overhead, measured with wrk against references from the same run.
 
-Targets, each on its own: nginx serving the file directly, nginx `proxy_pass` to that
-nginx (the reference a proxy is judged by), then the Ktor proxy for each case, started
-fresh, and after each engine's singleton case the minimal Ktor proxy (lean-proxy/: one client
-built the same way, nothing else) with that engine in its two forms: `lean` reads each body
-whole (`client.get`, `respondBytes`), `lean streamed` copies it as it arrives (`execute { }`,
-`respondBytesWriter`), as a proxy must for a large body. The lab's proxy against `lean` is its
-whole overhead; against `lean streamed`, its overhead beside what streaming costs on its own.
-Every target is warmed up until its rate is stable and its JIT quiet (warmup.py), then
-measured over a fixed window with fixed connections; for a JVM, its CPU time and its threads'
-voluntary context switches (handoffs between threads) per request over the window too.
-Figures and every setting go to bench.json in the run folder.
+Targets, each on its own: nginx serving the file directly, nginx `proxy_pass` to that nginx (the
+reference a proxy is judged by), then the Ktor proxy for each case, started fresh, and after each
+engine's first case that engine's references: the minimal Ktor proxy (lean-proxy/) with a client
+written without any of the lab's code (plain-client/), in three forms:
+
+- `plain ENGINE`: the engine's defaults (`HttpClient(Engine) { expectSuccess = false }`), bodies
+  read whole (`client.get`, `respondBytes`): the plainest proxy a user writes;
+- `plain-limits ENGINE`: the same with only the lab's connection limit: the reference the lab's
+  overhead is judged against (`CPU x plain-limits`; the goal is 1.15x);
+- `plain-limits streamed ENGINE`: that client, bodies copied as they arrive (`execute { }`,
+  `respondBytesWriter`), as a proxy must for a large body: what streaming costs on its own.
+
+`--ladder` climbs instead, per engine of the cases, from `plain-limits` to the lab's proxy one
+piece at a time (LADDER: streaming, the lab's client, its metrics, its connection guards, its
+forwarding), each rung's CPU per request and rate against the first rung's in the same round.
+
+Every target is warmed up until its rate is stable and its JIT quiet (warmup.py), then measured
+over a fixed window with fixed connections; for a JVM, its CPU time and its threads' voluntary
+context switches (handoffs between threads) per request over the window too. Figures and every
+setting go to bench.json in the run folder.
 """
 
 from __future__ import annotations
@@ -55,8 +64,14 @@ def add_parser(sub) -> None:
         "--repeats",
         type=int,
         default=1,
-        help="rounds over every target, interleaved (A B A B); the table gives medians, and each "
-        "case's CPU against its minimal proxy as the median of the rounds' ratios (default: %(default)s)",
+        help="rounds over every target, interleaved (A B A B); the table gives medians, and each case's "
+        "CPU and rate against its references as the medians of the rounds' ratios (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="per engine of --cases, from the plain proxy with the lab's limits up to the lab's proxy, "
+        "one piece at a time, instead of the cases and their references",
     )
 
 
@@ -144,39 +159,74 @@ def run(args: argparse.Namespace) -> int:
 
 def one_round(lab: stack.Stack, cases: list[Case], args: argparse.Namespace) -> list[dict]:
     """Every target once: nginx, nginx proxy_pass, then each case and, after each engine's first
-    case, that engine's minimal proxy in its two forms."""
+    case, that engine's references (or, with --ladder, each engine's rungs)."""
     results = [measure("nginx direct", lab.upstream_url + args.path, args)]
     reference, url = lab.proxy_pass()
     results.append(measure("nginx proxy_pass", url + args.path, args))
     lab.stop_service(reference)
+    if args.ladder:
+        for engine in dict.fromkeys(case.engine for case in cases):
+            for rung, env in LADDER:
+                results.append(measure_lean(lab, rung_target(engine, rung), engine, env, args))
+        return results
+    seen: set[str] = set()
     for case in cases:
         proxy = lab.proxy(case)
         results.append(measure(case.name, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
         lab.stop_proxy()
         time.sleep(1)
-        singleton = Case("singleton", case.engine)
-        if case.lifetime == "singleton" or singleton not in cases:
-            for body in LEAN_FORMS:
-                lean = lab.proxy(singleton, jar=LEAN_PROXY_JAR, LEAN_BODY=body)
-                target = lean_target(case.engine, body)
-                results.append(measure(target, lean.url + args.path, args, jvm_pid=lean.service.pid))
-                lab.stop_proxy()
-                time.sleep(1)
+        if case.engine not in seen:
+            seen.add(case.engine)
+            for reference, env in REFERENCES:
+                results.append(measure_lean(lab, rung_target(case.engine, reference), case.engine, env, args))
     return results
 
 
-LEAN_FORMS = ("whole", "streamed")
+def measure_lean(lab: stack.Stack, target: str, engine: str, env: dict[str, str], args) -> dict:
+    """The minimal proxy (or a rung of the ladder) with `env`; the lab's own proxy for LAB_PROXY."""
+    singleton = Case("singleton", engine)
+    proxy = lab.proxy(singleton) if env is LAB_PROXY else lab.proxy(singleton, jar=LEAN_PROXY_JAR, **env)
+    r = measure(target, proxy.url + args.path, args, jvm_pid=proxy.service.pid)
+    lab.stop_proxy()
+    time.sleep(1)
+    return r
 
 
-def lean_target(engine: str, body: str) -> str:
-    """The bench's name for the minimal proxy of `engine` in the form `body` (LEAN_BODY)."""
-    return f"lean {engine}" if body == "whole" else f"lean {body} {engine}"
+# The references per engine (lean-proxy's variables): a plain client (plain-client/, no code of
+# the lab's) with the engine's defaults, with only the lab's connection limit, and that one streaming.
+REFERENCES = (
+    ("plain", {"LEAN_CLIENT": "plain"}),
+    ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
+    ("plain-limits streamed", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
+)
+# What the lab's overhead is judged against (the first is the goal's: 1.15x in CPU per request).
+BASES = ("plain-limits", "plain", "plain-limits streamed")
+LAB_PROXY: dict[str, str] = {}
+# From the plain proxy with the lab's limits to the lab's proxy, one piece at a time.
+LADDER = (
+    ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
+    ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
+    ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
+    (
+        "+ lab client, timeouts by HttpTimeout",
+        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags,engine,timeouts-plugin"},
+    ),
+    ("+ metrics", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics"}),
+    ("+ guards", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics,guards"}),
+    ("+ forwarder", {"LEAN_CLIENT": "lab", "LEAN_SERVER": "metrics,guards,forwarder"}),
+    ("lab proxy", LAB_PROXY),
+)
+
+
+def rung_target(engine: str, rung: str) -> str:
+    """The bench's name for a reference or rung of `engine`: `plain-limits okhttp`, `+ metrics okhttp`."""
+    return f"{rung} {engine}"
 
 
 def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
-    """One row per target in the order measured: medians over the rounds, and each case's CPU per
-    request against its engine's minimal proxy, in both forms, as the median of the ratios taken
-    within a round (the two ran minutes apart, not a whole round apart)."""
+    """One row per target in the order measured: medians over the rounds, and each case's (or
+    rung's) CPU per request and rate against its engine's references, as the medians of the
+    ratios taken within a round (the two ran minutes apart, not a whole round apart)."""
     targets = list(dict.fromkeys(r["target"] for r in rounds))
     rows = []
     for target in targets:
@@ -194,22 +244,33 @@ def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
         }
         rows.append(row)
     reference_rps = next(r for r in rows if r["target"] == "nginx proxy_pass")["rps"]
-    cpu = {(r["round"], r["target"]): r["cpu_ms_per_request"] for r in rounds}
+    by_round = {(r["round"], r["target"]): r for r in rounds}
     numbers = sorted({r["round"] for r in rounds})
+    engines = {case.name: case.engine for case in cases}
     for row in rows:
         row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
-        by_name = {case.name: case for case in cases}
-        engine = by_name[row["target"]].engine if row["target"] in by_name else None
-        for body, key in (("whole", "cpu_to_lean"), ("streamed", "cpu_to_lean_streamed")):
-            ratios = []
-            if engine:
+        engine = engines.get(row["target"]) or _engine_of_rung(row["target"])
+        for base in BASES:
+            key = base.replace("-", "_").replace(" ", "_")
+            cpu, rps = [], []
+            if engine and row["target"] != rung_target(engine, base):
                 for n in numbers:
-                    mine, ref = cpu.get((n, row["target"])), cpu.get((n, lean_target(engine, body)))
-                    if mine and ref:
-                        ratios.append(mine / ref)
-            row[f"{key}_rounds"] = [round(x, 3) for x in ratios]
-            row[key] = median(ratios)
+                    mine, ref = by_round.get((n, row["target"])), by_round.get((n, rung_target(engine, base)))
+                    if mine and ref and mine["cpu_ms_per_request"] and ref["cpu_ms_per_request"]:
+                        cpu.append(mine["cpu_ms_per_request"] / ref["cpu_ms_per_request"])
+                    if mine and ref and ref["rps"]:
+                        rps.append(mine["rps"] / ref["rps"])
+            row[f"cpu_to_{key}_rounds"] = [round(x, 3) for x in cpu]
+            row[f"cpu_to_{key}"] = median(cpu)
+            row[f"rps_to_{key}"] = median(rps)
     return rows
+
+
+def _engine_of_rung(target: str) -> str | None:
+    """The engine a reference or rung is of (`+ metrics okhttp` -> okhttp)."""
+    word = target.rsplit(" ", 1)[-1]
+    known = {rung for rung, _ in (*REFERENCES, *LADDER)}
+    return word if target.removesuffix(" " + word) in known else None
 
 
 def median(values: list) -> float | None:
@@ -228,12 +289,17 @@ def table(results: list[dict]) -> render.Table:
             render.Column("errors", lambda r: r["errors"]),
             render.Column("x proxy_pass", lambda r: r["ratio_to_proxy_pass"], 3),
             render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3),
-            render.Column("CPU x lean", lambda r: r["cpu_to_lean"], 2),
+            render.Column("CPU x plain-limits", lambda r: r["cpu_to_plain_limits"], 2),
             render.Column(
-                "x lean per round",
-                lambda r: " ".join(f"{x:.2f}" for x in r["cpu_to_lean_rounds"]) if r["rounds"] > 1 else "",
+                "x plain-limits per round",
+                lambda r: (
+                    " ".join(f"{x:.2f}" for x in r["cpu_to_plain_limits_rounds"]) if r["rounds"] > 1 else ""
+                ),
             ),
-            render.Column("CPU x lean streamed", lambda r: r["cpu_to_lean_streamed"], 2),
+            render.Column("rps x plain-limits", lambda r: r["rps_to_plain_limits"], 2),
+            render.Column("CPU x plain", lambda r: r["cpu_to_plain"], 2),
+            render.Column("rps x plain", lambda r: r["rps_to_plain"], 2),
+            render.Column("CPU x streamed", lambda r: r["cpu_to_plain_limits_streamed"], 2),
             render.Column("switches / req", lambda r: r["switches_per_request"], 1),
             render.Column(
                 "warm-up s",
@@ -241,5 +307,5 @@ def table(results: list[dict]) -> render.Table:
             ),
         ],
         results,
-        numeric=[False, True, True, True, True, True, True, True, False, True, True, True],
+        numeric=[False, True, True, True, True, True, True, True, False, True, True, True, True, True, True],
     )

@@ -1,10 +1,16 @@
 """`lab study engines`: each engine's own throughput, in-process, without the proxy.
 
-Ktor's client benchmark, corrected: a fresh JVM per engine and mode runs
+Ktor's client benchmark, corrected: a fresh JVM per engine, client and mode runs
 `engine-bench/target/engine-bench.jar` (the module engine-bench/) against nginx on loopback:
-unmeasured batches, then 10 batches x 1000 requests behind a real limit of 100 in flight, with every request's
-latency. The same engine "as published" (all 1000 of a batch launched at once) runs beside it,
-so the difference between the two designs is on the page.
+unmeasured batches, then 10 batches x 1000 requests behind a real limit of 100 in flight, with
+every request's latency and the JVM's CPU per request. The same engine "as published" (all 1000 of
+a batch launched at once) runs beside it, so the difference between the two designs is on the page.
+
+Beside the lab's client, each engine runs its references, written without any of the lab's code
+(plain-client/): `plain` (the engine's defaults, `client.get(url).bodyAsText()`) and
+`plain-limits` (only the lab's connection limit); the lab's rows show their ratios to both.
+`--ladder` climbs instead from `plain-limits` to the lab's client one setting at a time (LADDER).
+`--repeats` interleaves every run (A B A B); ratios are medians of those taken within a round.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import render, versions
-from ..cases import ENGINES, Case, all_of, engine_list
+from ..cases import ENGINE_FACTS, ENGINES, Case, all_of, engine_list
 from ..errors import LabError
 from ..machine import java
 from ..paths import REPO
@@ -27,12 +33,41 @@ from . import machinery
 JAR = REPO / "engine-bench" / "target" / "engine-bench.jar"
 
 
+# The clients each engine runs, by name, with engine-bench's options: the lab's, and the references.
+CLIENTS = (
+    ("lab", ()),
+    ("plain", ("--client", "plain")),
+    ("plain-limits", ("--client", "plain-limits")),
+)
+# From the plain client with the lab's limit to the lab's client, one setting at a time
+# (engine-bench's --parts and --read; EngineSetup.kt's ClientPart).
+LADDER = (
+    ("plain", ("--client", "plain")),
+    ("plain-limits", ("--client", "plain-limits")),
+    ("plain-limits, read raw", ("--client", "plain-limits", "--read", "raw")),
+    ("lab's code: limits", ("--parts", "limits", "--read", "raw")),
+    ("+ flags (no redirects, no transformers)", ("--parts", "limits,flags", "--read", "raw")),
+    ("+ engine settings (pool, retry, HTTP version)", ("--parts", "limits,flags,engine", "--read", "raw")),
+    ("+ timeouts on the engine's knobs", ("--parts", "limits,flags,engine,timeouts", "--read", "raw")),
+    (
+        "+ timeouts by HttpTimeout instead",
+        ("--parts", "limits,flags,engine,timeouts-plugin", "--read", "raw"),
+    ),
+    ("+ streaming (execute {}): the lab's client", ("--parts", "all", "--read", "stream")),
+)
+BASE = "plain-limits"
+
+
 @dataclass(frozen=True)
 class Bench:
-    """One run of the plan: one engine in a fresh JVM, with a limit in flight (0: the whole batch)."""
+    """One run of the plan: one engine and client in a fresh JVM, with a limit in flight (0: the
+    whole batch), in a round of the repeats."""
 
     engine: str
     concurrency: int
+    client: str = "lab"
+    options: tuple[str, ...] = ()
+    repeat: int = 1
 
 
 @dataclass
@@ -52,7 +87,15 @@ class Row:
     batch_rps_max: float
     batch_rps_median: float
     ktor_version: str
+    client: str = "lab"
+    repeat: int = 1
+    cpu_ms_per_request: float | None = None
     output: dict = field(default_factory=dict)
+    # Medians over the repeats and the ratios to the references (filled by summarize, one row per client).
+    rounds: int = 1
+    rps_to_plain_limits: float | None = None
+    rps_to_plain: float | None = None
+    cpu_to_plain_limits: float | None = None
 
     def to_json(self) -> dict:
         own = asdict(self)
@@ -73,7 +116,14 @@ def plan(args: argparse.Namespace) -> list[Bench]:
     elif not JAR.exists():
         raise LabError(f"{JAR.relative_to(REPO)} is missing: make build")
     modes = [args.concurrency] + ([0] if args.as_published else [])
-    return [Bench(engine, concurrency) for concurrency in modes for engine in engines]
+    clients = LADDER if args.ladder else CLIENTS
+    return [
+        Bench(engine, concurrency, client, options, repeat)
+        for repeat in range(1, args.repeats + 1)
+        for concurrency in modes
+        for engine in engines
+        for client, options in clients
+    ]
 
 
 def mode_name(concurrency: int, batch_size: int) -> str:
@@ -82,7 +132,7 @@ def mode_name(concurrency: int, batch_size: int) -> str:
 
 def measure(lab: Stack, bench: Bench, args: argparse.Namespace) -> list[Row]:
     url = lab.upstream_url + args.path
-    log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}.log"
+    log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}.log"
     argv = [
         java(),
         *args.java_opts.split(),
@@ -91,6 +141,7 @@ def measure(lab: Stack, bench: Bench, args: argparse.Namespace) -> list[Row]:
         *("--engine", bench.engine, "--url", url),
         *("--batches", str(args.batches), "--batch-size", str(args.batch_size)),
         *("--concurrency", str(bench.concurrency), "--warmup-batches", str(args.warmup_batches)),
+        *bench.options,
     ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
     log.write_text(f"$ {' '.join(argv)}\n{r.stdout}\n{r.stderr}")
@@ -110,22 +161,71 @@ def measure(lab: Stack, bench: Bench, args: argparse.Namespace) -> list[Row]:
             batch_rps_min=min(batch_rps),
             batch_rps_max=max(batch_rps),
             batch_rps_median=statistics.median(batch_rps),
+            client=bench.client,
+            repeat=bench.repeat,
+            cpu_ms_per_request=out.get("cpu_ms_per_request"),
             output=out,
         )
     ]
 
 
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:40]
+
+
 def progress(r: Row) -> str:
+    cpu = f", CPU {r.cpu_ms_per_request:.3f} ms/req" if r.cpu_ms_per_request is not None else ""
     return (
-        f"{r.engine:8} {r.mode}: {r.rps:,.0f} rps, p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, "
-        f"{r.failures} errors"
+        f"{r.engine:8} {r.mode} {r.client} #{r.repeat}: {r.rps:,.0f} rps, p50 {r.p50_ms:.1f} ms, "
+        f"p99 {r.p99_ms:.1f} ms{cpu}, {r.failures} errors"
     )
+
+
+def summarize(rows: list[Row]) -> list[Row]:
+    """One row per engine, mode and client: the median over the repeats (rps, CPU per request,
+    latency), and the ratios to the references as medians of the ratios within each round."""
+    by = {(r.engine, r.concurrency, r.client, r.repeat): r for r in rows}
+    out = []
+    for key in dict.fromkeys((r.engine, r.concurrency, r.client) for r in rows):
+        runs = [r for r in rows if (r.engine, r.concurrency, r.client) == key]
+        first = runs[0]
+
+        def med(attr: str, runs=runs):
+            known = [getattr(r, attr) for r in runs if getattr(r, attr) is not None]
+            return statistics.median(known) if known else None
+
+        row = Row(**{**asdict(first), "output": first.output})
+        for attr in ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_ms_per_request"):
+            setattr(row, attr, med(attr))
+        row.failures = sum(r.failures for r in runs)
+        row.batch_rps_min = min(r.batch_rps_min for r in runs)
+        row.batch_rps_max = max(r.batch_rps_max for r in runs)
+        row.rounds = len(runs)
+
+        def ratio(base: str, attr: str, runs=runs, key=key):
+            values = []
+            for r in runs:
+                ref = by.get((key[0], key[1], base, r.repeat))
+                if ref is not None and getattr(ref, attr) and getattr(r, attr) is not None:
+                    values.append(getattr(r, attr) / getattr(ref, attr))
+            return statistics.median(values) if values and key[2] != base else None
+
+        row.rps_to_plain_limits = ratio(BASE, "rps")
+        row.rps_to_plain = ratio("plain", "rps")
+        row.cpu_to_plain_limits = ratio(BASE, "cpu_ms_per_request")
+        out.append(row)
+    return out
 
 
 COLUMNS = [
     render.Column("engine", lambda r: r.engine),
     render.Column("in flight", lambda r: r.mode),
+    render.Column("client", lambda r: r.client),
     render.Column("rps", lambda r: r.rps),
+    render.Column("rps x plain-limits", lambda r: r.rps_to_plain_limits, 2),
+    render.Column("rps x plain", lambda r: r.rps_to_plain, 2),
+    render.Column("CPU ms / req", lambda r: r.cpu_ms_per_request, 3),
+    render.Column("CPU x plain-limits", lambda r: r.cpu_to_plain_limits, 2),
     render.Column("batch rps min-max", lambda r: f"{r.batch_rps_min:,.0f}-{r.batch_rps_max:,.0f}"),
     render.Column("p50 ms", lambda r: r.p50_ms, 1),
     render.Column("p90 ms", lambda r: r.p90_ms, 1),
@@ -135,7 +235,8 @@ COLUMNS = [
 ]
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(runs: list[Row], args: argparse.Namespace) -> machinery.Report:
+    rows = summarize(runs)
     engines = list(dict.fromkeys(r.engine for r in rows))
     modes = list(dict.fromkeys(r.concurrency for r in rows))
     settings = {
@@ -143,15 +244,20 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "batches": f"{args.warmup_batches} unmeasured, then {args.batches} measured"
         f" x {args.batch_size} requests",
         "limit in flight": args.concurrency,
-        "client": "the proxy's ClientFactory, fair limits (CLIENT_MAX_CONNECTIONS=1000), one client per JVM",
+        "clients": "lab: the proxy's ClientFactory, fair limits (CLIENT_MAX_CONNECTIONS=1000); "
+        "plain: HttpClient(Engine) { expectSuccess = false }, the engine's defaults; plain-limits: the same "
+        "with only the lab's limit (plain-client/, none of the lab's code); one client per JVM",
+        "repeats": f"{args.repeats}, interleaved; ratios are medians of those within a round",
         "JVM options": args.java_opts,
         "ktor": rows[0].ktor_version,
     }
 
+    chart_client = LADDER[-1][0] if args.ladder else "lab"
+
     def chart(key: str) -> dict[str, list]:
         return {
             mode_name(c, args.batch_size): [
-                machinery.find(rows, key, engine=e, concurrency=c) for e in engines
+                machinery.find(rows, key, engine=e, concurrency=c, client=chart_client) for e in engines
             ]
             for c in modes
         }
@@ -165,12 +271,32 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
             ),
         ),
     ]
+    if args.ladder:
+        tables = [
+            (f"{e}: the plain client with the lab's limit up to the lab's, {mode_name(c, args.batch_size)}",
+             machinery.table(LADDER_COLUMNS, [r for r in rows if r.engine == e and r.concurrency == c]))
+            for c in modes
+            for e in engines
+        ]  # fmt: skip
+        title = "In-process engine throughput: the lab's client, one setting at a time"
+    else:
+        tables = [("Per engine", machinery.table(COLUMNS, rows))]
+        title = "In-process engine throughput: batches behind a real concurrency limit"
     return machinery.Report(
-        "In-process engine throughput: batches behind a real concurrency limit",
-        settings,
-        [("Per engine", machinery.table(COLUMNS, rows))],
-        charts,
+        title, settings, tables, charts, notes=[f"{e}: {ENGINE_FACTS[e]}" for e in engines]
     )
+
+
+LADDER_COLUMNS = [
+    render.Column("rung", lambda r: r.client),
+    render.Column("rps", lambda r: r.rps),
+    render.Column("rps x plain-limits", lambda r: r.rps_to_plain_limits, 2),
+    render.Column("CPU ms / req", lambda r: r.cpu_ms_per_request, 3),
+    render.Column("CPU x plain-limits", lambda r: r.cpu_to_plain_limits, 2),
+    render.Column("p50 ms", lambda r: r.p50_ms, 1),
+    render.Column("p99 ms", lambda r: r.p99_ms, 1),
+    render.Column("errors", lambda r: r.failures),
+]
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -200,6 +326,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ktor", default="", help="a Ktor release of ktor-releases.tsv (default: the pom's)")
     p.add_argument(
         "--timeout", type=int, default=600, help="most seconds per engine run (default: %(default)s)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="rounds over every run, interleaved (default: %(default)s)"
+    )
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="from the plain client with the lab's limit to the lab's client, one setting at a time, "
+        "instead of the lab's client beside its references",
     )
 
 
