@@ -95,6 +95,13 @@ data class ProxyConfig(
     val httpVersion: HttpVersion = HttpVersion.HTTP_1_1,
     /** Null: the engine's own range of TLS versions. */
     val tlsVersion: TlsVersion? = null,
+    /** CIO only: requests share connections (GET and HEAD) instead of one dedicated connection each. */
+    val pipelining: Boolean = false,
+    /**
+     * The network the lab put between the proxy and the upstream (Toxiproxy: `docs/network.md`). The
+     * proxy does not apply it; it shows it in `lab_network_info`, beside `lab_proxy_info`.
+     */
+    val network: UpstreamNetwork = UpstreamNetwork(),
 ) {
     /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
     val caseName: String get() = "${lifetime.id}-${engine.id}"
@@ -152,10 +159,24 @@ data class ProxyConfig(
         }
         val HTTP_VERSION = choice("CLIENT_HTTP_VERSION", HttpVersion.entries)
         val TLS_VERSION = choice("CLIENT_TLS_VERSION", TlsVersion.entries)
+        val PIPELINING = onOff("CLIENT_PIPELINING")
+
+        // The network's values, worded as toxiproxy/lab_network.py words them (the runner and compose's
+        // toxiproxy-init check them there first).
+        private fun whole(name: String, accepts: String, max: Int) =
+            Variable(name, accepts) { v -> v.takeIf { s -> s.all { it.isDigit() } }?.toIntOrNull()?.takeIf { it <= max } }
+        val RTT = whole("UPSTREAM_RTT_MS", "whole milliseconds from 0 to ${UpstreamNetwork.RTT_MAX_MS}", UpstreamNetwork.RTT_MAX_MS)
+        val JITTER = whole("UPSTREAM_JITTER_MS", "whole milliseconds from 0 to UPSTREAM_RTT_MS", UpstreamNetwork.RTT_MAX_MS)
+        val BANDWIDTH = whole(
+            "UPSTREAM_BANDWIDTH_KBPS",
+            "KB/s from 0 (not limited) to ${UpstreamNetwork.BANDWIDTH_MAX_KBPS}",
+            UpstreamNetwork.BANDWIDTH_MAX_KBPS,
+        )
 
         private val ALL: List<Variable<*>> = listOf(
             ENGINE, LIFETIME, UPSTREAM_URL, HOST, PORT, MAX_CONNECTIONS, LIMITS, CONNECT_TIMEOUT, REQUEST_TIMEOUT,
-            ACCESS_LOG, RETRY_ON_STALE, HEADER_TIMEOUT, IDLE_TIMEOUT, CA_FILE, HTTP_VERSION, TLS_VERSION,
+            ACCESS_LOG, RETRY_ON_STALE, HEADER_TIMEOUT, IDLE_TIMEOUT, CA_FILE, HTTP_VERSION, TLS_VERSION, PIPELINING,
+            RTT, JITTER, BANDWIDTH,
         )
 
         /** Variable name to a one-line description of what it accepts (for errors and docs). */
@@ -181,8 +202,24 @@ data class ProxyConfig(
                 upstreamCaFile = CA_FILE.read(env),
                 httpVersion = HTTP_VERSION.read(env) ?: d.httpVersion,
                 tlsVersion = TLS_VERSION.read(env),
+                pipelining = PIPELINING.read(env) ?: d.pipelining,
+                network = UpstreamNetwork(RTT.read(env) ?: 0, JITTER.read(env) ?: 0, BANDWIDTH.read(env) ?: 0),
             )
-            return config.also { it.checkTls() }
+            return config.also {
+                it.checkTls()
+                it.checkPipelining()
+                it.network.check()
+            }
+        }
+
+        /** Pipelining is CIO's alone: asked of another engine, one line naming what to change. */
+        private fun ProxyConfig.checkPipelining() {
+            if (pipelining && engine != Engine.CIO) {
+                throw ConfigException(
+                    "CLIENT_PIPELINING=on is not possible with CLIENT_ENGINE=${engine.id}: only Ktor's CIO engine " +
+                        "pipelines (the others keep a pool of connections); use CLIENT_PIPELINING=off or CLIENT_ENGINE=cio",
+                )
+            }
         }
 
         /** The settings that only mean something together: one line naming what to change. */
@@ -213,5 +250,29 @@ data class ProxyConfig(
                 uri.rawQuery == null && uri.rawFragment == null && uri.rawUserInfo == null
             return if (ok) value.trimEnd('/') else null
         }
+    }
+}
+
+/**
+ * What lies between the proxy and the upstream, as the lab set it: a round trip (half each way), its
+ * jitter and a bandwidth per connection each way (0: not limited). All zero: nothing, the proxy calls
+ * the upstream directly.
+ */
+data class UpstreamNetwork(val rttMs: Int = 0, val jitterMs: Int = 0, val bandwidthKbps: Int = 0) {
+    val on: Boolean get() = rttMs > 0 || jitterMs > 0 || bandwidthKbps > 0
+
+    /** A [ConfigException] when the jitter exceeds the round trip (worded as toxiproxy/lab_network.py words it). */
+    fun check() {
+        if (jitterMs > rttMs) {
+            throw ConfigException(
+                "UPSTREAM_JITTER_MS=$jitterMs is more than UPSTREAM_RTT_MS=$rttMs: each round trip varies by up to +- " +
+                    "the jitter, which cannot exceed the round trip; lower UPSTREAM_JITTER_MS or raise UPSTREAM_RTT_MS",
+            )
+        }
+    }
+
+    companion object {
+        const val RTT_MAX_MS = 10_000
+        const val BANDWIDTH_MAX_KBPS = 10_000_000
     }
 }

@@ -111,7 +111,46 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
             .description("Live threads whose top stack frame is not park (runnable, blocked in I/O or waiting on a monitor)")
             .register(registry)
         registerInfo(registry)
+        registerNetworkInfo(registry)
+        bindConnections(registry)
         tls?.let { bindTls(registry, it) }
+    }
+
+    /**
+     * `lab_network_info`: what the lab put between the proxy and the upstream (`rtt_ms`, `jitter_ms`,
+     * `bandwidth_kbps`; all `0`: nothing). Not applied here: Toxiproxy does that (docs/network.md).
+     */
+    private fun registerNetworkInfo(registry: MeterRegistry) {
+        val n = config.network
+        Gauge.builder("lab.network.info") { 1.0 }
+            .description("The network between the proxy and the upstream as the lab set it; value is always 1")
+            .tag("rtt_ms", n.rttMs.toString())
+            .tag("jitter_ms", n.jitterMs.toString())
+            .tag("bandwidth_kbps", n.bandwidthKbps.toString())
+            .tag("network", if (n.on) "on" else "none")
+            .register(registry)
+    }
+
+    /**
+     * The proxy's sockets to the upstream by state (the kernel's view, alike for every engine), and the
+     * connections in the client's pool, in use and idle, where the engine exposes its pool.
+     */
+    private fun bindConnections(registry: MeterRegistry) {
+        // Held strongly: a gauge keeps only a weak reference to its object by default.
+        val sockets = UpstreamSockets(UpstreamSockets.portOf(config.upstreamUrl))
+        Gauge.builder("lab.upstream.sockets", sockets) { it.counts().established.toDouble() }
+            .description("The proxy's TCP sockets to the upstream's port, by state (from /proc/self/net/tcp)")
+            .tag("state", "established").strongReference(true).register(registry)
+        Gauge.builder("lab.upstream.sockets", sockets) { it.counts().timeWait.toDouble() }
+            .description("The proxy's TCP sockets to the upstream's port, by state (from /proc/self/net/tcp)")
+            .tag("state", "time_wait").strongReference(true).register(registry)
+        if (settings["pool_metrics"] != "exposed") return
+        Gauge.builder("lab.client.pool.connections", ClientPools) { it.total().inUse.toDouble() }
+            .description("Connections in the clients' pools (summed over live clients), by state")
+            .tag("state", "in_use").register(registry)
+        Gauge.builder("lab.client.pool.connections", ClientPools) { it.total().idle.toDouble() }
+            .description("Connections in the clients' pools (summed over live clients), by state")
+            .tag("state", "idle").register(registry)
     }
 
     /** Full TLS handshakes the client made, by TLS version and the protocol ALPN chose (resumed ones are not counted). */

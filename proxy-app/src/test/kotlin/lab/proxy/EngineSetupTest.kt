@@ -62,4 +62,30 @@ class EngineSetupTest {
             assertTrue("Ktor $release does not publish the apache engine" in error.message!!, error.message)
         }
     }
+
+    @Test
+    fun `OkHttp and Apache5 expose their pools, the others say they do not`() {
+        val built = EngineSetup.built()
+        val exposed = built.associateWith { settings(it)["pool_metrics"] }
+        assertEquals(
+            mapOf(
+                Engine.CIO to "not exposed", Engine.APACHE to "not exposed", Engine.APACHE5 to "exposed",
+                Engine.OKHTTP to "exposed", Engine.JAVA to "not exposed",
+            ).filterKeys { it in built },
+            exposed,
+        )
+        assertEquals("on", ClientFactory.effectiveSettings(ProxyConfig(pipelining = true))["pipelining"])
+    }
+
+    @Test
+    fun `a client's pool is counted from its creation until it is closed`() {
+        for (engine in listOf(Engine.OKHTTP, Engine.APACHE5)) {
+            val before = ClientPools.size
+            val client = EngineSetup.of(engine).create(ProxyConfig(engine = engine))
+            assertEquals(before + 1, ClientPools.size, "$engine")
+            client.close()
+            kotlinx.coroutines.runBlocking { client.coroutineContext[kotlinx.coroutines.Job]!!.join() }
+            assertEquals(before, ClientPools.size, "$engine")
+        }
+    }
 }

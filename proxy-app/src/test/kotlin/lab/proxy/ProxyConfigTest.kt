@@ -92,6 +92,12 @@ class ProxyConfigTest {
             "CLIENT_HTTP_VERSION|3|1.1, 2",
             "CLIENT_TLS_VERSION|1.1|1.2, 1.3",
             "UPSTREAM_CA_FILE|/no/such/ca.pem|a readable PEM file",
+            "CLIENT_PIPELINING|yes|on, off",
+            "UPSTREAM_RTT_MS|20ms|whole milliseconds from 0 to 10000",
+            "UPSTREAM_RTT_MS|-1|whole milliseconds from 0 to 10000",
+            "UPSTREAM_RTT_MS|10001|whole milliseconds from 0 to 10000",
+            "UPSTREAM_JITTER_MS|1.5|whole milliseconds from 0 to UPSTREAM_RTT_MS",
+            "UPSTREAM_BANDWIDTH_KBPS|fast|KB/s from 0 (not limited) to 10000000",
         ],
     )
     fun `a bad value names the variable and the valid values`(name: String, value: String, valid: String) {
@@ -109,7 +115,8 @@ class ProxyConfigTest {
                 "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
                 "CLIENT_LIMITS", "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
                 "CLIENT_RETRY_ON_STALE", "SERVER_HEADER_TIMEOUT_MS", "SERVER_IDLE_TIMEOUT_MS",
-                "UPSTREAM_CA_FILE", "CLIENT_HTTP_VERSION", "CLIENT_TLS_VERSION",
+                "UPSTREAM_CA_FILE", "CLIENT_HTTP_VERSION", "CLIENT_TLS_VERSION", "CLIENT_PIPELINING",
+                "UPSTREAM_RTT_MS", "UPSTREAM_JITTER_MS", "UPSTREAM_BANDWIDTH_KBPS",
             ),
             documented,
         )
@@ -131,5 +138,30 @@ class ProxyConfigTest {
             val message = assertFailsWith<ConfigException>(env.toString()) { ProxyConfig.fromEnv(env) }.message!!
             assertTrue(names in message && "\n" !in message, message)
         }
+    }
+
+    @Test
+    fun `the network's values are read for lab_network_info, off by default, the jitter no more than the round trip`() {
+        assertEquals(UpstreamNetwork(), ProxyConfig.fromEnv(emptyMap()).network)
+        assertEquals(false, ProxyConfig.fromEnv(mapOf("UPSTREAM_RTT_MS" to "0")).network.on)
+        val network = ProxyConfig.fromEnv(
+            mapOf("UPSTREAM_RTT_MS" to "20", "UPSTREAM_JITTER_MS" to "4", "UPSTREAM_BANDWIDTH_KBPS" to "1000"),
+        ).network
+        assertEquals(UpstreamNetwork(20, 4, 1000), network)
+        assertTrue(network.on)
+        val message = assertFailsWith<ConfigException> {
+            ProxyConfig.fromEnv(mapOf("UPSTREAM_RTT_MS" to "2", "UPSTREAM_JITTER_MS" to "3"))
+        }.message!!
+        // Worded as toxiproxy/lab_network.py words it (the runner and compose's toxiproxy-init check it first).
+        assertTrue(message.startsWith("UPSTREAM_JITTER_MS=3 is more than UPSTREAM_RTT_MS=2") && "\n" !in message, message)
+    }
+
+    @Test
+    fun `pipelining is CIO's alone`() {
+        assertEquals(true, ProxyConfig.fromEnv(mapOf("CLIENT_PIPELINING" to "on")).pipelining)
+        val message = assertFailsWith<ConfigException> {
+            ProxyConfig.fromEnv(mapOf("CLIENT_ENGINE" to "okhttp", "CLIENT_PIPELINING" to "on"))
+        }.message!!
+        assertTrue(message.startsWith("CLIENT_PIPELINING=on is not possible with CLIENT_ENGINE=okhttp"), message)
     }
 }

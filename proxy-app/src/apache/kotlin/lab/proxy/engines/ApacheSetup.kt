@@ -56,6 +56,7 @@ object ApacheSetup : EngineSetup {
                 "max_connections_total" to "engine_default",
                 "max_connections_per_route" to "engine_default",
                 "retry_on_stale" to "none", // the engine has no retry
+                "pool_metrics" to "not exposed", // its connection manager is built inside Ktor's engine
             )
         }
         val apache = ApacheEngineConfig().apply { configure(config) }
@@ -65,6 +66,7 @@ object ApacheSetup : EngineSetup {
             "socket_timeout_ms" to apache.socketTimeout.toString(),
             "io_threads" to EngineSetup.IO_THREADS.toString(),
             "retry_on_stale" to "none", // the engine has no retry
+            "pool_metrics" to "not exposed", // its connection manager is built inside Ktor's engine
         )
     }
 }

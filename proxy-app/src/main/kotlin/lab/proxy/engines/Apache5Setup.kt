@@ -10,11 +10,14 @@ package lab.proxy.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache5.Apache5
 import io.ktor.client.engine.apache5.Apache5EngineConfig
+import lab.proxy.ClientPools
 import lab.proxy.HttpVersion
 import lab.proxy.ProxyConfig
 import lab.proxy.TlsVersion
 import lab.proxy.UpstreamTls
 import org.apache.hc.client5.http.config.TlsConfig
+import org.apache.hc.client5.http.impl.async.HttpAsyncClientBuilder
+import org.apache.hc.client5.http.impl.nio.PoolingAsyncClientConnectionManager
 import org.apache.hc.core5.http.ssl.TLS
 import org.apache.hc.core5.http2.HttpVersionPolicy
 import lab.proxy.RetryOnStale
@@ -36,14 +39,40 @@ import java.net.UnknownHostException
 import javax.net.ssl.SSLException
 
 object Apache5Setup : EngineSetup {
-    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Apache5) {
-        engine { configure(config, parts) }
-        labCommon(config, parts)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient {
+        val pool = ManagerPool()
+        val client = HttpClient(Apache5) {
+            engine { configure(config, parts, pool) }
+            labCommon(config, parts)
+        }
+        return if (MANAGER_FIELD != null) ClientPools.track(client, pool) else client
     }
 
-    private fun Apache5EngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
-        if (ClientPart.ENGINE in parts) {
-            customizeClient {
+    /**
+     * The client's connection manager, once its engine has built it (at the first request: Ktor builds
+     * HttpClient 5 lazily, and the manager inside it); in use is HttpClient 5's "leased", idle its "available".
+     */
+    private class ManagerPool : ClientPools.Pool {
+        @Volatile
+        var manager: PoolingAsyncClientConnectionManager? = null
+
+        override fun counts(): ClientPools.Counts =
+            manager?.totalStats?.let { ClientPools.Counts(it.leased, it.available) } ?: ClientPools.Counts(0, 0)
+    }
+
+    /**
+     * Ktor builds the manager inside its engine and hands it to the client builder before our
+     * `customizeClient` runs; the builder keeps it in a private field, read here (null: this
+     * HttpClient 5 has no such field, and the pool is not exposed).
+     */
+    private val MANAGER_FIELD = runCatching {
+        HttpAsyncClientBuilder::class.java.getDeclaredField("connManager").apply { isAccessible = true }
+    }.getOrNull()
+
+    private fun Apache5EngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL, pool: ManagerPool? = null) {
+        // One block: a second customizeClient would replace the first.
+        customizeClient {
+            if (ClientPart.ENGINE in parts) {
                 when (config.retryOnStale) {
                     RetryOnStale.ON -> setRetryStrategy(StaleConnectionRetry)
                     RetryOnStale.OFF -> disableAutomaticRetries()
@@ -51,6 +80,7 @@ object Apache5Setup : EngineSetup {
                 }
                 if (config.fair) setIOReactorConfig(IOReactorConfig.custom().setIoThreadCount(EngineSetup.IO_THREADS).build())
             }
+            if (pool != null) pool.manager = MANAGER_FIELD?.get(this) as? PoolingAsyncClientConnectionManager
         }
         val tls = UpstreamTls.of(config)
         if (tls != null) sslContext = tls.sslContext
@@ -96,11 +126,13 @@ object Apache5Setup : EngineSetup {
     override fun settings(config: ProxyConfig): Map<String, String> {
         // on: idempotent requests once, on a closed connection too; engine: the default strategy.
         val retry = config.retryOnStale.id
+        val poolMetrics = if (MANAGER_FIELD != null) "exposed" else "not exposed"
         if (!config.fair) {
             return linkedMapOf(
                 "max_connections_total" to "engine_default",
                 "max_connections_per_route" to "engine_default",
                 "retry_on_stale" to retry,
+                "pool_metrics" to poolMetrics,
             )
         }
         val apache5 = Apache5EngineConfig().apply { configure(config) }
@@ -111,6 +143,7 @@ object Apache5Setup : EngineSetup {
             "io_threads" to EngineSetup.IO_THREADS.toString(),
             "retry_on_stale" to retry,
             "h2_multiplexing" to if (config.tls && config.httpVersion == HttpVersion.HTTP_2) "on" else "off",
+            "pool_metrics" to poolMetrics,
         )
     }
 }

@@ -1,7 +1,8 @@
 /**
  * CIO, Ktor's coroutine engine. Without pipelining it opens a dedicated connection for every
  * request (`Endpoint.makeDedicatedRequest`), so there is no pooled connection to go stale and
- * nothing to retry; the lab keeps that default and shows its cost.
+ * nothing to retry; the lab keeps that default and shows its cost. `CLIENT_PIPELINING=on` turns
+ * pipelining on: GET and HEAD then share connections (and queue behind one another on them).
  */
 package lab.proxy.engines
 
@@ -25,6 +26,7 @@ object CioSetup : EngineSetup {
     private fun CIOEngineConfig.configure(config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
         // Ktor's own TLS, not the JDK's: it takes the trust manager alone (TLS 1.2, no session resumption).
         UpstreamTls.of(config)?.let { tls -> https { trustManager = tls.trustManager } }
+        pipelining = config.pipelining
         if (ClientPart.TIMEOUTS in parts) {
             // CIO's own request timer (a coroutine per request, 15 s by default) gives way to the proxy's watchdog.
             requestTimeout = 0
@@ -46,7 +48,9 @@ object CioSetup : EngineSetup {
             "keep_alive_ms" to cio.endpoint.keepAliveTime.toString(),
             "cio_request_timeout_ms" to cio.requestTimeout.toString(), // 0: none of CIO's own
             "pipelining" to if (cio.pipelining) "on" else "off",
-            "retry_on_stale" to "n/a", // no pooled connection without pipelining
+            // No pooled connection without pipelining; with it, CIO has no retry of its own.
+            "retry_on_stale" to if (cio.pipelining) "none" else "n/a",
+            "pool_metrics" to "not exposed", // CIO's endpoints and their connections are internal
         )
     }
 }

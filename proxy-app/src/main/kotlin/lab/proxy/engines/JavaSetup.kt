@@ -51,6 +51,7 @@ object JavaSetup : EngineSetup {
         if (config.fair) out["keep_alive_cache"] = config.maxConnections.toString()
         out["java_http_version"] = version(config).name
         out["retry_on_stale"] = "always" // idempotent requests, once: the JDK's own
+        out["pool_metrics"] = "not exposed" // the JDK's HttpClient has no API for its connections
         return out
     }
 }

@@ -7,6 +7,7 @@ package lab.proxy.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.okhttp.OkHttp
+import lab.proxy.ClientPools
 import lab.proxy.ProxyConfig
 import lab.proxy.RetryOnStale
 import lab.proxy.HttpVersion
@@ -20,10 +21,28 @@ import okhttp3.OkHttpClient
 import java.util.concurrent.TimeUnit
 
 object OkHttpSetup : EngineSetup {
-    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(OkHttp) {
-        engine { config { configure(this, config, parts) } }
-        labCommon(config, parts)
+    override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient {
+        val pool = ownPool(config, parts)
+        val client = HttpClient(OkHttp) {
+            engine { config { configure(this, config, parts, pool) } }
+            labCommon(config, parts)
+        }
+        // Its own pool, counted until the client closes (lab_client_pool_connections).
+        return pool?.let { p ->
+            ClientPools.track(client) {
+                val idle = p.idleConnectionCount()
+                ClientPools.Counts(p.connectionCount() - idle, idle)
+            }
+        } ?: client
     }
+
+    /** The client's own pool with the lab's limits; null: OkHttp's default (shared process-wide by Ktor's prototype). */
+    private fun ownPool(config: ProxyConfig, parts: Set<ClientPart>): ConnectionPool? =
+        if (config.fair && ClientPart.ENGINE in parts) {
+            ConnectionPool(config.maxConnections, EngineSetup.KEEP_ALIVE_MS, TimeUnit.MILLISECONDS)
+        } else {
+            null
+        }
 
     /** The dispatcher this client uses: the lab's limit, or OkHttp's own (64, 5 per host). */
     private fun dispatcher(config: ProxyConfig, parts: Set<ClientPart>): Dispatcher = Dispatcher().apply {
@@ -33,7 +52,12 @@ object OkHttpSetup : EngineSetup {
         }
     }
 
-    private fun configure(builder: OkHttpClient.Builder, config: ProxyConfig, parts: Set<ClientPart> = ClientPart.ALL) {
+    private fun configure(
+        builder: OkHttpClient.Builder,
+        config: ProxyConfig,
+        parts: Set<ClientPart> = ClientPart.ALL,
+        pool: ConnectionPool? = ownPool(config, parts),
+    ) {
         builder.dispatcher(dispatcher(config, parts))
         if (ClientPart.TIMEOUTS in parts) {
             builder.connectTimeout(config.connectTimeoutMs, TimeUnit.MILLISECONDS)
@@ -55,9 +79,7 @@ object OkHttpSetup : EngineSetup {
             }
         }
         if (ClientPart.ENGINE !in parts) return
-        if (config.fair) {
-            builder.connectionPool(ConnectionPool(config.maxConnections, EngineSetup.KEEP_ALIVE_MS, TimeUnit.MILLISECONDS))
-        }
+        pool?.let { builder.connectionPool(it) }
         // One-shot request bodies (Ktor's) are never sent twice: only a request whose body was
         // not started yet is retried on a new connection.
         if (config.retryOnStale != RetryOnStale.ENGINE) builder.retryOnConnectionFailure(config.retryOnStale == RetryOnStale.ON)
@@ -78,6 +100,7 @@ object OkHttpSetup : EngineSetup {
         }
         val retry = if (built.retryOnConnectionFailure) "on" else "off" // on: until the body starts
         out["retry_on_stale"] = if (config.retryOnStale == RetryOnStale.ENGINE) "engine:$retry" else retry
+        out["pool_metrics"] = if (config.fair) "exposed" else "not exposed" // the default pool is Ktor's, unseen
         built.dispatcher.executorService.shutdown()
         return out
     }
