@@ -3,6 +3,7 @@ engine runs here: the effective config of the base and of every overlay is what 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -20,8 +21,10 @@ from ktor_lab.paths import PROXY_JAR, REPO
 from ktor_lab.processes import free_port
 
 DOTENV = compose.dotenv()
-EXTRAS = ("distributed", "headless")
+EXTRAS = tuple(compose.EXTRA_OVERLAYS)
 HEALTHCHECKED = ("nginx", "proxy", "locust", "prometheus", "grafana")
+# Services that run once and end: what depends on them waits for their success.
+ONE_SHOT = ("toxiproxy-init",)
 PORTS = {
     "proxy": (8080, 8080),
     "nginx": (8088, 80),
@@ -107,13 +110,19 @@ def all_renderings() -> list[tuple[str, ...]]:
         ("singleton-cio", "distributed"),
         ("singleton-cio", "headless"),
         ("per-call-okhttp", "distributed", "headless"),
+        ("per-call-okhttp", "network"),
+        ("singleton-okhttp", "https", "network"),
     ]
 
 
 @pytest.mark.parametrize("overlays", all_renderings(), ids=lambda o: "+".join(o) or "base")
 def test_every_mounted_path_exists_in_the_repository(overlays):
-    for name, service in render(*overlays)["services"].items():
+    rendered = render(*overlays)
+    for name, service in rendered["services"].items():
         for volume in service.get("volumes", []):
+            if volume["type"] == "volume":  # the lab CA's volume (lab-tls), declared by the stack
+                assert volume["source"] in rendered["volumes"], (name, volume)
+                continue
             assert volume["type"] == "bind", (name, volume)
             source = Path(volume["source"])
             assert source.exists(), f"{name}: {source} is not in the repository"
@@ -146,8 +155,9 @@ def test_healthchecks_and_dependencies(overlays):
     for name, service in services.items():
         for dependency, how in service.get("depends_on", {}).items():
             # A dependency with a healthcheck is waited for until healthy; the exporter's image
-            # has no shell or HTTP client, so it can only be started.
+            # has no shell or HTTP client, so it can only be started; a one-shot must succeed.
             expected = "service_healthy" if "healthcheck" in services[dependency] else "service_started"
+            expected = "service_completed_successfully" if dependency in ONE_SHOT else expected
             assert how["condition"] == expected, (name, dependency)
     assert services["proxy"]["depends_on"]["nginx"]["condition"] == "service_healthy"
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
@@ -193,12 +203,14 @@ def test_engine_defaults_can_be_chosen_from_the_shell():
 def test_documented_ports_on_loopback():
     services = render()["services"]
     for name, (published, target) in PORTS.items():
-        [port] = services[name]["ports"]
+        # nginx publishes its TLS port too (NGINX_TLS_HOST_PORT): the load port is the one named here.
+        [port] = [p for p in services[name]["ports"] if p["target"] == target]
         assert (port["host_ip"], int(port["published"]), port["target"]) == (
             "127.0.0.1",
             published,
             target,
         ), name
+        assert all(p["host_ip"] == "127.0.0.1" for p in services[name]["ports"]), name
     assert "ports" not in services["nginx-exporter"]
 
 
@@ -344,3 +356,39 @@ def test_the_proxy_image_context_sends_what_its_dockerfile_copies_and_no_more():
     assert set(allowed) - top == roots == {"proxy-app/src/main", "proxy-app/src/apache", "proxy-app/src/test"}
     # Locust's image installs the same pinned requirements the venv does (pins kept equal in test_locust).
     assert "-r /tmp/lab-requirements.txt" in (REPO / "locust" / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_network_overlay_puts_toxiproxy_under_nginx_s_name_for_the_proxy(tls):
+    overlays = ("per-call-okhttp", *(("https",) if tls else ()), "network")
+    services = render(*overlays, UPSTREAM_RTT_MS="20", UPSTREAM_JITTER_MS="2")["services"]
+    proxy, toxiproxy, init = services["proxy"], services["toxiproxy"], services["toxiproxy-init"]
+    # The proxy still calls nginx by name (and over TLS verifies nginx's certificate); the name is
+    # Toxiproxy's for it alone, through a link.
+    assert proxy["environment"]["UPSTREAM_URL"] == ("https://nginx:443" if tls else "http://nginx:80")
+    assert proxy["links"] == ["toxiproxy:nginx"]
+    assert "links" not in services["nginx-exporter"] and "links" not in services["locust"]
+    # Toxiproxy's proxies forward those two ports to the real nginx, by its name from its own container.
+    proxies = json.loads((REPO / "toxiproxy" / "proxies.json").read_text())
+    assert {(p["listen"], p["upstream"]) for p in proxies} == {
+        ("0.0.0.0:80", "nginx:80"),
+        ("0.0.0.0:443", "nginx:443"),
+    }
+    assert toxiproxy["image"] == DOTENV["TOXIPROXY_IMAGE"]
+    assert "-config=/toxiproxy/proxies.json" in toxiproxy["command"]
+    assert toxiproxy["healthcheck"]["test"] == ["CMD", "/toxiproxy-cli", "list"]  # no shell, no curl in it
+    [api] = toxiproxy["ports"]
+    assert (api["host_ip"], api["target"]) == ("127.0.0.1", 8474)
+    # The values from the shell reach the one-shot that sets the toxics and the proxy that shows them.
+    for service in (init, proxy):
+        env = service["environment"]
+        assert (env["UPSTREAM_RTT_MS"], env["UPSTREAM_JITTER_MS"], env["UPSTREAM_BANDWIDTH_KBPS"]) == (
+            "20",
+            "2",
+            "0",
+        )
+    assert init["entrypoint"] == ["python", "/toxiproxy/lab_network.py"]
+    assert init["image"] == services["locust"]["image"] and init["build"] == services["locust"]["build"]
+    assert proxy["depends_on"]["toxiproxy-init"]["condition"] == "service_completed_successfully"
+    # Off by default: with nothing set, the values are 0 (lab_network_info says none).
+    assert render("singleton-cio", "network")["services"]["proxy"]["environment"]["UPSTREAM_RTT_MS"] == "0"

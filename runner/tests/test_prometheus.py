@@ -53,7 +53,8 @@ class Observed:
 @pytest.fixture(scope="module")
 def observed(upstream, start_proxy, tmp_path_factory) -> Iterator[Observed]:
     run = tmp_path_factory.mktemp("observed")
-    with start_proxy("singleton-cio", upstream.url) as proxy:
+    # OkHttp: one of the engines that expose their pool, so the dashboard's pool panel has data too.
+    with start_proxy("singleton-okhttp", upstream.url) as proxy:
         services: list[Service] = []
         try:
             exporter_port, locust_port, prom_port = free_port(), free_port(), free_port()
@@ -84,7 +85,7 @@ def observed(upstream, start_proxy, tmp_path_factory) -> Iterator[Observed]:
                         "--web-port",
                         str(locust_port),
                         "--lab-case",
-                        "singleton-cio",
+                        "singleton-okhttp",
                     ),
                     run / "locust.log",
                 )
@@ -130,6 +131,9 @@ def test_prometheus_scrapes_proxy_locust_and_nginx(observed):
         "locust_lab_info",
         "nginx_connections_active",
         "rate(nginx_http_requests_total[10s])",
+        'lab_network_info{network="none", rtt_ms="0"}',
+        'lab_client_pool_connections{state="idle"}',
+        'lab_upstream_sockets{state="established"}',
     ]:
         assert query(base, q, at), f"no data for {q}"
 
@@ -138,7 +142,9 @@ def test_prometheus_scrapes_proxy_locust_and_nginx(observed):
     served = value(base, 'sum(rate(ktor_http_server_requests_seconds_count{status="200"}[10s]))', at)
     assert 80 <= sent <= 120, sent
     assert abs(served - sent) <= 0.15 * sent, (sent, served)
-    assert value(base, 'lab_proxy_info{case="singleton-cio"}', at) == 1
+    assert value(base, 'lab_proxy_info{case="singleton-okhttp"}', at) == 1
+    # One pooled connection to nginx (the pool keeps it), none in TIME_WAIT.
+    assert value(base, 'sum(lab_upstream_sockets{state="established"})', at) >= 1
 
 
 def variable_values(base: str, variable: dict) -> list[str]:
@@ -156,7 +162,7 @@ def test_every_dashboard_panel_query_returns_data(observed, path):
     dashboard = grafana.dashboards()[path]
     variables = dashboard["templating"]["list"]
     offered = {v["name"]: variable_values(observed.base, v) for v in variables}
-    assert offered == {"engine": ["cio"], "lifetime": ["singleton"]}
+    assert offered == {"engine": ["okhttp"], "lifetime": ["singleton"]}
     # Each variable as one value, then as "All" (the allValue regex).
     choices = [
         {name: values[0] for name, values in offered.items()},

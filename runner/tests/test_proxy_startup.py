@@ -42,6 +42,9 @@ def run_with(env: dict[str, str]) -> subprocess.CompletedProcess:
         ("UPSTREAM_URL", "http://127.0.0.1:0", "a port from 1 to 65535"),
         ("CLIENT_RETRY_ON_STALE", "sometimes", "on, off, engine"),
         ("SERVER_HEADER_TIMEOUT_MS", "1", "100 to 3600000"),
+        ("UPSTREAM_RTT_MS", "20ms", "whole milliseconds from 0 to 10000"),
+        ("UPSTREAM_BANDWIDTH_KBPS", "lots", "KB/s from 0 (not limited)"),
+        ("CLIENT_PIPELINING", "yes", "on, off"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.isupper() else None,
 )

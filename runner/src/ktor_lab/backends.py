@@ -16,10 +16,11 @@ from typing import ClassVar, Protocol
 from . import versions
 from .cases import ENGINE_TITLES, Case
 from .errors import LabError
-from .parts import compose, nginx
+from .network import Network, read
+from .parts import compose, nginx, toxiproxy
 from .paths import PROXY_JAR
 from .processes import free_port
-from .results import Plan
+from .results import NetworkRecord, Plan
 from .stack import Ports, Stack, grafana_binary, missing, require
 
 
@@ -46,8 +47,12 @@ class Backend(Protocol):
     def open(self, plan: Plan, out_dir: Path) -> None:
         """The parts every run shares; logs under `out_dir`."""
 
-    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
-        """A fresh proxy for `case` with the extra variables `env`; its host PID when visible."""
+    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
+        """A fresh proxy for `case` with the extra variables `env`, `network` between it and nginx
+        (Toxiproxy when it is on, nothing otherwise); its host PID when visible."""
+
+    def network_record(self, network: Network) -> NetworkRecord:
+        """What lies between the proxy and nginx now: `network`, and Toxiproxy's toxics as it reports them."""
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         """The new connections nginx logged between `since` and `until` (seconds since the epoch)."""
@@ -60,13 +65,6 @@ class Backend(Protocol):
 
     def describe(self) -> dict:
         """What results.json records of the backend."""
-
-
-def refuse_unapplied(cases: list[Case], kind: str) -> None:
-    """Dimensions no backend applies yet: an added round trip."""
-    for case in cases:
-        if case.rtt_ms:
-            raise LabError(f"case {case.name!r}: the {kind} backend adds no round trip (rtt)")
 
 
 def refuse_incapable(cases: list[Case]) -> None:
@@ -115,9 +113,8 @@ class NativeBackend:
         return self._stack.prometheus_url
 
     def check(self, plan: Plan) -> None:
-        refuse_unapplied(plan.cases_to_run(), self.kind)
         refuse_incapable(plan.cases_to_run())
-        problems = missing()
+        problems = missing(network=any(plan.network_for(c).on for c in plan.cases_to_run()))
         if self.grafana and grafana_binary() is None:
             problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
         require(problems)
@@ -127,6 +124,8 @@ class NativeBackend:
         exporter, Prometheus, Locust (and Grafana when asked for)."""
         releases = {versions.release(c.ktor) for c in plan.cases_to_run() if c.ktor}
         versions.ensure_jars(sorted(releases, key=lambda r: r.name))
+        if any(plan.network_for(c).on for c in plan.cases_to_run()):
+            toxiproxy.binary()  # built once, before the first run's clock starts
         self.java_opts, self.workers = plan.java_opts, plan.workers
         self.stack = Stack(out_dir / "logs", Ports.free(), plan.java_opts.split(), f"{self.scrape_seconds}s")
         self.stack.nginx()
@@ -136,11 +135,23 @@ class NativeBackend:
         if self.grafana:
             self.stack.grafana()
 
-    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
-        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK ("": the defaults)."""
+    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
+        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK ("": the defaults),
+        through Toxiproxy on loopback when `network` is on."""
         jar = versions.jar("proxy-app", versions.release(case.ktor)) if case.ktor else PROXY_JAR
         java_bin = versions.jdk(case.java).java if case.java else None
-        return self._stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
+        return self._stack.proxy(case, jar=jar, java=java_bin, network=network, **env).service.pid
+
+    def network_record(self, network: Network) -> NetworkRecord:
+        t = self._stack.toxiproxy
+        via = f"toxiproxy {t.version()} (native, built from its Go module)" if network.on and t else "none"
+        return NetworkRecord(
+            network.rtt_ms,
+            network.jitter_ms,
+            network.bandwidth_kbps,
+            via,
+            self._stack.toxics if network.on else {},
+        )
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         return self._stack.connections(since, until)
@@ -208,7 +219,6 @@ class ComposeBackend:
                 f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
                 f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
             )
-        refuse_unapplied(plan.cases_to_run(), self.kind)
         refuse_incapable(plan.cases_to_run())
         if problem := compose.engine_problem():
             raise LabError(f"cannot start: {problem} (--backend compose)")
@@ -216,7 +226,12 @@ class ComposeBackend:
     def open(self, plan: Plan, out_dir: Path) -> None:
         """Removes what killed runs left, builds the images from today's sources (Docker's cache
         makes this quick when nothing changed), the proxy's once per Ktor release of the plan."""
-        services = ("proxy", "nginx", "locust", "prometheus", *(("grafana",) if self.grafana else ()))
+        network = any(plan.network_for(c).on for c in plan.cases_to_run())
+        services = (
+            *("proxy", "nginx", "locust", "prometheus"),
+            *(("grafana",) if self.grafana else ()),
+            *(("toxiproxy",) if network else ()),  # its API, to read the toxics back
+        )
         self.workers = plan.workers
         self.project = compose.Project(
             self.name, {s: free_port() for s in services}, workers=plan.workers, grafana=self.grafana
@@ -228,15 +243,29 @@ class ComposeBackend:
         for release in sorted({c.ktor for c in plan.cases_to_run()}):
             self.project.build(**({"KTOR_VERSION": release} if release else {}))
 
-    def start_case(self, case: Case, env: dict[str, str]) -> int | None:
+    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
         """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
-        release); the proxy's host PID when it can be seen (the engine on this kernel), so the
-        warm-up can watch its JIT as natively."""
+        release), and compose/network.yml stacked on it when `network` is on (its values in the
+        project's environment); the proxy's host PID when it can be seen (the engine on this
+        kernel), so the warm-up can watch its JIT as natively."""
         project = self._project
         project.env.update(env)
+        project.env.update(network.env())
         project.env["KTOR_VERSION"] = case.ktor or self.default_ktor
-        project.up(case, fresh_proxy=True)
+        project.up(case, fresh_proxy=True, network=network.on)
         return project.container_pid("proxy")
+
+    def network_record(self, network: Network) -> NetworkRecord:
+        if not network.on:
+            return NetworkRecord(via="none")
+        image = compose.dotenv()["TOXIPROXY_IMAGE"]
+        return NetworkRecord(
+            network.rtt_ms,
+            network.jitter_ms,
+            network.bandwidth_kbps,
+            f"{image} (compose/network.yml)",
+            read(self._project.url("toxiproxy")),
+        )
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         return nginx.parse_connections(

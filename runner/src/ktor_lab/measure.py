@@ -60,11 +60,15 @@ def window_queries(engine: str, lifetime: str, seconds: int) -> dict[str, str]:
         "upstream_requests": f"sum(increase(lab_upstream_requests_seconds_count{{{sel}}}[{w}]))",
         "threads_live_max": f"max(max_over_time(jvm_threads_live_threads{{{sel}}}[{w}]))",
         "threads_active_unparked_max": f"max(max_over_time(lab_threads_active_unparked{{{sel}}}[{w}]))",
+        "threads_active_unparked_mean": f"avg(avg_over_time(lab_threads_active_unparked{{{sel}}}[{w}]))",
         "heap_max_bytes": f'max_over_time(sum(jvm_memory_used_bytes{{{sel}, area="heap"}})[{w}:1s])',
         "open_fds_max": f"max(max_over_time(process_files_open_files{{{sel}}}[{w}]))",
         "clients_opened": f"sum(increase(lab_clients_opened_total{{{sel}}}[{w}]))",
         "gc_pause_seconds": f"sum(increase(jvm_gc_pause_seconds_sum{{{sel}}}[{w}]))",
         "generator_cpu_max_percent": f"max(max_over_time(locust_cpu_percent[{w}]))",
+        "pool_in_use_max": f'max(max_over_time(lab_client_pool_connections{{{sel}, state="in_use"}}[{w}]))',
+        "pool_idle_max": f'max(max_over_time(lab_client_pool_connections{{{sel}, state="idle"}}[{w}]))',
+        "time_wait_max": f'max(max_over_time(lab_upstream_sockets{{{sel}, state="time_wait"}}[{w}]))',
     }
 
 
@@ -145,11 +149,13 @@ class ProxyScraper:
 def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
     """One run: a fresh proxy, warm-up, reset, window, then the window's figures."""
     case = spec.case
-    jvm_pid = backend.start_case(case, plan.proxy_env)
+    network = plan.network_for(case)
+    jvm_pid = backend.start_case(case, plan.proxy_env, network)
     idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.dimensions = plan.has_dimensions
     run.protocol, run.rtt_ms = case.protocol, case.rtt_ms
+    run.network = backend.network_record(network)
     scrape_proxy = ProxyScraper(backend.proxy_metrics_url, run)
     edges = load_and_measure(backend, spec, plan, run, jvm_pid, scrape_proxy)
     record_window(run, edges, idle)
@@ -160,6 +166,7 @@ def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
     )
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - edges.stopped)))
     run.leak = leak_check(idle, scrape_proxy("leak check"))
+    explain_connections(run, idle.get("lab_threads_active_unparked"))
     run.verdict = verdict.judge(run)
     return run
 
@@ -256,6 +263,35 @@ def connection_figures(new: list[nginx.Connection], requests: float) -> Connecti
     return figures
 
 
+# Below this many requests in flight on average, threads per request in flight says nothing.
+IN_FLIGHT_MIN = 1.0
+
+
+def explain_connections(run: Run, unparked_idle: float | None) -> None:
+    """The figures that explain a row's connections, into `run.connections`: requests in flight on
+    average (Little's law: the seconds the proxy spent serving, over the window), threads at work
+    per request in flight (active unparked threads on average over the window, less the idle
+    proxy's `unparked_idle`: a thread blocked in a read is unparked, one idle in a pool is parked),
+    and the round trips the network does not make for a new connection (new connections per
+    request x RTT: Toxiproxy's TCP handshake is local)."""
+    c = run.connections
+    if c is None:
+        return
+    c.threads_unparked_idle = unparked_idle
+    if run.proxy.server_seconds is not None and run.window.seconds:
+        c.in_flight_mean = round(run.proxy.server_seconds / run.window.seconds, 2)
+    active = run.prometheus.threads_active_unparked_mean
+    if (
+        c.in_flight_mean
+        and c.in_flight_mean >= IN_FLIGHT_MIN
+        and active is not None
+        and unparked_idle is not None
+    ):
+        c.threads_per_in_flight = round(max(0.0, active - unparked_idle) / c.in_flight_mean, 2)
+    if c.per_1000_requests is not None:
+        c.connect_rtt_ms_per_request = round(c.per_1000_requests / 1000 * run.rtt_ms, 2)
+
+
 def leak_check(idle: metrics.Samples, settled: metrics.Samples | None) -> Leak:
     """The proxy's threads and open files idle before the load and LEAK_SETTLE_S after it."""
     threads_idle, files_idle = resources(idle)
@@ -272,6 +308,7 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
     )
     if proxy.upstream_requests:
         proxy.cpu_seconds_per_1000_requests = proxy.cpu_seconds / proxy.upstream_requests * 1000
+    proxy.server_seconds = round(after.sum(f"{SERVER_TIMER}_sum") - before.sum(f"{SERVER_TIMER}_sum"), 3)
     served = metrics.delta(metrics.buckets(before, SERVER_TIMER), metrics.buckets(after, SERVER_TIMER))
     proxy.server_requests = served.get(float("inf"))
     for q in (50, 95, 99):

@@ -12,3 +12,5 @@ PROXY_JAR = PROXY_DIR / "target" / "proxy-app.jar"
 # `lab bench`'s reference: the simplest Ktor proxy, with the lab's client (lean-proxy/).
 LEAN_PROXY_JAR = REPO / "lean-proxy" / "target" / "lean-proxy.jar"
 LOCUST_DIR = REPO / "locust"
+# The network between the proxy and nginx: Toxiproxy's proxies and the toxics of the lab's values.
+TOXIPROXY_DIR = REPO / "toxiproxy"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import versions
 from .cases import PROTOCOLS, SCENARIOS, Case
+from .network import Network
 from .warmup import Warmup
 
 FORMAT = 1
@@ -95,11 +96,15 @@ class Plan:
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)
-    # Dimensions beyond the case (lab run --ktor, --java, --protocols): empty means the default
-    # build, JDK and protocol (http).
+    # Dimensions beyond the case (lab run --ktor, --java, --protocols, --rtt): empty means the
+    # default build, JDK, protocol (http) and round trip (0 ms: no network).
     ktor: list[str] = field(default_factory=list)
     java: list[str] = field(default_factory=list)
     protocols: list[str] = field(default_factory=list)
+    rtt: list[int] = field(default_factory=list)
+    # The network's other values, the same for every run (lab run --jitter, --bandwidth).
+    jitter_ms: int = 0
+    bandwidth_kbps: int = 0
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
@@ -110,6 +115,10 @@ class Plan:
             raise ValueError(
                 f"case {named[0].name!r} names its protocol; give it there or with --protocols, not both"
             )
+        if self.rtt and (named := [c for c in self.cases if c.rtt_ms]):
+            raise ValueError(f"case {named[0].name!r} names its rtt; give it there or with --rtt, not both")
+        for case in self.cases_to_run():
+            self.network_for(case)  # a NetworkError (ValueError) naming the variable
         for dim, given in (("ktor", self.ktor), ("java", self.java)):
             if given and (named := [c for c in self.cases if getattr(c, dim)]):
                 raise ValueError(
@@ -130,18 +139,25 @@ class Plan:
             raise ValueError("the matrix is empty: give at least one case, scenario and load level")
 
     def cases_to_run(self) -> list[Case]:
-        """The cases with the plan's dimensions applied, releases, JDKs and protocols outermost."""
+        """The cases with the plan's dimensions applied, releases, JDKs, protocols and round trips
+        outermost."""
         return [
             case.with_dimensions(
                 **({"ktor": ktor} if ktor else {}),
                 **({"java": java} if java else {}),
                 **({"protocol": protocol} if protocol else {}),
+                **({"rtt_ms": rtt} if rtt is not None else {}),
             )
             for ktor in self.ktor or [""]
             for java in self.java or [""]
             for protocol in self.protocols or [""]
+            for rtt in self.rtt or [None]
             for case in self.cases
         ]
+
+    def network_for(self, case: Case) -> Network:
+        """Between the proxy and nginx for `case`: its round trip, the plan's jitter and bandwidth."""
+        return Network(case.rtt_ms, self.jitter_ms, self.bandwidth_kbps)
 
     def runs(self) -> list[Spec]:
         """Every run in the order it is made: each repeat goes through all cases before the next."""
@@ -156,7 +172,9 @@ class Plan:
     @property
     def has_dimensions(self) -> bool:
         """True when a run's rows must name the release and the JDK (--ktor, --java, or a case's own)."""
-        return bool(self.ktor or self.java or self.protocols or any(c.dimensions() for c in self.cases))
+        return bool(
+            self.ktor or self.java or self.protocols or self.rtt or any(c.dimensions() for c in self.cases)
+        )
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -221,6 +239,9 @@ class ProxyFigures:
     server_p50_ms: float | None = None
     server_p95_ms: float | None = None
     server_p99_ms: float | None = None
+    # Seconds the proxy spent serving requests over the window (its server timer's sum): divided by
+    # the window, the requests in flight on average (Little's law).
+    server_seconds: float | None = None
 
 
 @dataclass
@@ -231,18 +252,25 @@ class PrometheusFigures:
     upstream_requests: float | None = None
     threads_live_max: float | None = None
     threads_active_unparked_max: float | None = None
+    threads_active_unparked_mean: float | None = None
     heap_max_bytes: float | None = None
     open_fds_max: float | None = None
     clients_opened: float | None = None
     gc_pause_seconds: float | None = None
     generator_cpu_max_percent: float | None = None
+    # The clients' pools (engines that expose one: OkHttp, Apache5; None for the others) and the
+    # proxy's sockets to the upstream in TIME_WAIT (the kernel's count, alike for every engine).
+    pool_in_use_max: float | None = None
+    pool_idle_max: float | None = None
+    time_wait_max: float | None = None
 
 
 @dataclass
 class ConnectionFigures:
     """New connections to the upstream over the window as nginx logged them (one line per new
-    connection, at its first request): counted alike for every engine. Full TLS handshakes are the
-    new TLS connections whose session was not resumed."""
+    connection, at its first request): counted alike for every engine (through Toxiproxy too: it
+    opens one connection to nginx for each of the proxy's). Full TLS handshakes are the new TLS
+    connections whose session was not resumed."""
 
     new: int = 0
     tls: int = 0
@@ -251,6 +279,14 @@ class ConnectionFigures:
     by_tls_version: dict[str, int] = field(default_factory=dict)  # TLSv1.2, TLSv1.3
     per_1000_requests: float | None = None
     full_tls_per_1000_requests: float | None = None
+    # What explains them (measure.explain_connections): requests in flight on average, threads at
+    # work (active unparked, above the idle proxy's) per request in flight, and the round trips a new
+    # connection would cost beyond what the network makes it cost (new connections per request x
+    # RTT: the TCP handshake with Toxiproxy is local; docs/network.md).
+    in_flight_mean: float | None = None
+    threads_unparked_idle: float | None = None
+    threads_per_in_flight: float | None = None
+    connect_rtt_ms_per_request: float | None = None
 
 
 @dataclass
@@ -290,6 +326,22 @@ class Verdict:
 
 
 @dataclass
+class NetworkRecord:
+    """What lay between the proxy and nginx: the lab's values, and Toxiproxy's toxics as it reported
+    them once they were set (`via` "none": the proxy called nginx directly)."""
+
+    rtt_ms: int = 0
+    jitter_ms: int = 0
+    bandwidth_kbps: int = 0
+    via: str = "none"
+    toxics: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Network:
+        return Network(self.rtt_ms, self.jitter_ms, self.bandwidth_kbps)
+
+
+@dataclass
 class Run:
     case: str
     engine: str
@@ -316,6 +368,7 @@ class Run:
     protocol: str = "http"
     rtt_ms: int = 0
     connections: ConnectionFigures | None = None
+    network: NetworkRecord | None = None
 
     @property
     def java_major(self) -> str:

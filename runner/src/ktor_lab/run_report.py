@@ -57,7 +57,26 @@ FIGURES = [
         1,
         "lower",
     ),
+    Figure(
+        "connect_rtt",
+        "connect RTT ms / req (modelled)",
+        lambda r: r.connections and r.connections.connect_rtt_ms_per_request,
+        1,
+        "lower",
+    ),
+    Figure("pool_in_use", "pool in use max", lambda r: r.prometheus.pool_in_use_max, 0, ""),
+    Figure("pool_idle", "pool idle max", lambda r: r.prometheus.pool_idle_max, 0, ""),
+    Figure("time_wait", "TIME_WAIT max", lambda r: r.prometheus.time_wait_max, 0, "lower"),
+    Figure(
+        "threads_per_flight",
+        "active threads / req in flight",
+        lambda r: r.connections and r.connections.threads_per_in_flight,
+        2,
+        "lower",
+    ),
 ]
+# The pool's figures: "not exposed" for an engine whose pool the proxy cannot see (pool_metrics).
+POOL_KEYS = ("pool_in_use", "pool_idle")
 BY_KEY = {f.key: f for f in FIGURES}
 # The figures the verdict speaks of, and the charts.
 VERDICT_FIGURES = ("rps", "p99", "cpu", "threads", "heap")
@@ -99,8 +118,20 @@ class Row:
     def repeats(self) -> int:
         return len(self.runs)
 
+    @property
+    def network(self) -> str:
+        """What lay between the proxy and nginx: `none`, or `RTT 20 ms +-2 ms, ...`."""
+        record = self.runs[0].network
+        return record.settings.describe() if record else "none"
+
     def cell(self, key: str) -> str:
         s, digits = self.figures[key], BY_KEY[key].digits
+        if (
+            s.median is None
+            and key in POOL_KEYS
+            and self.runs[0].proxy.settings.get("pool_metrics") == "not exposed"
+        ):
+            return "not exposed"
         if s.median is None:
             return "-"
         text = f"{s.median:,.{digits}f}"
@@ -227,8 +258,10 @@ def verdict_lines(group: Group) -> list[str]:
 
 # --- like with like: one dimension changed (lab run --ktor, --java) -------------------------
 
-# The figures a change of release or JDK is judged on.
+# The figures a change of release or JDK is judged on; a change of round trip, on latency and what
+# explains it (at a fixed rate, rps is the target).
 CHANGE_FIGURES = ("rps", "cpu", "threads", "heap")
+CHANGE_FIGURES_BY_DIMENSION = {"RTT": ("p50", "p99", "errors", "cpu", "threads", "conns")}
 
 
 @dataclass
@@ -259,9 +292,13 @@ class Change:
             return text, b.low > a.high or b.high < a.low
         return text, None
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return CHANGE_FIGURES_BY_DIMENSION.get(self.dimension, CHANGE_FIGURES)
+
     def sentence(self) -> str:
         parts, beyond = [], []
-        for key in CHANGE_FIGURES:
+        for key in self.keys:
             text, clear = self.figure(key)
             parts.append(text)
             if clear:
@@ -365,19 +402,21 @@ DIRECTIONS = (
 
 
 CHANGES_INTRO = (
-    "Each line holds the case, the scenario, the load and one of Ktor release and JDK, and changes the "
-    "other: medians before -> after (the change in percent). Higher rps is better; lower CPU, threads "
-    "and heap are better. A change counts when it is beyond the spread (min-max) of the repeats."
+    "Each line holds the case, the scenario, the load and all but one of Ktor release, JDK, protocol and "
+    "round trip (RTT), and changes that one: medians before -> after (the change in percent). Higher rps "
+    "is better; lower latency, errors, CPU, threads, heap and new connections are better. A change counts "
+    "when it is beyond the spread (min-max) of the repeats."
 )
 
 
 def table(group: Group) -> render.Table:
     columns = [
         render.Column("case", lambda r: r.case),
+        render.Column("network", lambda r: r.network),
         *[render.Column(f.heading, lambda r, k=f.key: r.cell(k)) for f in FIGURES],
         render.Column("what set the rate", lambda r: r.verdict_text()),
     ]
-    return render.Table(columns, group.rows, numeric=[False, *[True] * len(FIGURES), False])
+    return render.Table(columns, group.rows, numeric=[False, False, *[True] * len(FIGURES), False])
 
 
 def charts(group: Group) -> list[str]:
@@ -419,6 +458,25 @@ def intro(results: Results) -> str:
     )
 
 
+def network_line(results: Results) -> str | None:
+    """What lay between the proxy and nginx in these runs; None when nothing ever did."""
+    plan = results.plan
+    vias = sorted({r.network.via for r in results.runs if r.network and r.network.via != "none"})
+    if not (plan.rtt or plan.jitter_ms or plan.bandwidth_kbps or vias):
+        return None
+    rtts = ", ".join(f"{t} ms" for t in plan.rtt) or "as the cases name them"
+    bandwidth = (
+        f"{plan.bandwidth_kbps:,} KB/s per connection each way" if plan.bandwidth_kbps else "not limited"
+    )
+    return (
+        f"Network between the proxy and nginx: round trips {rtts}, jitter {plan.jitter_ms} ms, bandwidth "
+        f"{bandwidth}; at 0 ms none (the proxy calls nginx itself), otherwise "
+        f"{', '.join(vias) or 'Toxiproxy'}. "
+        "A new connection's TCP handshake with Toxiproxy is local: its round trip is the modelled column "
+        "(docs/network.md)."
+    )
+
+
 def settings(results: Results) -> list[str]:
     plan = results.plan
 
@@ -444,6 +502,8 @@ def settings(results: Results) -> list[str]:
             f"JDK {', '.join(plan.java) or 'the default java'} "
             "(each row names the release and the JDK's major version).",
         )
+    if line := network_line(results):
+        lines.insert(1, line)
     seen: dict[str, dict] = {}
     for run in results.runs:
         seen.setdefault(run.variant, run.proxy.settings)

@@ -22,7 +22,8 @@ from pathlib import Path
 from .cases import Case
 from .errors import LabError
 from .machine import java
-from .parts import faults, grafana, loadgen, nginx, prometheus, proxy
+from .network import Network
+from .parts import faults, grafana, loadgen, nginx, prometheus, proxy, toxiproxy
 from .paths import PROXY_JAR, REPO
 from .processes import Service, free_port, local_url, port_in_use
 
@@ -76,9 +77,9 @@ def grafana_binary() -> str | None:
     return shutil.which("grafana") or shutil.which("grafana-server")
 
 
-def missing(prometheus_too: bool = True, nginx_too: bool = True) -> list[str]:
-    """What is missing to run the native parts, each with how to get it."""
-    problems = []
+def missing(prometheus_too: bool = True, nginx_too: bool = True, network: bool = False) -> list[str]:
+    """What is missing to run the native parts (and Toxiproxy when `network`), each with how to get it."""
+    problems = [why for why in [toxiproxy.missing_reason()] if network and why]
     if nginx_too and not Path(nginx.NGINX).exists():
         problems.append("nginx is missing: apt-get install nginx-light libnginx-mod-http-js")
     elif nginx_too and not NJS_MODULE.exists():
@@ -131,6 +132,9 @@ class Stack:
         self.services: list[Service] = []
         self.current_proxy: Proxy | None = None
         self.locust_services: list[Service] = []
+        self.toxiproxy: toxiproxy.Toxiproxy | None = None
+        # The toxics Toxiproxy reported when the current proxy's network was set ({}: none).
+        self.toxics: dict[str, list[dict]] = {}
 
     def __enter__(self) -> Stack:
         return self
@@ -149,12 +153,32 @@ class Stack:
         """nginx's TLS port, by the address its certificate names (127.0.0.1)."""
         return f"https://127.0.0.1:{self.ports.nginx_tls}"
 
-    def upstream_for(self, case: Case) -> dict[str, str]:
+    def upstream_for(self, case: Case, network: Network | None = None) -> dict[str, str]:
         """The proxy's upstream variables for `case`'s protocol: nginx over http, or over TLS
-        trusting the lab CA only (`https`, `h2`; CLIENT_HTTP_VERSION comes with the case)."""
+        trusting the lab CA only (`https`, `h2`; CLIENT_HTTP_VERSION comes with the case); through
+        Toxiproxy's proxy of the same kind when `network` is on (its TLS proxy listens on
+        127.0.0.1, a name of nginx's certificate, and passes TLS through untouched)."""
+        through = self.toxiproxy if network is not None and network.on else None
         if case.protocol == "http":
-            return {"UPSTREAM_URL": self.upstream_url}
-        return {"UPSTREAM_URL": self.upstream_tls_url, "UPSTREAM_CA_FILE": str(nginx.CA_FILE)}
+            return {"UPSTREAM_URL": through.url("nginx") if through else self.upstream_url}
+        url = through.url("nginx-tls", "https") if through else self.upstream_tls_url
+        return {"UPSTREAM_URL": url, "UPSTREAM_CA_FILE": str(nginx.CA_FILE)}
+
+    def network(self, network: Network) -> dict[str, list[dict]]:
+        """Toxiproxy between the proxy and nginx (started on first use, after nginx) made
+        `network`'s; returns its toxics as it reports them. An off network leaves it out of
+        the path (`upstream_for`) and removes its toxics."""
+        if self.toxiproxy is None:
+            if not network.on:
+                return {}
+            self.toxiproxy = toxiproxy.start(
+                self.run_dir, {"http": self.ports.nginx, "tls": self.ports.nginx_tls}
+            )
+            self.services.append(self.toxiproxy.service)
+        if network.on:
+            self.toxiproxy.move()  # ports no earlier proxy dialled: its TIME_WAIT count is its own
+        toxics = self.toxiproxy.set(network)
+        return toxics if network.on else {}
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         """New connections to nginx between `since` and `until`, as it logged them."""
@@ -216,16 +240,24 @@ class Stack:
         port: int | None = None,
         jar: Path = PROXY_JAR,
         java: str | None = None,
+        network: Network | None = None,
         **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
         `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
         `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
-        Ktor release, versions.jar), `java` another JDK's java (versions.jdk)."""
+        Ktor release, versions.jar), `java` another JDK's java (versions.jdk). Between it and nginx,
+        `network` (default: the case's round trip, nothing else): Toxiproxy when it is on, and the
+        proxy is told its values (lab_network_info)."""
         self.stop_proxy()
         case = case if isinstance(case, Case) else Case.parse(case)
         port = port or self.ports.proxy
-        upstream = {"UPSTREAM_URL": upstream_url} if upstream_url else self.upstream_for(case)
+        if upstream_url:
+            upstream = {"UPSTREAM_URL": upstream_url}
+        else:
+            network = network if network is not None else Network(case.rtt_ms)
+            self.toxics = self.network(network)
+            upstream = {**self.upstream_for(case, network), **(network.env() if network.on else {})}
         env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
         service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
         self.current_proxy = Proxy(case, local_url(port), service)

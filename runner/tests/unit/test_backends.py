@@ -8,7 +8,9 @@ import ast
 import pytest
 
 from ktor_lab import backends
+from ktor_lab.cases import Case
 from ktor_lab.errors import LabError
+from ktor_lab.network import Network
 from ktor_lab.paths import REPO
 from ktor_lab.results import Plan, parse_load
 
@@ -22,7 +24,7 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
     for kind, cls in backends.BACKENDS.items():
         backend = backends.make(kind)
         assert backend.kind == kind and isinstance(backend.scrape_seconds, int)
-        for name in ("check", "open", "start_case", "container_ids", "close", "describe"):
+        for name in ("check", "open", "start_case", "network_record", "container_ids", "close", "describe"):
             assert callable(getattr(cls, name)), (kind, name)
         for name in ("locust_url", "locust_host", "proxy_metrics_url", "prometheus_url"):
             assert hasattr(cls, name), (kind, name)
@@ -45,17 +47,26 @@ def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_native_refuses_a_dimension_it_does_not_apply_yet(monkeypatch):
-    monkeypatch.setattr(backends, "missing", lambda: [])
+def test_native_refuses_what_an_engine_cannot_do_and_applies_the_network(monkeypatch):
+    asked = []
+    monkeypatch.setattr(backends, "missing", lambda network=False: asked.append(network) or [])
     backends.make("native").check(plan())
     backends.make("native").check(plan("per-call-okhttp protocol h2"))  # TLS and HTTP/2 are applied
     with pytest.raises(LabError, match="speaks HTTP/1.1 only"):
         backends.make("native").check(plan("singleton-cio protocol h2"))
-    with pytest.raises(LabError, match="adds no round trip"):
-        backends.make("native").check(plan("per-call-cio rtt 40"))
+    backends.make("native").check(plan("per-call-cio rtt 40"))  # the round trip is applied: Toxiproxy
+    assert asked == [False, False, True]
     monkeypatch.setattr(backends, "grafana_binary", lambda: None)
     with pytest.raises(LabError, match="grafana is not installed"):
         backends.make("native", grafana=True).check(plan())
+
+
+def test_both_backends_apply_the_round_trip():
+    """No backend refuses a round trip any more: both put Toxiproxy between the proxy and nginx."""
+    assert not hasattr(backends, "refuse_unapplied")
+    for cls in backends.BACKENDS.values():
+        assert "network" in cls.start_case.__code__.co_varnames
+        assert callable(cls.network_record)
 
 
 def test_compose_needs_a_docker_engine(monkeypatch):
@@ -88,3 +99,20 @@ def test_a_plan_applies_its_dimensions_to_every_case_and_refuses_them_twice():
         plan("singleton-cio ktor 3.5.1", ktor=["3.4.0"])
     with pytest.raises(ValueError, match="does not publish the apache engine"):
         plan("singleton-apache ktor 3.5.1")
+
+
+def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_once():
+    p = plan("singleton-okhttp", "per-call-okhttp", rtt=[0, 20], bandwidth_kbps=500)
+    assert [c.name for c in p.cases_to_run()] == [
+        "singleton-okhttp",
+        "per-call-okhttp",
+        "singleton-okhttp rtt 20",
+        "per-call-okhttp rtt 20",
+    ]
+    assert p.has_dimensions and len(p.runs()) == 4
+    assert p.network_for(p.cases_to_run()[2]) == Network(20, 0, 500)
+    assert not plan(rtt=[0]).network_for(Case("singleton", "cio")).on
+    with pytest.raises(ValueError, match="names its rtt; give it there or with --rtt, not both"):
+        plan("singleton-cio rtt 5", rtt=[20])
+    with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=3 is more than UPSTREAM_RTT_MS=0"):
+        plan(rtt=[0, 20], jitter_ms=3)

@@ -108,6 +108,12 @@ def test_overview_has_the_panels_the_issue_lists():
         "process_files_open_files",
         "nginx_http_requests_total",
         "nginx_connections_active",
+        # The network and the connection figures that explain a case (issue 31).
+        "lab_network_info",
+        "nginx_connections_accepted",
+        "lab_client_pool_connections",
+        "lab_upstream_sockets",
+        "ktor_http_server_requests_seconds_sum",
     ]:
         assert metric in exprs, metric
 

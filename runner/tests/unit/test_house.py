@@ -1,8 +1,8 @@
 """The runner's house rules, read from its imports (ast, every import, lazy ones included):
 data flows one way, layer by layer, and no module imports one that imports it back.
 
-Layers (docs/README.md draws them): base (errors, paths, cases, processes, rundirs, machine,
-metrics, warmup, versions) < parts/ < the lab's own machinery (stack, results, verdict, render,
+Layers (docs/README.md draws them): base (errors, paths, cases, network, processes, rundirs,
+machine, metrics, warmup, versions) < parts/ < the lab's own machinery (stack, results, verdict, render,
 measure, run_report, backends) < commands/ < studies/ < cli. A module imports only its own
 layer or below.
 """
@@ -15,7 +15,18 @@ from pathlib import Path
 from ktor_lab.paths import REPO
 
 SRC = REPO / "runner" / "src" / "ktor_lab"
-BASE = {"errors", "paths", "cases", "processes", "rundirs", "machine", "metrics", "warmup", "versions"}
+BASE = {
+    "errors",
+    "paths",
+    "cases",
+    "network",
+    "processes",
+    "rundirs",
+    "machine",
+    "metrics",
+    "warmup",
+    "versions",
+}
 MACHINERY = {"stack", "results", "verdict", "render", "measure", "run_report", "backends"}
 
 

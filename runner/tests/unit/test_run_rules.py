@@ -211,11 +211,15 @@ def test_report_from_a_stored_result(tmp_path):
     # One table per scenario and load, one row per case, the figures the issue lists.
     assert "## static-small, closed model, 1000 users, 1-2 s wait" in md
     assert (
-        "| case | rps | p50 ms | p95 ms | p99 ms | proxy p50 ms | proxy p99 ms | errors | CPU s / 1000 req |"
-        in md
+        "| case | network | rps | p50 ms | p95 ms | p99 ms | proxy p50 ms | proxy p99 ms | errors "
+        "| CPU s / 1000 req |" in md
+    )
+    # The connection figures in every row (a result from before the network: none between them).
+    assert (
+        "| new conns / 1k req | full TLS / 1k req | connect RTT ms / req (modelled) | pool in use max |" in md
     )
     for case in results["plan"]["cases"]:
-        assert re.search(rf"^\| {case} \| ", md, re.M), case
+        assert re.search(rf"^\| {case} \| none \| ", md, re.M), case
     # The earlier lab's setup is flagged, and its rps is not shown as capacity.
     earlier = [ln for ln in md.splitlines() if ln.startswith("| ") and "load-model" in ln]
     assert len(earlier) == len(results["plan"]["cases"]), md
@@ -330,3 +334,104 @@ def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
         ("protocol", "Ktor 3.4.0, JDK 17", "http", "h2"),
         ("protocol", "Ktor 3.4.0, JDK 17", "https", "h2"),
     }
+
+
+def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures():
+    from ktor_lab.measure import explain_connections
+    from ktor_lab.results import (
+        ConnectionFigures,
+        Leak,
+        NetworkRecord,
+        PrometheusFigures,
+        ProxyFigures,
+        Window,
+    )
+
+    runs = []
+    for case, engine, rtt, conns, p50 in (
+        ("singleton-okhttp", "okhttp", 0, 0.1, 2.0),
+        ("per-call-okhttp", "okhttp", 0, 1000.0, 3.0),
+        ("singleton-okhttp", "okhttp", 20, 0.1, 22.0),
+        ("per-call-okhttp", "okhttp", 20, 1000.0, 24.0),
+        ("per-call-cio", "cio", 20, 1000.0, 23.0),
+    ):
+        r = a_run(model="rate", target=50, rps=50)
+        r.case, r.engine, r.lifetime = case, engine, case.rsplit("-", 1)[0]
+        r.rtt_ms, r.dimensions = rtt, True
+        r.ktor, r.java = "3.4.0", "17.0.15"
+        r.locust.p50_ms = p50
+        r.network = NetworkRecord(rtt, via="toxiproxy 2.12.0" if rtt else "none")
+        r.window = Window(seconds=10.0)
+        r.proxy = ProxyFigures(
+            upstream_requests=500, server_seconds=500 * p50 / 1000, settings={"pool_metrics": "not exposed"}
+            if engine == "cio" else {"pool_metrics": "exposed"},
+        )  # fmt: skip
+        r.prometheus = PrometheusFigures(threads_live_max=40 + rtt, time_wait_max=conns / 2 if rtt else 0)
+        # Threads at work: 10 idle (Netty's loops and the like), OkHttp one more per request in flight.
+        r.prometheus.threads_active_unparked_mean = 10 + (1.2 if engine == "okhttp" and rtt else 0)
+        if engine == "okhttp":
+            r.prometheus.pool_in_use_max, r.prometheus.pool_idle_max = 1.0 + rtt, 0.0
+        r.leak = Leak(threads_idle=40)
+        r.connections = ConnectionFigures(new=int(conns / 2), per_1000_requests=conns)
+        explain_connections(r, 10.0)
+        runs.append(r)
+    # Requests in flight by Little's law: 500 requests x 24 ms over 10 s; threads at work above idle per one.
+    assert runs[3].connections.in_flight_mean == 1.2
+    assert runs[3].connections.threads_per_in_flight == 1.0
+    assert runs[4].connections.threads_per_in_flight == 0.0  # CIO: none above idle
+    assert runs[1].connections.threads_per_in_flight is None  # 0.15 in flight: nothing to divide by
+    # The TCP handshake Toxiproxy does not delay: one new connection per request at 20 ms.
+    assert runs[3].connections.connect_rtt_ms_per_request == 20.0
+    assert runs[2].connections.connect_rtt_ms_per_request == 0.0
+    plan = Plan(
+        cases=["singleton-okhttp", "per-call-okhttp", "per-call-cio"],
+        scenarios=["static-small"],
+        loads=[runs[0].load],
+        rtt=[0, 20],
+    )
+    results = Results(plan=plan, backend={}, environment={}, started="", runs=runs)
+    (group,) = run_report.groups(results)
+    rows = {row.case: row for row in group.rows}
+    assert rows["per-call-okhttp ktor 3.4.0 jdk 17 rtt 20"].network == "RTT 20 ms"
+    assert rows["per-call-okhttp ktor 3.4.0 jdk 17"].network == "none"
+    assert rows["per-call-cio ktor 3.4.0 jdk 17 rtt 20"].cell("pool_in_use") == "not exposed"
+    assert rows["per-call-okhttp ktor 3.4.0 jdk 17 rtt 20"].cell("pool_in_use") == "21"
+    md = run_report.table(group).markdown()
+    assert re.search(r"^\| per-call-okhttp ktor 3.4.0 jdk 17 rtt 20 \| RTT 20 ms \| ", md, re.M)
+    # One dimension changed: the round trip, judged on latency and what explains it.
+    lines = [c.sentence() for c in run_report.changes(group) if c.dimension == "RTT"]
+    assert any(
+        line.startswith(
+            "per-call-okhttp on Ktor 3.4.0, JDK 17, RTT 0 ms -> 20 ms: p50 ms 3.0 -> 24.0 (+700.0%)"
+        )
+        and "new conns / 1k req 1,000.0 -> 1,000.0" in line
+        for line in lines
+    ), lines
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--rtt", "0,fast"], "--rtt: UPSTREAM_RTT_MS='fast' is not valid; valid values: whole milliseconds"),
+        (["--rtt", "20001"], "--rtt: UPSTREAM_RTT_MS='20001' is not valid"),
+        (["--jitter", "-1"], "--jitter: UPSTREAM_JITTER_MS='-1' is not valid"),
+        (
+            ["--bandwidth", "1e3"],
+            "--bandwidth: UPSTREAM_BANDWIDTH_KBPS='1e3' is not valid; valid values: KB/s",
+        ),
+        (["--rtt", "0,20", "--jitter", "5"], "UPSTREAM_JITTER_MS=5 is more than UPSTREAM_RTT_MS=0"),
+        (["--cases", "singleton-cio rtt 5", "--rtt", "20"], "names its rtt; give it there or with --rtt"),
+    ],
+    ids=["rtt", "rtt-too-long", "jitter", "bandwidth", "jitter-above-rtt", "rtt-twice"],
+)
+def test_bad_network_values_stop_lab_run_in_one_line_naming_the_variable(argv, message, capsys):
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_bad_network_values_stop_lab_up_in_one_line_naming_the_variable(capsys):
+    assert main(["up", "singleton-cio", "--rtt", "abc"]) == 2
+    assert "--rtt: UPSTREAM_RTT_MS='abc' is not valid" in capsys.readouterr().err
+    assert main(["up", "singleton-cio", "--rtt", "2", "--jitter", "3"]) == 2
+    assert "UPSTREAM_JITTER_MS=3 is more than UPSTREAM_RTT_MS=2" in capsys.readouterr().err

@@ -121,3 +121,64 @@ def test_streaming_rows_are_set_beside_nginx_direct():
 
 def table_rows_of(md: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()[2:]]
+
+
+def test_distance_rows_make_tables_per_protocol_and_a_verdict_in_words():
+    from ktor_lab.studies.distance import PIPELINING, Row, verdict_lines
+
+    def row(case, rtt, avg, conns, threads, variant="", protocol="http", flags=("target", "not-warm")):
+        # OkHttp: a thread at work per request in flight (rtt / 10 of them); CIO: none.
+        active = rtt / 10 if "okhttp" in case else 0.0
+        return Row(
+            case=case, variant=variant, protocol=protocol, rtt_ms=rtt, target_rps=100.0, rps=100.0,
+            p50_ms=avg - 0.5, p99_ms=avg * 3, avg_ms=avg, failures=0, requests=1000, cpu_per_1000=2.0,
+            threads_max=threads, active_threads=active, threads_per_in_flight=1.0 if rtt >= 10 else None,
+            in_flight_mean=rtt / 10, conns_per_1000=conns, full_tls_per_1000=None,
+            connect_rtt_ms=conns / 1000 * rtt, time_wait_max=conns * 0.6, pool_in_use_max=None,
+            flags=list(flags),
+        )  # fmt: skip
+
+    rows = []
+    for rtt in (0, 1, 20, 80):
+        rows += [
+            row("singleton-okhttp", rtt, 2 + rtt, 1, 40 + rtt // 2),
+            row("per-call-okhttp", rtt, 3 + rtt * 1.1, 1000, 42 + rtt // 2),
+            row("singleton-cio", rtt, 2.5 + rtt, 1000, 30),
+            row("per-call-cio", rtt, 3 + rtt, 1000, 31),
+            row("singleton-cio", rtt, 2 + rtt, 2, 30, variant=PIPELINING),
+        ]
+    assert rows[1].mean_with_connect_ms == 3.0 and rows[6].mean_with_connect_ms == 3 + 1.1 + 1.0
+    assert rows[12].above_floor_ms == 2.0  # singleton-cio at 20 ms: p50 22.0 less the round trip
+    lines = verdict_lines(rows, "http")
+    okhttp = next(line for line in lines if line.startswith("okhttp:"))
+    assert okhttp.startswith("okhttp: per-call stops being a detail from 20 ms on")
+    assert "+23.0 ms at 20 ms" in okhttp
+    threads = next(line for line in lines if line.startswith("Threads at work grow"))
+    assert "singleton-okhttp 0.0 -> 8.0 (1.00 per request in flight at 80 ms)" in threads
+    assert "singleton-cio" not in threads
+    assert any(
+        line.startswith("Threads at work hold (0 -> 80 ms): ") and "per-call-cio 0.0 -> 0.0" in line
+        for line in lines
+    )
+    cio = next(line for line in lines if line.startswith("Singleton CIO"))
+    assert "80 ms: 162.5 ms mean with 1,000 new connections per 1,000 requests, against 82.1 ms" in cio
+    assert any(line.startswith("With pipelining on: 0 ms: 2.0 ms mean, 2 new connections") for line in lines)
+
+    report = STUDIES["distance"].report(rows, options("distance", "--protocols", "http"))
+    headings = [h for h, _ in report.tables]
+    assert headings[0] == "Verdict over http" and len(headings) == 6
+    latency = table_rows_of(report.tables[1][1])
+    assert latency[0][0] == "singleton-okhttp" and latency[-1][0] == "singleton-cio (pipelining)"
+    assert latency[1][3] == "4.5 / 45.0"  # per-call-okhttp at 20 ms: p50 - RTT / mean + 1 RTT per request
+    assert len(report.charts) == 2
+
+
+def test_distance_plans_a_fixed_rate_over_every_case_distance_and_protocol():
+    import pytest
+
+    (m,) = STUDIES["distance"].plan(options("distance"))
+    assert len(m.cases.runs()) == 10 * 4 * 2 and len(m.pipelining.runs()) == 4 * 2
+    assert m.pipelining.proxy_env == {"CLIENT_PIPELINING": "on"}
+    assert m.whole.loads[0].model == "rate" and m.whole.rtt == [0, 1, 20, 80]
+    with pytest.raises(ValueError, match="give a fixed rate"):
+        STUDIES["distance"].plan(options("distance", "--load", "closed/50/0"))

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from ..errors import LabError
+from ..network import Network, NetworkError, value
 from ..stack import PORT_OWNERS, Ports
 
 
@@ -107,3 +108,57 @@ def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
         help=f"{each}JDK{'s' if many else ''} by major version (e.g. {'17,25' if many else '25'}) or a JDK's "
         "folder (default: $JAVA_HOME's, else java on PATH)",
     )
+
+
+def add_network(p: argparse.ArgumentParser, many: bool) -> None:
+    """--rtt, --jitter and --bandwidth: the network between the proxy and nginx (Toxiproxy, built on
+    first use; docs/network.md), defaults from UPSTREAM_RTT_MS, UPSTREAM_JITTER_MS and
+    UPSTREAM_BANDWIDTH_KBPS."""
+    each = "comma-separated, each a dimension of every case, e.g. 0,1,20,80: " if many else ""
+    p.add_argument(
+        "--rtt",
+        default=os.environ.get("UPSTREAM_RTT_MS", ""),
+        help=f"{each}round trip in ms added between the proxy and nginx, half each way "
+        "(env UPSTREAM_RTT_MS; default: 0, no network, the proxy calls nginx directly)",
+    )
+    p.add_argument(
+        "--jitter",
+        default=os.environ.get("UPSTREAM_JITTER_MS", "0"),
+        help="each round trip varies by up to +- this many ms, at most the RTT "
+        "(env UPSTREAM_JITTER_MS, default %(default)s)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        default=os.environ.get("UPSTREAM_BANDWIDTH_KBPS", "0"),
+        help="KB/s per connection each way (1 KB = 1000 bytes); 0: not limited "
+        "(env UPSTREAM_BANDWIDTH_KBPS, default %(default)s)",
+    )
+
+
+def network_value(option: str, variable: str, text: str) -> int:
+    """One value of --rtt, --jitter or --bandwidth, checked as its variable is (LabError naming both)."""
+    try:
+        return value(variable, text)
+    except NetworkError as e:
+        raise LabError(f"{option}: {e}") from None
+
+
+def rtt_list(text: str) -> list[int]:
+    """--rtt's comma-separated values, each checked."""
+    return [network_value("--rtt", "UPSTREAM_RTT_MS", v.strip()) for v in text.split(",") if v.strip()]
+
+
+def network(args: argparse.Namespace) -> Network:
+    """The network of lab up's single --rtt and the --jitter and --bandwidth (LabError naming the
+    variable when they do not go together)."""
+    rtt = rtt_list(args.rtt)
+    if len(rtt) > 1:
+        raise LabError(f"--rtt {args.rtt!r}: give one round trip here (lab run takes several)")
+    try:
+        return Network(
+            rtt[0] if rtt else 0,
+            network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
+            network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
+        )
+    except NetworkError as e:
+        raise LabError(str(e)) from None

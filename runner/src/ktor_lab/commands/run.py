@@ -74,6 +74,7 @@ def add_parser(sub) -> None:
         + ", ".join(f"{k} ({v})" for k, v in PROTOCOL_TITLES.items())
         + "; each a dimension of every case (default: http only). HTTP/2 needs apache5, okhttp or java",
     )
+    options.add_network(p, many=True)
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
@@ -94,6 +95,9 @@ def plan_of(args: argparse.Namespace) -> Plan:
             ktor=versions.names(args.ktor),
             java=versions.names(args.java),
             protocols=versions.names(args.protocols),
+            rtt=options.rtt_list(args.rtt),
+            jitter_ms=options.network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
+            bandwidth_kbps=options.network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
         )
     except ValueError as e:
         raise LabError(str(e)) from None
@@ -108,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
     dims += f" x {len(plan.java)} JDKs" if plan.java else ""
     dims += f" x {len(plan.protocols)} protocols" if plan.protocols else ""
+    dims += f" x {len(plan.rtt)} round trips" if plan.rtt else ""
     print(
         f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
         f"{len(plan.loads)} loads x {plan.repeats} repeats{dims}), warm-up <= {plan.warmup_s} s, "

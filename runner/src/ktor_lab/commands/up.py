@@ -9,6 +9,7 @@ import time
 from .. import backends, stack, versions
 from ..cases import CASES, Case
 from ..errors import LabError
+from ..network import Network
 from ..paths import PROXY_JAR
 from ..rundirs import run_dir
 from . import options
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
     options.add_service_ports(p)
     options.add_settings(p, ", e.g. CLIENT_MAX_CONNECTIONS=200")
     options.add_versions(p, many=False)
+    options.add_network(p, many=False)
     p.add_argument("--workers", type=int, default=0, help="Locust workers beside the master (default: none)")
 
 
@@ -37,9 +39,14 @@ def run(args: argparse.Namespace) -> int:
         java = versions.jdk(case.java).java if case.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
-    backends.refuse_unapplied([case], "native")
+    backends.refuse_incapable([case])
     extra = options.settings(args.set)
-    stack.require(stack.missing())
+    if case.rtt_ms and args.rtt:
+        raise LabError(f"case {case.name!r} names its rtt; give it there or with --rtt, not both")
+    network = options.network(args)
+    if case.rtt_ms:
+        network = Network(case.rtt_ms, network.jitter_ms, network.bandwidth_kbps)
+    stack.require(stack.missing(network=network.on))
     jar = versions.jar("proxy-app", release) if release else PROXY_JAR
     if release:
         versions.ensure_jars([release])
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             lab.nginx()
             lab.exporter()
-            lab.proxy(case, jar=jar, java=java, **extra)
+            lab.proxy(case, jar=jar, java=java, network=network, **extra)
             lab.prometheus()
             lab.locust(case, args.workers)
             why_no_grafana = lab.grafana()
@@ -67,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  nginx      {lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)"
             )
+            if lab.toxiproxy and network.on:
+                print(
+                    f"  network    {network.describe()}: Toxiproxy {lab.toxiproxy.api}/proxies between them"
+                )
             print("  Ctrl-C stops everything", flush=True)
             while True:
                 if exited := lab.exited():

@@ -45,6 +45,7 @@ EXTRA_OVERLAYS = {
     "distributed": "a Locust master and workers",
     "headless": "one Locust run without the UI, its results in results/",
     "https": "the proxy calls nginx over TLS (CLIENT_HTTP_VERSION=2 for HTTP/2)",
+    "network": "Toxiproxy between the proxy and nginx (UPSTREAM_RTT_MS, _JITTER_MS, _BANDWIDTH_KBPS)",
 }
 
 
@@ -107,6 +108,7 @@ PROXY_VARIABLES = (
     "CLIENT_LIMITS",
     "CLIENT_CONNECT_TIMEOUT_MS",
     "CLIENT_REQUEST_TIMEOUT_MS",
+    "CLIENT_PIPELINING",
     "PROXY_JAVA_OPTS",
     "PROXY_NOFILE",
 )
@@ -121,6 +123,7 @@ HOST_PORTS = {
     "locust": "LOCUST_HOST_PORT",
     "prometheus": "PROMETHEUS_HOST_PORT",
     "grafana": "GRAFANA_HOST_PORT",
+    "toxiproxy": "TOXIPROXY_HOST_PORT",  # its API (compose/network.yml)
 }
 
 
@@ -157,6 +160,9 @@ class Project:
         self.ports = ports
         self.workers = workers
         self.grafana = grafana
+        # compose/network.yml stacked on the case's overlay (Toxiproxy between the proxy and nginx).
+        self.network = False
+        self.case_network = False
         self.env = {
             **os.environ,
             **{HOST_PORTS[s]: str(p) for s, p in ports.items()},
@@ -175,6 +181,7 @@ class Project:
             *SERVICES,
             *(["locust-worker"] if self.workers else []),
             *(["grafana"] if self.grafana else []),
+            *(["toxiproxy"] if self.network else []),
         ]
 
     def argv(self, case: Case | str | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
@@ -183,7 +190,8 @@ class Project:
         case = Case.parse(case) if isinstance(case, str) else case
         files = ["-f", str(BASE), *(["-f", str(overlay(case.id))] if case else [])]
         tls = ("https",) if case and case.tls else ()
-        for extra in (*(("distributed",) if self.workers else ()), *tls, *extras):
+        network = ("network",) if self.network else ()
+        for extra in (*(("distributed",) if self.workers else ()), *tls, *network, *extras):
             files += ["-f", str(overlay(extra))]
         return ["docker", "compose", "-p", self.name, *files, *command]
 
@@ -197,20 +205,26 @@ class Project:
     ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
 
-    def up(self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300) -> None:
+    def up(
+        self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300, network: bool = False
+    ) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
-        the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
+        the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged.
+        `network` stacks compose/network.yml (its values: UPSTREAM_* in `env`)."""
         case = case if isinstance(case, Case) else Case.parse(case)
         # The release and JDK are the image's (KTOR_VERSION, PROXY_RUN_IMAGE); the protocol is the
-        # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on).
-        case = case.with_dimensions(ktor="", java="")
+        # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on); the
+        # round trip is the network overlay's, with the project's UPSTREAM_RTT_MS.
+        case = case.with_dimensions(ktor="", java="", rtt_ms=0)
         self.env["CLIENT_HTTP_VERSION"] = case.proxy_env().get("CLIENT_HTTP_VERSION", "1.1")
-        same = case == self.case
+        # Without the overlay, Toxiproxy stays up unused (an orphan of the project, removed by down()).
+        self.network = network
+        same = (case, network) == (self.case, self.case_network)
         up = ("up", "-d", "--wait", "--wait-timeout", str(timeout))
         self.compose(case, *up, *self.services(), stdout=subprocess.DEVNULL)
         if fresh_proxy and same:
             self.compose(case, *up, "--no-deps", "--force-recreate", "proxy", stdout=subprocess.DEVNULL)
-        self.case = case
+        self.case, self.case_network = case, network
 
     def build(self, **env: str) -> None:
         """The images compose builds (the proxy, Locust), from the repository's Dockerfiles;

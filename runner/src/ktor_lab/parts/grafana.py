@@ -79,14 +79,30 @@ def substitute(expr: str, values: dict[str, str], rate_interval: str) -> str:
     return VARIABLE.sub(lambda m: values[m.group(1) or m.group(2)], expr)
 
 
+# Series only the engines that expose them have (the setting of lab_proxy_info that says so).
+EXPOSED_BY_SOME = {"lab_client_pool_connections": "pool_metrics"}
+
+
+def not_exposed(proxy_settings: dict[str, str]) -> tuple[str, ...]:
+    """The metrics the proxy with these settings (lab_proxy_info's labels) does not export."""
+    return tuple(m for m, key in EXPOSED_BY_SOME.items() if proxy_settings.get(key) != "exposed")
+
+
 def panels_without_data(
-    prometheus_url: str, values: dict[str, str], rate_interval: str, at: float | None = None
+    prometheus_url: str,
+    values: dict[str, str],
+    rate_interval: str,
+    at: float | None = None,
+    absent: tuple[str, ...] = (),
 ) -> list[str]:
     """Every panel query of every dashboard, as Grafana would send it with `values` for the
-    variables, run against Prometheus: the ones with no result or only NaN, as "file: panel refId"."""
+    variables, run against Prometheus: the ones with no result or only NaN, as "file: panel refId".
+    Queries of the metrics in `absent` (not_exposed: the engine has none) are not asked for."""
     empty = []
     for path, dashboard in dashboards().items():
         for q in panel_queries(dashboard):
+            if any(metric in q.expr for metric in absent):
+                continue
             result = metrics.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
             if not any(math.isfinite(float(r["value"][1])) for r in result):
                 empty.append(f"{path.name}: {q.panel} {q.ref_id}")

@@ -1,0 +1,158 @@
+"""The network between the proxy and nginx, with real parts: Toxiproxy built from its Go module on
+loopback, nginx, the proxy. The round trip is honoured, off means off, a per-call client pays for
+its connections, and the connection figures say so. Without parts: unit/test_network_rules.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import wait_until
+from ktor_lab.metrics import scrape
+from ktor_lab.network import Network
+from ktor_lab.parts import nginx
+from ktor_lab.stack import Stack
+
+LAB = str(Path(sys.executable).with_name("lab"))
+RTT_MS = 60
+TIMES = 8
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Stack(tmp_path_factory.mktemp("network"), java_opts=["-Xmx128m"]) as stack:
+        stack.nginx()
+        yield stack
+
+
+def timed_gets(url: str, n: int = TIMES) -> list[float]:
+    """Seconds each of `n` sequential GETs of a tiny file through the proxy took (each on a new
+    connection to the proxy: the proxy's own connection to nginx is what is measured)."""
+    out = []
+    for _ in range(n):
+        started = time.monotonic()
+        r = requests.get(f"{url}/files/tiny.txt", timeout=10, headers={"Connection": "close"})
+        out.append(time.monotonic() - started)
+        assert r.status_code == 200 and r.text == "Success!\n"
+    return out
+
+
+def new_connections(lab: Stack, since: float) -> list[nginx.Connection]:
+    """nginx's log of new connections since `since` (it writes its buffer within a second)."""
+    time.sleep(1.2)
+    return lab.connections(since, time.time())
+
+
+def test_off_means_off_the_proxy_calls_nginx_itself(lab):
+    proxy = lab.proxy("singleton-okhttp")
+    info = scrape(proxy.url).labels("lab_proxy_info")
+    assert info["upstream"] == lab.upstream_url  # not Toxiproxy's port
+    network_info = scrape(proxy.url).labels("lab_network_info")
+    assert (network_info["rtt_ms"], network_info["network"]) == ("0", "none")
+    assert lab.toxics == {} and lab.toxiproxy is None  # nothing started, nothing in the path
+    timed_gets(proxy.url, 2)
+
+
+def test_the_round_trip_is_honoured_and_shown(lab):
+    proxy = lab.proxy("singleton-okhttp", network=Network(RTT_MS, 10))
+    samples = scrape(proxy.url)
+    assert samples.labels("lab_network_info")["rtt_ms"] == str(RTT_MS)
+    assert samples.labels("lab_network_info")["jitter_ms"] == "10"
+    assert samples.labels("lab_proxy_info")["upstream"] == lab.toxiproxy.url("nginx")
+    # Toxiproxy has what was asked: half the round trip each way, on the plain and the TLS proxy alike.
+    for toxics in lab.toxics.values():
+        latency = {t["stream"]: t["attributes"] for t in toxics if t["type"] == "latency"}
+        assert latency == {
+            "upstream": {"latency": RTT_MS // 2, "jitter": 5},
+            "downstream": {"latency": RTT_MS // 2, "jitter": 5},
+        }
+    # Every request through the proxy takes at least the round trip less the jitter (its pool
+    # keeps one connection: after the first, one round trip each).
+    times = timed_gets(proxy.url)
+    assert min(times) >= (RTT_MS - 10) / 1000, times
+
+
+@pytest.mark.parametrize("protocol", ["http", "https"])
+def test_a_per_call_client_pays_for_a_new_connection_on_every_request(lab, protocol):
+    """Over http the request and answer cross the network once (the TCP handshake with Toxiproxy is
+    local), so a per-call request takes one round trip measured and two once its new connection's
+    handshake is counted (lab run: new connections x RTT). Over TLS the handshake's own messages
+    cross the network: at least two round trips measured."""
+    case = f"per-call-okhttp protocol {protocol} rtt {RTT_MS}"
+    proxy = lab.proxy(case)
+    since = time.time()
+    times = timed_gets(proxy.url)
+    conns = new_connections(lab, since)
+    assert len(conns) == TIMES, conns  # one new connection per request, through Toxiproxy too
+    per_request = len(conns) / TIMES
+    modelled = [t * 1000 + per_request * RTT_MS for t in times]
+    assert min(times) >= RTT_MS / 1000, times
+    assert min(modelled) >= 2 * RTT_MS, modelled
+    if protocol == "https":
+        assert min(times) >= 2 * RTT_MS / 1000, times
+    # The proxy closed each connection itself: they wait in TIME_WAIT on its side.
+    assert wait_until(lambda: scrape(proxy.url).sum("lab_upstream_sockets", state="time_wait") >= TIMES, 5)
+
+
+def test_a_singleton_keeps_its_connection_and_its_pool_shows_it(lab):
+    proxy = lab.proxy(f"singleton-okhttp rtt {RTT_MS}")
+    timed_gets(proxy.url, 2)
+    since = time.time()
+    timed_gets(proxy.url)
+    assert new_connections(lab, since) == []  # the pooled connection carried every request
+    samples = scrape(proxy.url)
+    assert samples.sum("lab_client_pool_connections", state="idle") == 1
+    # Toxiproxy's ports are fresh for every proxy started with a network: what is counted is its own.
+    assert samples.sum("lab_upstream_sockets", state="established") == 1
+    assert samples.sum("lab_upstream_sockets", state="time_wait") == 0
+    # CIO has no pool the proxy can see: no series, and its settings say so.
+    cio = lab.proxy(f"singleton-cio rtt {RTT_MS}")
+    samples = scrape(cio.url)
+    assert samples.get("lab_client_pool_connections") is None
+    assert samples.labels("lab_proxy_info")["pool_metrics"] == "not exposed"
+
+
+def test_the_network_goes_when_the_next_case_has_none(lab):
+    lab.proxy(f"singleton-okhttp rtt {RTT_MS}")
+    proxy = lab.proxy("singleton-okhttp")
+    assert scrape(proxy.url).labels("lab_proxy_info")["upstream"] == lab.upstream_url
+    assert lab.toxics == {} and all(toxics == [] for toxics in lab.toxiproxy.set(Network()).values())
+
+
+@pytest.mark.slow
+def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path):
+    """`lab run --rtt 0,20`: every row names its network and its connection figures, and the
+    one-dimension-changed lines compare each case with itself at 0 and 20 ms."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [LAB, "run", "--cases", "singleton-okhttp,per-call-okhttp", "--rtt", "0,20", "--loads", "rate/50"]
+        + ["--warmup", "0", "--duration", "5", "--java-opts=-Xmx256m", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    runs = {(run["case"], run["rtt_ms"]): run for run in results["runs"]}
+    assert set(runs) == {(c, rtt) for c in ("singleton-okhttp", "per-call-okhttp") for rtt in (0, 20)}
+    for (_, rtt), run in runs.items():
+        assert run["network"]["rtt_ms"] == rtt
+        assert run["network"]["via"].startswith("toxiproxy") if rtt else run["network"]["via"] == "none"
+        assert run["locust"]["failures"] == 0
+        if rtt:
+            assert run["locust"]["p50_ms"] >= rtt, run["locust"]
+    per_call, singleton = runs[("per-call-okhttp", 20)], runs[("singleton-okhttp", 20)]
+    assert per_call["connections"]["per_1000_requests"] >= 900
+    assert singleton["connections"]["per_1000_requests"] <= 50
+    assert per_call["connections"]["connect_rtt_ms_per_request"] >= 18
+    assert per_call["prometheus"]["time_wait_max"] > singleton["prometheus"]["time_wait_max"]
+    md = (out / "report.md").read_text()
+    assert re.search(r"^\| per-call-okhttp ktor [\d.]+ jdk \d+ rtt 20 \| RTT 20 ms \| ", md, re.M), md
+    assert re.search(r"^- per-call-okhttp on Ktor [\d.]+, JDK \d+, RTT 0 ms -> 20 ms: p50 ms ", md, re.M), md
