@@ -191,10 +191,14 @@ def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tm
         for f in ("short-fixed", "short-fixed-large", "stale", "upload-cut-chunked", "refused")
     }
     for engine in ("okhttp", "java"):
-        # What the proxy itself guarantees, whatever the engine.
+        # What the proxy itself guarantees, whatever the engine, idle and with every core busy.
         assert rows[(engine, "short-fixed")]["caller"] == "502 x2"
         assert rows[(engine, "short-fixed-large")]["passed_whole"] == 0
+        assert rows[(engine, "short-fixed-large")]["busy_passed_whole"] == 0
         assert rows[(engine, "upload-cut-chunked")]["upload_passed_whole"] == 0
+        assert rows[(engine, "upload-cut-chunked")]["busy_passed_whole"] == 0
+        assert rows[(engine, "upload-cut-chunked")]["busy_upstream_saw"] is not None
+        assert rows[(engine, "stale")]["busy_caller"] is None  # not a cut: tried idle only
         assert rows[(engine, "refused")]["caller"] == "502 x2"
         assert rows[(engine, "refused")]["clean_ms"] is not None  # served again once it was back
         # Retry on stale connections is on in the lab's settings: the next request is served.
@@ -205,3 +209,41 @@ def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tm
     assert (
         "**" not in out["report"].split("## What the caller got")[1].split("## Times")[0]
     )  # nothing passed whole
+
+
+def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_upload(tmp_path: Path):
+    out = run_study(
+        "protocols",
+        tmp_path,
+        *("--engines", "okhttp,cio", "--lifetimes", "singleton", "--protocols", "http,https,h2"),
+        *("--rate-load", "rate/20", "--capacity-load", "closed/5/0", "--warmup", "0", "--duration", "3"),
+        *("--sizes", "1m", "--repeats", "1", "--upload-warmup", "0"),
+    )
+    cases = {(r["case"], r["protocol"], r["load"]): r for r in out["rows"] if "protocol" in r and "load" in r}
+    # h2 only where the engine speaks it: no singleton-cio over h2
+    assert {(c, p) for c, p, _ in cases} == {
+        ("singleton-okhttp", "http"),
+        ("singleton-okhttp", "https"),
+        ("singleton-okhttp", "h2"),
+        ("singleton-cio", "http"),
+        ("singleton-cio", "https"),
+    }
+    for (case, protocol, _), row in cases.items():
+        assert row["errors"] == 0, row
+        if protocol == "http":
+            assert row["full_tls_per_1000"] is None
+        else:
+            assert row["full_tls_per_1000"] is not None
+    # CIO opens a connection (and over TLS makes a full handshake) per request; a singleton OkHttp reuses one
+    rate = "rate/20"
+    assert cases[("singleton-cio", "https", rate)]["full_tls_per_1000"] > 500
+    assert cases[("singleton-okhttp", "h2", rate)]["conns_per_1000"] < 100
+    uploads = [r for r in out["rows"] if r.get("direction") == "upload"]
+    assert {r["target"] for r in uploads} == {
+        "singleton-okhttp protocol h2",
+        "singleton-cio protocol https",
+        "singleton-okhttp",
+        "singleton-cio",
+    }
+    assert all(r["intact"] for r in uploads)
+    assert "the 5x gap" in out["report"] and "## Every case over each protocol, rate/20" in out["report"]
