@@ -9,10 +9,10 @@ import shlex
 
 from .. import stack
 from ..errors import LabError
-from . import engines, faults, io, machinery, replay, streaming, threads, versions
+from . import engines, faults, io, machinery, protocols, replay, streaming, threads, versions
 
 STUDIES: dict[str, machinery.Study] = {
-    m.STUDY.name: m.STUDY for m in (threads, replay, streaming, engines, io, faults, versions)
+    m.STUDY.name: m.STUDY for m in (threads, replay, streaming, engines, io, faults, versions, protocols)
 }
 
 
