@@ -228,7 +228,7 @@ def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_uploa
         ("singleton-cio", "http"),
         ("singleton-cio", "https"),
     }
-    for (case, protocol, _), row in cases.items():
+    for (_, protocol, _), row in cases.items():
         assert row["errors"] == 0, row
         if protocol == "http":
             assert row["full_tls_per_1000"] is None

@@ -202,8 +202,10 @@ REFERENCES = (
 # What the lab's overhead is judged against (the first is the goal's: 1.15x in CPU per request).
 BASES = ("plain-limits", "plain", "plain-limits streamed")
 LAB_PROXY: dict[str, str] = {}
-# From the plain proxy with the lab's limits to the lab's proxy, one piece at a time.
+# From the plain proxy (the engine's defaults, then the lab's limits) to the lab's proxy, one
+# piece at a time; judged against plain-limits.
 LADDER = (
+    ("plain", {"LEAN_CLIENT": "plain"}),
     ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
     ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
     ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
