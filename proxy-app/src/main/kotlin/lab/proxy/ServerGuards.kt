@@ -55,7 +55,9 @@ object ServerGuards {
     }
 
     /** True when the caller's connection closed before the body of its current request ended. */
-    fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.attr(BODY_CUT)?.get() == true
+    fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.let(::bodyCut) == true
+
+    internal fun bodyCut(channel: Channel): Boolean = channel.attr(BODY_CUT).get() == true
 
     /**
      * Closes the caller's connection: an answer that cannot be finished must not end cleanly. The
@@ -64,7 +66,10 @@ object ServerGuards {
      * channel closes, [MessagesSeen] drops the body's last part whenever it comes.
      */
     fun abort(call: ApplicationCall) {
-        val channel = call.nettyChannel() ?: return
+        call.nettyChannel()?.let(::abort)
+    }
+
+    internal fun abort(channel: Channel) {
         channel.attr(ABORTED).set(true)
         channel.close()
     }
