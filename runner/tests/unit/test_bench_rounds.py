@@ -66,3 +66,15 @@ def test_the_ladder_s_rungs_are_judged_against_its_first_rung_within_each_round(
     )
     assert rows["plain okhttp"]["cpu_to_plain_limits"] == pytest.approx(1 / (1 + 0.1 * base))
     assert LADDER[0][0] == "plain" and LADDER[-1][0] == "lab proxy"
+
+
+def test_a_sample_is_charged_to_the_first_frame_of_known_code_below_the_jdk_s():
+    from ktor_lab.parts.jfr import owner
+
+    assert owner(["sun.nio.ch.Net.poll", "io.netty.channel.epoll.Native.epollWait"]) == "netty"
+    assert owner(["java.util.HashMap.get", "lab.proxy.ForwardedHeaders.toUpstream", "io.ktor.x"]) == "lab"
+    assert owner(["okio.AsyncTimeout.enter", "okhttp3.internal.RealCall.execute"]) == "okhttp/okio"
+    assert owner(["java.lang.Thread.run"]) == "jdk"
+    assert owner(
+        ["jdk.internal.misc.Unsafe.park", "kotlinx.coroutines.scheduling.CoroutineScheduler.run"]
+    ) == ("kotlinx.coroutines")
