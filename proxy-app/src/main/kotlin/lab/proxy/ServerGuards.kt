@@ -70,8 +70,13 @@ object ServerGuards {
     }
 
     internal fun abort(channel: Channel) {
-        channel.attr(ABORTED).set(true)
+        markAborted(channel)
         channel.close()
+    }
+
+    /** The mark alone: what the writer sees when it gets there before the close does. */
+    internal fun markAborted(channel: Channel) {
+        channel.attr(ABORTED).set(true)
     }
 
     fun closeAfterResponse(call: ApplicationCall) {

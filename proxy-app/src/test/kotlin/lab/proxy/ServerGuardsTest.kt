@@ -73,13 +73,14 @@ class ServerGuardsTest {
         ch.send("GET /large HTTP/1.1\r\nHost: lab\r\n\r\n")
         ch.writeOutbound(DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
         ch.writeOutbound(DefaultHttpContent(Unpooled.copiedBuffer("part", Charsets.ISO_8859_1)))
-        ServerGuards.abort(ch)
-        val last = LastHttpContent.EMPTY_LAST_CONTENT
-        ch.writeOneOutbound(last)
-        ch.flushOutbound()
+        // The race: the mark is set, and Ktor's writer ends the body before the close is done.
+        ServerGuards.markAborted(ch)
+        val ended = ch.writeOneOutbound(LastHttpContent.EMPTY_LAST_CONTENT)
+        ch.runPendingTasks()
+        assertFalse(ended.isSuccess) // Ktor's writer learns its last part was not written
         val written = generateSequence { ch.readOutbound<Any>() }.toList()
         assertTrue(written.none { it is LastHttpContent }, written.toString())
-        assertFalse(ch.isOpen)
+        assertFalse(ch.isOpen) // and the guard closed the connection itself
         written.forEach { ReferenceCountUtil.release(it) }
     }
 }
