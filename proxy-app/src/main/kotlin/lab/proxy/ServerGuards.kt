@@ -12,7 +12,8 @@
  *   request whose body was never read must not be parsed as the next request).
  * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
  *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
- *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes.
+ *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes. A request
+ *   Netty could not decode at all gets Ktor's 400 and the connection closes after it too.
  * - [abort]: an answer that cannot be finished never gets its last part (for a chunked body, the
  *   last chunk), however the close and Ktor's writer race; the connection closes instead.
  */
@@ -146,6 +147,18 @@ object ServerGuards {
                 return
             }
             if (msg is HttpRequest) {
+                if (msg.decoderResult().isFailure) {
+                    // Netty could not decode it (Netty 4.2, under Ktor 3.5, refuses Content-Length
+                    // beside Transfer-Encoding this way): Ktor answers 400 with `Connection: close`
+                    // but leaves the connection open. Nothing after it is read, and the connection
+                    // closes once that answer is written (RFC 9112 section 6.1's MUST for CL+TE).
+                    ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
+                    state.lastRequestRead = true
+                    state.dropping = true
+                    state.active++
+                    state.partialSince = 0L
+                    return super.channelRead(ctx, msg)
+                }
                 state.active++
                 state.partialSince = 0L
                 state.bodyOpen = msg !is LastHttpContent &&
