@@ -186,15 +186,14 @@ def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browse
 
 
 def test_prometheus_has_every_target_and_every_panel_query_data(lab):
-    case = lab.case or "singleton-cio"
-    lab.up(case)
+    c = lab.case or Case.parse("singleton-cio")  # the stack as the tests before left it
+    lab.up(c)
     base = lab.url("prometheus")
     # Grafana's $__rate_interval for a 5 s scrape is 20 s: load for longer than that.
-    stats, _ = load_through_proxy(lab, case, 25)
+    stats, _ = load_through_proxy(lab, c.id, 25)
     assert stats.failures == 0
     assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=20), query(base, "up")
     assert {r["metric"]["job"] for r in query(base, "up == 1")} == {"proxy", "locust", "nginx"}
-    c = Case.parse(case)
     lifetime, engine = c.lifetime, c.engine
     assert not grafana.panels_without_data(base, {"engine": engine, "lifetime": lifetime}, "20s")
     assert not grafana.panels_without_data(base, {"engine": ".*", "lifetime": ".*"}, "20s")

@@ -35,6 +35,13 @@ def table_rows(report: str, heading: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
 
 
+def table_header(report: str, heading: str) -> list[str]:
+    """The column names of the markdown table under `## heading`."""
+    part = report.split(f"## {heading}\n", 1)[1]
+    line = next(line for line in part.splitlines() if line.startswith("| "))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def test_threads_tiny_shows_okhttp_thread_per_request_and_its_default_of_5_per_host(tmp_path: Path):
     # 10 requests of 400 ms: OkHttp's default dispatcher lets 5 per host through (2 waves) on
     # 5 blocked threads; with the fair limit all 10 go at once, on 10 threads. CIO holds none.
@@ -128,28 +135,37 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
     assert again["rows"] == out["rows"]
 
 
-def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published(tmp_path: Path):
+def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published_beside_plain_clients(tmp_path: Path):
     out = run_study(
         "engines",
         tmp_path,
         *("--engines", "cio,okhttp", "--batches", "2", "--batch-size", "50"),
         *("--concurrency", "10", "--warmup-batches", "1"),
     )
-    rows = {(r["engine"], r["concurrency"]): r for r in out["rows"]}
-    assert set(rows) == {(e, c) for e in ("cio", "okhttp") for c in (10, 0)}
-    for r in rows.values():
+    clients = ("lab", "plain", "plain-limits")
+    rows = {(r["engine"], r["concurrency"], r["client"]): r for r in out["rows"]}
+    assert set(rows) == {(e, c, k) for e in ("cio", "okhttp") for c in (10, 0) for k in clients}
+    for (_, _, client), r in rows.items():
         assert r["requests"] == 100 and r["failures"] == 0
         assert r["bytes"] == 100 * len(b"Success!\n")
         assert len(r["batches"]) == 2 and len(r["warmup_batches"]) == 1
         assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
-        assert r["client_settings"]["limits"] == "fair"
+        assert r["cpu_ms_per_request"] > 0
+        # the lab's client says its settings; a plain one has none of the lab's code to ask
+        assert (r["client_settings"].get("limits") == "fair") == (client == "lab"), r["client_settings"]
     table = table_rows(out["report"], "Per engine")
-    assert [(r[0], r[1]) for r in table] == [
-        ("cio", "limit 10"),
-        ("okhttp", "limit 10"),
-        ("cio", "all 50 at once (as published)"),
-        ("okhttp", "all 50 at once (as published)"),
+    assert [(r[0], r[1], r[2]) for r in table] == [
+        (e, m, k)
+        for m in ("limit 10", "all 50 at once (as published)")
+        for e in ("cio", "okhttp")
+        for k in clients
     ]
+    # each lab row beside its references, as ratios measured in the same round
+    header = table_header(out["report"], "Per engine")
+    for row in table:
+        ratio = row[header.index("rps x plain-limits")]
+        assert (ratio == "-") == (row[2] == "plain-limits"), row
+        assert row[2] == "plain-limits" or float(ratio) > 0
 
 
 def test_io_tiny_puts_each_ktor_figure_beside_its_jvm_reference(tmp_path: Path):
@@ -235,7 +251,7 @@ def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_uploa
         else:
             assert row["full_tls_per_1000"] is not None
     # CIO opens a connection (and over TLS makes a full handshake) per request; a singleton OkHttp reuses one
-    rate = "rate/20"
+    rate = next(load for _, _, load in cases if load.startswith("rate/20/"))  # the rate with its users
     assert cases[("singleton-cio", "https", rate)]["full_tls_per_1000"] > 500
     assert cases[("singleton-okhttp", "h2", rate)]["conns_per_1000"] < 100
     uploads = [r for r in out["rows"] if r.get("direction") == "upload"]
