@@ -28,7 +28,7 @@ from pathlib import Path
 import requests
 
 from .. import metrics, render
-from ..cases import ENGINES, LIFETIMES, Case, all_of, engine_list
+from ..cases import ENGINES, LIFETIMES, Case, engine_list
 from ..parts import faults
 from ..parts.faults import FaultServer, exchange, get
 from ..processes import busy_cores, wait_until
@@ -464,12 +464,8 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
-    p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
+    machinery.add_engines(p)
+    machinery.add_lifetimes(p)
     p.add_argument(
         "--settings", default="lab,engine", help="lab (fair limits, retry on), engine (its own), or both"
     )

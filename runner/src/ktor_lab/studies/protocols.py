@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import render, verdict
-from ..cases import ENGINES, LIFETIMES, PROTOCOLS, Case, all_of, engine_list
+from ..cases import ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..parts import nginx
 from ..results import Plan, Results, parse_load
 from ..stack import Stack
@@ -334,12 +334,8 @@ def report(rows: list, args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
-    p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
+    machinery.add_engines(p)
+    machinery.add_lifetimes(p)
     p.add_argument(
         "--protocols",
         default=",".join(PROTOCOLS),
