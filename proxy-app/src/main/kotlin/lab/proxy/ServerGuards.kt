@@ -147,24 +147,22 @@ object ServerGuards {
                 return
             }
             if (msg is HttpRequest) {
+                state.active++
+                state.partialSince = 0L
+                ctx.channel().attr(BODY_CUT).set(false)
                 if (msg.decoderResult().isFailure) {
                     // Netty could not decode it (Netty 4.2, under Ktor 3.5, refuses Content-Length
                     // beside Transfer-Encoding this way): Ktor answers 400 with `Connection: close`
                     // but leaves the connection open. Nothing after it is read, and the connection
                     // closes once that answer is written (RFC 9112 section 6.1's MUST for CL+TE).
                     ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
-                    state.lastRequestRead = true
+                    state.bodyOpen = false
                     state.dropping = true
-                    state.active++
-                    state.partialSince = 0L
-                    return super.channelRead(ctx, msg)
+                } else {
+                    state.bodyOpen = msg !is LastHttpContent &&
+                        (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
+                    state.lastRequestRead = framingInDoubt(msg)
                 }
-                state.active++
-                state.partialSince = 0L
-                state.bodyOpen = msg !is LastHttpContent &&
-                    (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
-                state.lastRequestRead = framingInDoubt(msg)
-                ctx.channel().attr(BODY_CUT).set(false)
             } else if (msg is LastHttpContent) {
                 state.bodyOpen = false
             }
