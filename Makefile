@@ -81,7 +81,7 @@ test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries pe
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
 run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
-	$(VENV)/bin/lab up $(CASE)
+	$(VENV)/bin/lab up "$(CASE)"
 
 verify: deps-run setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
