@@ -58,7 +58,7 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 
 build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, about 35 min on 2 cores (docs/testing.md): what it needs is installed first.
+# Every test, about 50 min on 2 cores (docs/testing.md): what it needs is installed first.
 test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
 	$(VENV)/bin/pytest runner/tests/unit
 	$(MVN) package
@@ -77,11 +77,11 @@ test-busy: deps-test setup  ## the whole suite while a busy loop runs on every c
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min
+test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 2.5 h (10x the 14 min it takes in make test)
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
 run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
-	$(VENV)/bin/lab up $(CASE)
+	$(VENV)/bin/lab up "$(CASE)"
 
 verify: deps-run setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)

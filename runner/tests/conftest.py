@@ -170,6 +170,8 @@ class Upstream:
     status_url: str
     files: Path
     service: Service
+    tls_url: str = ""  # the same locations over TLS (https://127.0.0.1:PORT), trusting nginx.CA_FILE
+    run_dir: Path | None = None  # where nginx logs its new connections (nginx.connections)
 
     def manifest(self) -> dict:
         return json.loads((self.files / "manifest.json").read_text())
@@ -178,7 +180,7 @@ class Upstream:
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
     run = tmp_path_factory.mktemp("nginx")
-    ports = nginx.NginxPorts(free_port(), free_port())
+    ports = nginx.NginxPorts(free_port(), free_port(), free_port())
     service = nginx.start(run, ports)
     try:
         yield Upstream(
@@ -186,6 +188,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
             f"http://127.0.0.1:{ports.status}",
             nginx.shared_files_dir(),
             service,
+            f"https://127.0.0.1:{ports.tls}",
+            run,
         )
     finally:
         service.stop()

@@ -183,3 +183,22 @@ def test_bench_locust_names_the_option_when_locusts_port_is_taken(tmp_path):
         "with --locust-port"
     ], r.stderr
     assert not (tmp_path / "run").exists()  # checked before anything started
+
+
+@pytest.mark.slow
+def test_bench_profile_says_where_the_window_s_cpu_went(tmp_path):
+    r = subprocess.run(
+        [LAB, "bench", "--cases", "singleton-cio", "--profile", "--warmup", "3", "--duration", "3"]
+        + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
+        + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rounds = {x["target"]: x for x in json.loads((tmp_path / "bench.json").read_text())["rounds"]}
+    profile = rounds["singleton-cio"]["profile"]
+    assert profile["samples"] > 0 and profile["top_frames"]
+    assert abs(sum(profile["owners"].values()) - 1) < 0.01 and {"ktor", "netty"} <= set(profile["owners"])
+    assert "nginx direct" in rounds and "profile" not in rounds["nginx direct"]
+    assert "## Profiles of the measured windows (JFR)" in (tmp_path / "bench.md").read_text()

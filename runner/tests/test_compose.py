@@ -26,11 +26,11 @@ HEALTHCHECKED = ("nginx", "proxy", "locust", "prometheus", "grafana")
 # Services that run once and end: what depends on them waits for their success.
 ONE_SHOT = ("toxiproxy-init",)
 PORTS = {
-    "proxy": (8080, 8080),
-    "nginx": (8088, 80),
-    "locust": (8089, 8089),
-    "prometheus": (9090, 9090),
-    "grafana": (3000, 3000),
+    "proxy": [(8080, 8080)],
+    "nginx": [(8088, 80), (8443, 443)],
+    "locust": [(8089, 8089)],
+    "prometheus": [(9090, 9090)],
+    "grafana": [(3000, 3000)],
 }
 
 
@@ -110,6 +110,7 @@ def all_renderings() -> list[tuple[str, ...]]:
         ("singleton-cio", "distributed"),
         ("singleton-cio", "headless"),
         ("per-call-okhttp", "distributed", "headless"),
+        ("per-call-okhttp", "https"),
         ("per-call-okhttp", "network"),
         ("singleton-okhttp", "https", "network"),
     ]
@@ -134,10 +135,13 @@ def test_every_mounted_path_exists_in_the_repository(overlays):
 def test_entrypoint_script_is_executable_and_template_variables_are_set():
     """The nginx image runs /docker-entrypoint.d/*.sh only when executable, and envsubst replaces
     only variables that are set: every ${VAR} of the template must be in the service's environment."""
-    script = REPO / "nginx" / "docker-entrypoint.d" / "40-lab-files.sh"
-    assert script.stat().st_mode & stat.S_IXUSR
-    mode = subprocess.run(["git", "ls-files", "-s", str(script)], cwd=REPO, capture_output=True, text=True)
-    assert mode.stdout.startswith("100755"), mode.stdout
+    for name in ("30-lab-tls.sh", "40-lab-files.sh"):
+        script = REPO / "nginx" / "docker-entrypoint.d" / name
+        assert script.stat().st_mode & stat.S_IXUSR
+        mode = subprocess.run(
+            ["git", "ls-files", "-s", str(script)], cwd=REPO, capture_output=True, text=True
+        )
+        assert mode.stdout.startswith("100755"), mode.stdout
     env = render()["services"]["nginx"]["environment"]
     template = (REPO / "nginx" / "templates" / "default.conf.template").read_text()
     used = set(re.findall(r"\$\{(\w+)\}", template))
@@ -202,15 +206,9 @@ def test_engine_defaults_can_be_chosen_from_the_shell():
 
 def test_documented_ports_on_loopback():
     services = render()["services"]
-    for name, (published, target) in PORTS.items():
-        # nginx publishes its TLS port too (NGINX_TLS_HOST_PORT): the load port is the one named here.
-        [port] = [p for p in services[name]["ports"] if p["target"] == target]
-        assert (port["host_ip"], int(port["published"]), port["target"]) == (
-            "127.0.0.1",
-            published,
-            target,
-        ), name
-        assert all(p["host_ip"] == "127.0.0.1" for p in services[name]["ports"]), name
+    for name, expected in PORTS.items():
+        ports = [(p["host_ip"], int(p["published"]), p["target"]) for p in services[name]["ports"]]
+        assert ports == [("127.0.0.1", published, target) for published, target in expected], name
     assert "ports" not in services["nginx-exporter"]
 
 
@@ -279,6 +277,27 @@ def test_the_compose_backend_knows_every_variable_compose_passes_to_the_proxy():
     raw = yaml.safe_load(compose.BASE.read_text())["services"]["proxy"]["environment"]
     passed = {m for v in raw.values() for m in re.findall(r"\$\{(\w+)", str(v))}
     assert passed == set(compose.PROXY_VARIABLES)
+
+
+def test_https_points_the_proxy_at_nginx_over_tls_trusting_the_lab_ca_alone():
+    services = render("per-call-okhttp", "https")["services"]
+    env = services["proxy"]["environment"]
+    assert (env["UPSTREAM_URL"], env["UPSTREAM_CA_FILE"], env["CLIENT_HTTP_VERSION"]) == (
+        "https://nginx:443",
+        "/lab-tls/ca.pem",
+        "1.1",
+    )
+    assert (
+        render("singleton-java", "https", CLIENT_HTTP_VERSION="2")["services"]["proxy"]["environment"][
+            "CLIENT_HTTP_VERSION"
+        ]
+        == "2"
+    )
+    mounts = {v["target"]: v for v in services["proxy"]["volumes"]}
+    assert mounts["/lab-tls"]["source"] == "lab-tls" and mounts["/lab-tls"]["read_only"]
+    nginx = {v["target"]: v["source"] for v in services["nginx"]["volumes"]}
+    assert nginx["/etc/nginx/lab-tls"] == "lab-tls"
+    assert services["nginx"]["environment"]["LAB_TLS_DIR"] == "/etc/nginx/lab-tls"
 
 
 def test_distributed_adds_workers_that_follow_the_master():

@@ -100,6 +100,28 @@ def test_each_case_is_up_and_serves_through_its_engine(lab, case):
     assert abs(stats.requests - served) <= 0.02 * stats.requests, (stats.requests, served)
 
 
+@pytest.mark.parametrize(
+    "case,negotiated",
+    [("per-call-okhttp protocol https", "HTTP/1.1"), ("singleton-java protocol h2", "HTTP/2.0")],
+    ids=["https", "h2"],
+)
+def test_a_case_over_tls_and_http2_serves_through_its_engine(lab, case, negotiated):
+    """compose/https.yml on a case overlay (CLIENT_HTTP_VERSION=2 for h2): the proxy trusts the lab
+    CA nginx made in the lab-tls volume, says what it negotiated, and nginx logged the protocol."""
+    lab.up(case)
+    stats, served = load_through_proxy(lab, Case.parse(case).id, LOAD_SECONDS)
+    assert stats.failures == 0, stats.errors
+    assert stats.requests >= 100 and abs(stats.requests - served) <= 0.02 * stats.requests
+    info = scrape(lab.url("proxy")).labels("lab_proxy_info")
+    assert (info["scheme"], info["negotiated_http_version"], info["negotiated_tls_version"]) == (
+        "https",
+        negotiated,
+        "TLSv1.3",
+    ), info
+    logged = lab.read_file("nginx", compose.CONNECTIONS_LOG).splitlines()
+    assert any(f" https {negotiated} TLSv1.3 " in line for line in logged), logged[-5:]
+
+
 @pytest.mark.parametrize("host", ["localhost", "example.com", "nginx"])
 def test_nginx_serves_the_lab_whatever_the_host_header(lab, host):
     lab.up(lab.case or "singleton-cio")
@@ -164,15 +186,14 @@ def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browse
 
 
 def test_prometheus_has_every_target_and_every_panel_query_data(lab):
-    case = lab.case or "singleton-cio"
-    lab.up(case)
+    c = lab.case or Case.parse("singleton-cio")  # the stack as the tests before left it
+    lab.up(c)
     base = lab.url("prometheus")
     # Grafana's $__rate_interval for a 5 s scrape is 20 s: load for longer than that.
-    stats, _ = load_through_proxy(lab, case, 25)
+    stats, _ = load_through_proxy(lab, c.id, 25)
     assert stats.failures == 0
     assert wait_until(lambda: len(query(base, "up == 1")) == 3, timeout=20), query(base, "up")
     assert {r["metric"]["job"] for r in query(base, "up == 1")} == {"proxy", "locust", "nginx"}
-    c = Case.parse(case)
     lifetime, engine = c.lifetime, c.engine
     # The pool's panel has data for the engines that expose their pool (OkHttp, Apache5) only.
     absent = grafana.not_exposed(scrape(lab.url("proxy")).labels("lab_proxy_info"))

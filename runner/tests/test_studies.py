@@ -35,6 +35,13 @@ def table_rows(report: str, heading: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
 
 
+def table_header(report: str, heading: str) -> list[str]:
+    """The column names of the markdown table under `## heading`."""
+    part = report.split(f"## {heading}\n", 1)[1]
+    line = next(line for line in part.splitlines() if line.startswith("| "))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def test_threads_tiny_shows_okhttp_thread_per_request_and_its_default_of_5_per_host(tmp_path: Path):
     # 10 requests of 400 ms: OkHttp's default dispatcher lets 5 per host through (2 waves) on
     # 5 blocked threads; with the fair limit all 10 go at once, on 10 threads. CIO holds none.
@@ -128,28 +135,37 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
     assert again["rows"] == out["rows"]
 
 
-def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published(tmp_path: Path):
+def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published_beside_plain_clients(tmp_path: Path):
     out = run_study(
         "engines",
         tmp_path,
         *("--engines", "cio,okhttp", "--batches", "2", "--batch-size", "50"),
         *("--concurrency", "10", "--warmup-batches", "1"),
     )
-    rows = {(r["engine"], r["concurrency"]): r for r in out["rows"]}
-    assert set(rows) == {(e, c) for e in ("cio", "okhttp") for c in (10, 0)}
-    for r in rows.values():
+    clients = ("lab", "plain", "plain-limits")
+    rows = {(r["engine"], r["concurrency"], r["client"]): r for r in out["rows"]}
+    assert set(rows) == {(e, c, k) for e in ("cio", "okhttp") for c in (10, 0) for k in clients}
+    for (_, _, client), r in rows.items():
         assert r["requests"] == 100 and r["failures"] == 0
         assert r["bytes"] == 100 * len(b"Success!\n")
         assert len(r["batches"]) == 2 and len(r["warmup_batches"]) == 1
         assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
-        assert r["client_settings"]["limits"] == "fair"
+        assert r["cpu_ms_per_request"] > 0
+        # the lab's client says its settings; a plain one has none of the lab's code to ask
+        assert (r["client_settings"].get("limits") == "fair") == (client == "lab"), r["client_settings"]
     table = table_rows(out["report"], "Per engine")
-    assert [(r[0], r[1]) for r in table] == [
-        ("cio", "limit 10"),
-        ("okhttp", "limit 10"),
-        ("cio", "all 50 at once (as published)"),
-        ("okhttp", "all 50 at once (as published)"),
+    assert [(r[0], r[1], r[2]) for r in table] == [
+        (e, m, k)
+        for m in ("limit 10", "all 50 at once (as published)")
+        for e in ("cio", "okhttp")
+        for k in clients
     ]
+    # each lab row beside its references, as ratios measured in the same round
+    header = table_header(out["report"], "Per engine")
+    for row in table:
+        ratio = row[header.index("rps x plain-limits")]
+        assert (ratio == "-") == (row[2] == "plain-limits"), row
+        assert row[2] == "plain-limits" or float(ratio) > 0
 
 
 def test_io_tiny_puts_each_ktor_figure_beside_its_jvm_reference(tmp_path: Path):
@@ -191,10 +207,14 @@ def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tm
         for f in ("short-fixed", "short-fixed-large", "stale", "upload-cut-chunked", "refused")
     }
     for engine in ("okhttp", "java"):
-        # What the proxy itself guarantees, whatever the engine.
+        # What the proxy itself guarantees, whatever the engine, idle and with every core busy.
         assert rows[(engine, "short-fixed")]["caller"] == "502 x2"
         assert rows[(engine, "short-fixed-large")]["passed_whole"] == 0
+        assert rows[(engine, "short-fixed-large")]["busy_passed_whole"] == 0
         assert rows[(engine, "upload-cut-chunked")]["upload_passed_whole"] == 0
+        assert rows[(engine, "upload-cut-chunked")]["busy_passed_whole"] == 0
+        assert rows[(engine, "upload-cut-chunked")]["busy_upstream_saw"] is not None
+        assert rows[(engine, "stale")]["busy_caller"] is None  # not a cut: tried idle only
         assert rows[(engine, "refused")]["caller"] == "502 x2"
         assert rows[(engine, "refused")]["clean_ms"] is not None  # served again once it was back
         # Retry on stale connections is on in the lab's settings: the next request is served.
@@ -205,3 +225,41 @@ def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tm
     assert (
         "**" not in out["report"].split("## What the caller got")[1].split("## Times")[0]
     )  # nothing passed whole
+
+
+def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_upload(tmp_path: Path):
+    out = run_study(
+        "protocols",
+        tmp_path,
+        *("--engines", "okhttp,cio", "--lifetimes", "singleton", "--protocols", "http,https,h2"),
+        *("--rate-load", "rate/20", "--capacity-load", "closed/5/0", "--warmup", "0", "--duration", "3"),
+        *("--sizes", "1m", "--repeats", "1", "--upload-warmup", "0"),
+    )
+    cases = {(r["case"], r["protocol"], r["load"]): r for r in out["rows"] if "protocol" in r and "load" in r}
+    # h2 only where the engine speaks it: no singleton-cio over h2
+    assert {(c, p) for c, p, _ in cases} == {
+        ("singleton-okhttp", "http"),
+        ("singleton-okhttp", "https"),
+        ("singleton-okhttp", "h2"),
+        ("singleton-cio", "http"),
+        ("singleton-cio", "https"),
+    }
+    for (_, protocol, _), row in cases.items():
+        assert row["errors"] == 0, row
+        if protocol == "http":
+            assert row["full_tls_per_1000"] is None
+        else:
+            assert row["full_tls_per_1000"] is not None
+    # CIO opens a connection (and over TLS makes a full handshake) per request; a singleton OkHttp reuses one
+    rate = next(load for _, _, load in cases if load.startswith("rate/20/"))  # the rate with its users
+    assert cases[("singleton-cio", "https", rate)]["full_tls_per_1000"] > 500
+    assert cases[("singleton-okhttp", "h2", rate)]["conns_per_1000"] < 100
+    uploads = [r for r in out["rows"] if r.get("direction") == "upload"]
+    assert {r["target"] for r in uploads} == {
+        "singleton-okhttp protocol h2",
+        "singleton-cio protocol https",
+        "singleton-okhttp",
+        "singleton-cio",
+    }
+    assert all(r["intact"] for r in uploads)
+    assert "the 5x gap" in out["report"] and "## Every case over each protocol, rate/20" in out["report"]

@@ -162,7 +162,7 @@ def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
     time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape (and nginx's log, within 1 s)
     run.prometheus = prometheus_figures(backend.prometheus_url, case, edges)
     run.connections = connection_figures(
-        backend.connections(edges.started, edges.ended), run.proxy.upstream_requests
+        backend.connections(edges.started, edges.ended), run.proxy.upstream_requests, over_tls=case.tls
     )
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - edges.stopped)))
     run.leak = leak_check(idle, scrape_proxy("leak check"))
@@ -245,9 +245,12 @@ def prometheus_figures(prometheus_url: str, case: Case, edges: WindowEdges) -> P
     )
 
 
-def connection_figures(new: list[nginx.Connection], requests: float) -> ConnectionFigures:
+def connection_figures(
+    new: list[nginx.Connection], requests: float, over_tls: bool | None = None
+) -> ConnectionFigures:
     """New upstream connections over the window (nginx's log) and per 1,000 of the proxy's upstream
-    requests in it."""
+    requests in it. Full TLS handshakes per 1,000 for a case over TLS (`over_tls`; when not given,
+    when any connection was): 0 when no connection was new, not "none"."""
     tls = [c for c in new if c.tls_version]
     figures = ConnectionFigures(
         new=len(new),
@@ -258,7 +261,7 @@ def connection_figures(new: list[nginx.Connection], requests: float) -> Connecti
     )
     if requests:
         figures.per_1000_requests = round(figures.new / requests * 1000, 2)
-        if tls:
+        if over_tls or (over_tls is None and tls):
             figures.full_tls_per_1000_requests = round(figures.full_tls_handshakes / requests * 1000, 2)
     return figures
 

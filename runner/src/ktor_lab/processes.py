@@ -10,6 +10,7 @@ never touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -223,6 +224,21 @@ class Service:
         Guardian.release(self.proc.pid)
         self._log_file.close()
         return self.proc.returncode
+
+
+@contextlib.contextmanager
+def busy_cores(n: int, run_dir: Path) -> Iterator[list[Service]]:
+    """`n` busy loops (one process each, at full speed) for the length of the block: the machine
+    as busy as a shared CI box; ended by group like every Service, and by the Guardian if this dies."""
+    loops = [
+        Service(f"busy-{i}", [sys.executable, "-c", "while True: pass"], run_dir / f"busy-{i}.log")
+        for i in range(n)
+    ]
+    try:
+        yield loops
+    finally:
+        for loop in loops:
+            loop.stop(timeout=2)
 
 
 def local_url(port: int, path: str = "") -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import render, verdict
-from .cases import PROTOCOLS
+from .cases import ENGINE_FACTS, ENGINE_TITLES, PROTOCOLS
 from .results import Load, Results, Run, load
 
 
@@ -528,6 +528,12 @@ def settings(results: Results) -> list[str]:
     return lines
 
 
+def engine_notes(results: Results) -> list[str]:
+    """What users should know of each engine in the report, beside its rows (cases.ENGINE_FACTS)."""
+    engines = [e for e in ENGINE_FACTS if any(r.engine == e for r in results.runs)]
+    return [f"{ENGINE_TITLES[e]}: {ENGINE_FACTS[e]}." for e in engines]
+
+
 def markdown(results: Results) -> str:
     gs = groups(results)
     lines = ["# Lab report", "", intro(results), "", "## Verdict", ""]
@@ -545,6 +551,7 @@ def markdown(results: Results) -> str:
         if reasons := [f"- {r.case}: {why}" for r in g.rows for why in r.reasons]:
             lines += ["", *reasons]
         lines.append("")
+    lines += ["## The engines themselves", "", *[f"- {n}" for n in engine_notes(results)], ""]
     lines += ["## Settings", "", *[f"- {s}" for s in settings(results)], ""]
     return "\n".join(lines)
 
@@ -587,6 +594,7 @@ def page(results: Results) -> str:
         if reasons := [f"{r.case}: {why}" for r in g.rows for why in r.reasons]:
             body.append(ul(reasons))
         body.append('<div class="charts">' + "".join(charts(g)) + "</div>")
+    body.append(f"<h2>The engines themselves</h2>{ul(engine_notes(results))}")
     body.append(f"<h2>Settings</h2>{ul(settings(results))}")
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Lab report</title>'

@@ -57,6 +57,24 @@ def test_the_ladder_s_rungs_are_judged_against_its_first_rung_within_each_round(
             dict(rounds[0], target=rung_target("okhttp", rung), cpu_ms_per_request=cost, rps=1000 / cost)
         )
     rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-okhttp")])}
-    assert rows["lab proxy okhttp"]["cpu_to_plain_limits"] == pytest.approx(1 + 0.1 * (len(LADDER) - 1))
-    assert rows["+ streaming okhttp"]["rps_to_plain_limits"] == pytest.approx(1 / 1.1)
-    assert [rung for rung, _ in LADDER][0] == "plain-limits" and LADDER[-1][0] == "lab proxy"
+    base = [rung for rung, _ in LADDER].index("plain-limits")
+    assert rows["lab proxy okhttp"]["cpu_to_plain_limits"] == pytest.approx(
+        (1 + 0.1 * (len(LADDER) - 1)) / (1 + 0.1 * base)
+    )
+    assert rows["+ streaming okhttp"]["rps_to_plain_limits"] == pytest.approx(
+        (1 + 0.1 * base) / (1 + 0.1 * (base + 1))
+    )
+    assert rows["plain okhttp"]["cpu_to_plain_limits"] == pytest.approx(1 / (1 + 0.1 * base))
+    assert LADDER[0][0] == "plain" and LADDER[-1][0] == "lab proxy"
+
+
+def test_a_sample_is_charged_to_the_first_frame_of_known_code_below_the_jdk_s():
+    from ktor_lab.parts.jfr import owner
+
+    assert owner(["sun.nio.ch.Net.poll", "io.netty.channel.epoll.Native.epollWait"]) == "netty"
+    assert owner(["java.util.HashMap.get", "lab.proxy.ForwardedHeaders.toUpstream", "io.ktor.x"]) == "lab"
+    assert owner(["okio.AsyncTimeout.enter", "okhttp3.internal.RealCall.execute"]) == "okhttp/okio"
+    assert owner(["java.lang.Thread.run"]) == "jdk"
+    assert owner(
+        ["jdk.internal.misc.Unsafe.park", "kotlinx.coroutines.scheduling.CoroutineScheduler.run"]
+    ) == ("kotlinx.coroutines")

@@ -47,6 +47,29 @@ def test_dashboards_exist_with_unique_stable_uids_and_a_current_schema():
         assert len(set(ids)) == len({id(p) for p in d["panels"]} | {id(p) for p in grafana.panels(d)})
 
 
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_panels_go_down_the_page_without_overlapping(path):
+    # Two branches that each add a row at the end merge textually into one page with two rows on
+    # the same line: Grafana would load it and move panels around. Rows and open panels, in order.
+    top = DASHBOARDS[path]["panels"]
+    seen = []
+    for panel in top:
+        g = panel["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, panel["title"]
+        for other in seen:
+            o = other["gridPos"]
+            apart = (
+                g["x"] + g["w"] <= o["x"]
+                or o["x"] + o["w"] <= g["x"]
+                or g["y"] + g["h"] <= o["y"]
+                or o["y"] + o["h"] <= g["y"]
+            )
+            assert apart, (panel["title"], other["title"])
+        seen.append(panel)
+    rows = [p["gridPos"]["y"] for p in top if p["type"] == "row"]
+    assert rows == sorted(rows) and len(rows) == len(set(rows)), rows
+
+
 def datasource_refs(node):
     """Every `datasource` value anywhere in a dashboard."""
     if isinstance(node, dict):

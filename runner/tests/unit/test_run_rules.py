@@ -230,9 +230,12 @@ def test_report_from_a_stored_result(tmp_path):
     ]
     rps = sorted(r["locust"]["rps"] for r in singleton)
     assert f"{sum(rps) / 2:,.0f} ({rps[0]:,.0f}-{rps[1]:,.0f})" in md
-    # Settings beside the numbers.
+    # Settings beside the numbers, and what users should know of the engines beside their rows.
     assert results["environment"]["commit"][:12] in md
     assert "max_connections=1000" in md and "JAVA_OPTS" in md
+    engines = md.split("## The engines themselves")[1].split("## Settings")[0]
+    assert "deprecated since Ktor 3.4.0" in engines and "connection per request" in engines
+    assert "The engines themselves" in page
 
     parser = Page()
     parser.feed(page)

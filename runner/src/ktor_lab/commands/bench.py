@@ -34,7 +34,7 @@ from .. import render, stack
 from ..cases import CASES, Case, all_of, case_list
 from ..errors import LabError
 from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
-from ..parts import wrk
+from ..parts import jfr, wrk
 from ..paths import LEAN_PROXY_JAR, REPO
 from ..rundirs import run_dir
 from ..warmup import JitClock, warm_up
@@ -68,6 +68,13 @@ def add_parser(sub) -> None:
         "CPU and rate against its references as the medians of the rounds' ratios (default: %(default)s)",
     )
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="record each JVM's measured window with Java Flight Recorder and say where its CPU went "
+        "(by whose code, and the top frames); JFR costs a little CPU itself, so figures with it are "
+        "not the ones to compare",
+    )
+    p.add_argument(
         "--ladder",
         action="store_true",
         help="per engine of --cases, from the plain proxy with the lab's limits up to the lab's proxy, "
@@ -80,7 +87,13 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
     jit = JitClock(jvm_pid) if jvm_pid else None
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
+    recording = None
+    if jvm_pid and args.profile:
+        recording = jfr.Recording(jvm_pid, args.profile_dir / f"{_file_name(name)}.jfr")
+        recording.__enter__()
     r = wrk.run(url, args.connections, args.threads, args.duration)
+    if recording:
+        recording.__exit__()
     r.update(
         target=name,
         warmup_s=warm.seconds,
@@ -94,6 +107,8 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
             r["cpu_ms_per_request"] = (process_cpu_seconds(jvm_pid) - cpu_before) * 1000 / r["requests"]
             switches = process_context_switches(jvm_pid) - switches_before
             r["switches_per_request"] = switches / r["requests"]
+    if recording:
+        r["profile"] = jfr.read(recording.path).to_json()
     note = "" if warm.settled else "  (not warm at the end of the warm-up)"
     cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
     if r["switches_per_request"] is not None:
@@ -104,6 +119,29 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
         flush=True,
     )
     return r
+
+
+def _file_name(target: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in target).strip("-")
+
+
+def profiles(rounds: list[dict]) -> str:
+    """Per profiled target, where its CPU went in the window: by owner of the code, and top frames."""
+    lines = []
+    for r in rounds:
+        if not (p := r.get("profile")):
+            continue
+        owners = ", ".join(f"{k} {v:.0%}" for k, v in p["owners"].items())
+        lines += [
+            f"### {r['target']} (round {r['round']}, {p['samples']} samples)",
+            "",
+            f"By whose code: {owners}.",
+            "",
+        ]
+        lines += ["| top frame | share |", "|---|---:|"]
+        lines += [f"| `{name}` | {share:.1%} |" for name, share in p["top_frames"]]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     ports = options.ports(args)
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
     d = run_dir("bench", args.run_dir)
+    args.profile_dir = d
     settings = {
         "path": args.path,
         "connections": args.connections,
@@ -148,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             rounds.extend(dict(r, round=n) for r in one_round(lab, cases, args))
     results = summarize(rounds, cases)
     text = table(results).markdown()
+    if args.profile:
+        text += "\n\n## Profiles of the measured windows (JFR)\n\n" + profiles(rounds)
     print("\n" + text)
     (d / "bench.json").write_text(
         json.dumps({"settings": settings, "results": results, "rounds": rounds}, indent=2)
@@ -202,8 +243,10 @@ REFERENCES = (
 # What the lab's overhead is judged against (the first is the goal's: 1.15x in CPU per request).
 BASES = ("plain-limits", "plain", "plain-limits streamed")
 LAB_PROXY: dict[str, str] = {}
-# From the plain proxy with the lab's limits to the lab's proxy, one piece at a time.
+# From the plain proxy (the engine's defaults, then the lab's limits) to the lab's proxy, one
+# piece at a time; judged against plain-limits.
 LADDER = (
+    ("plain", {"LEAN_CLIENT": "plain"}),
     ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
     ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
     ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),

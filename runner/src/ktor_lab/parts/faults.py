@@ -303,6 +303,15 @@ class FaultServer:
     def clear(self) -> None:
         requests.post(f"{self.url}/_log/clear", timeout=5).raise_for_status()
 
+    def sent_again(self, tag: str) -> dict[str, int]:
+        """The tries tagged `tag` that reached this server more than once, with their counts."""
+        seen: dict[str, int] = {}
+        for entry in self.log():
+            query = dict(p.partition("=")[::2] for p in entry["target"].partition("?")[2].split("&"))
+            if query.get("try", "").startswith(f"{tag}-"):
+                seen[query["try"]] = seen.get(query["try"], 0) + 1
+        return {t: n for t, n in seen.items() if n > 1}
+
     def down(self, seconds: float) -> None:
         """Refused for `seconds` from now (listener closed, connections dropped), then back."""
         requests.get(f"{self.url}/_down?seconds={seconds}", timeout=5).raise_for_status()

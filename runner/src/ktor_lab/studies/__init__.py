@@ -9,10 +9,11 @@ import shlex
 
 from .. import stack
 from ..errors import LabError
-from . import distance, engines, faults, io, machinery, replay, streaming, threads, versions
+from . import distance, engines, faults, io, machinery, protocols, replay, streaming, threads, versions
 
 STUDIES: dict[str, machinery.Study] = {
-    m.STUDY.name: m.STUDY for m in (threads, replay, streaming, engines, io, faults, versions, distance)
+    m.STUDY.name: m.STUDY
+    for m in (threads, replay, streaming, engines, io, faults, versions, protocols, distance)
 }
 
 

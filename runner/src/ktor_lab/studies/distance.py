@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import render, verdict, versions
-from ..cases import ALL, CASES, PROTOCOLS, Case, all_of, case_list
+from ..cases import LIFETIMES, PROTOCOLS, Case, engine_list
 from ..commands import options
 from ..results import Plan, Results, Run, parse_load
 from . import machinery
@@ -100,7 +100,11 @@ class Row:
 
 
 def matrices(args: argparse.Namespace) -> Matrices:
-    cases = case_list(args.cases) if args.cases else list(ALL)
+    engines = engine_list(args.engines)
+    lifetimes = args.lifetimes.split(",")
+    if bad := [x for x in lifetimes if x not in LIFETIMES]:
+        raise ValueError(f"--lifetimes: {bad[0]!r} is not one of {', '.join(LIFETIMES)}")
+    cases = [Case(lifetime, engine) for lifetime in lifetimes for engine in engines]
     protocols = versions.names(args.protocols)
     if bad := [p for p in protocols if p not in PROTOCOLS]:
         raise ValueError(f"protocol {bad[0]!r}: give some of {', '.join(PROTOCOLS)}")
@@ -438,7 +442,8 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cases", default="", help=f"comma-separated (default: {all_of(CASES, 'cases')})")
+    machinery.add_engines(p)
+    machinery.add_lifetimes(p)
     p.add_argument("--rtt", default=RTTS, help="round trips in ms, each a dimension (default: %(default)s)")
     p.add_argument(
         "--protocols", default="http,https", help="between the proxy and nginx (default: %(default)s)"

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import render, versions
-from ..cases import ENGINE_FACTS, ENGINES, Case, all_of, engine_list
+from ..cases import ENGINE_FACTS, Case, engine_list
 from ..errors import LabError
 from ..machine import java
 from ..paths import REPO
@@ -300,11 +300,7 @@ LADDER_COLUMNS = [
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
+    machinery.add_engines(p)
     p.add_argument("--batches", type=int, default=10, help="measured batches (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=1000, help="requests per batch (default: %(default)s)")
     p.add_argument(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
+import os
 import statistics
 import time
 from collections import Counter
@@ -28,10 +28,10 @@ from pathlib import Path
 import requests
 
 from .. import metrics, render
-from ..cases import ENGINES, LIFETIMES, Case, all_of, engine_list
+from ..cases import ENGINES, LIFETIMES, Case, engine_list
 from ..parts import faults
 from ..parts.faults import FaultServer, exchange, get
-from ..processes import wait_until
+from ..processes import busy_cores, wait_until
 from ..stack import Stack
 from . import machinery
 
@@ -92,9 +92,24 @@ FAULTS = (
     ),
     Fault("stale", "a pooled connection closed by the upstream as it is reused", "/stale"),
     Fault("extra-bytes", "6 bytes more than Content-Length: a whole second response", "/extra"),
-    Fault("upload-cut-chunked", "the caller's chunked upload stops mid-way (FIN)", upload="chunked"),
-    Fault("upload-cut-length", "the caller's upload stops before its Content-Length (FIN)", upload="length"),
+    Fault(
+        "upload-cut-chunked",
+        "the caller's chunked upload (500 kB) stops in a chunk, closed at once (FIN)",
+        upload="mid-chunk",
+    ),
+    Fault(
+        "upload-cut-at-chunk",
+        "the caller's chunked upload stops where the next chunk would start, closed at once (RST)",
+        upload="chunk-boundary",
+    ),
+    Fault(
+        "upload-cut-length",
+        "the caller's upload stops before its Content-Length (450 of 500 kB), closed at once (FIN)",
+        upload="content-length",
+    ),
 )
+# The cut bodies, whose danger is a race: tried on an idle machine and again with every core busy.
+CLOSE = {"mid-chunk": "fin", "chunk-boundary": "rst", "content-length": "fin"}
 BY_NAME = {f.name: f for f in FAULTS}
 
 
@@ -105,18 +120,6 @@ def describe(reply: faults.Reply) -> str:
     if reply.status == 200:
         return "200 whole" if reply.whole else "200 cut"
     return str(reply.status)
-
-
-def cut_upload(proxy_url: str, how: str) -> None:
-    host, port = proxy_url.removeprefix("http://").split(":")
-    s = socket.create_connection((host, int(port)), timeout=5)
-    if how == "chunked":
-        s.sendall(b"PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n")
-        s.sendall(b"5\r\nhello\r\n5\r\nworld\r\n")
-    else:
-        s.sendall(b"PUT /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: 1000\r\n\r\nhello world")
-    time.sleep(0.2)  # the proxy has started the upstream request with what it got
-    s.close()
 
 
 def served_cleanly_after(proxy_url: str, since: float, limit_s: float = 10.0) -> float | None:
@@ -180,11 +183,12 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
         return out
     if fault.upload:
         server.clear()
-        cut_upload(proxy_url, fault.upload)
-        out = Trial("cut by caller")
-        # What reached the upstream is logged once its body ended (or was cut): 1 s at most.
+        # No pause before the close: the one timing that found the race (issue 28).
+        status = faults.cut_upload(proxy_url, faults.Cut(fault.upload, CLOSE[fault.upload], 0.0), "study")
+        out = Trial("reset by the caller" if status is None else str(status) if status else "closed")
+        # What reached the upstream is logged once its body ended (or was cut): 2 s at most.
         seen = wait_until(
-            lambda: [e for e in server.log() if e["target"].startswith("/upload")], timeout=1.0, interval=0.05
+            lambda: [e for e in server.log() if e["target"].startswith("/upload")], timeout=2.0, interval=0.05
         )
         out.upstream_saw = "whole" if any(e["body_complete"] for e in seen) else "cut" if seen else "nothing"
     else:
@@ -229,6 +233,10 @@ class Row:
     files_added: float
     retry_on_stale: str | None
     limits: str | None
+    # The cut bodies again with every core busy (None: not a cut, or --no-busy).
+    busy_caller: str | None = None
+    busy_upstream_saw: str | None = None
+    busy_passed_whole: int | None = None
 
     @property
     def case(self) -> str:
@@ -247,7 +255,7 @@ class Probe:
     baseline: Gauges
     proxy_settings: dict[str, str] = field(default_factory=dict)
 
-    def row(self, fault: Fault, trials: list[Trial], after: Gauges) -> Row:
+    def row(self, fault: Fault, trials: list[Trial], after: Gauges, busy: list[Trial] | None = None) -> Row:
         def median(values: list[float | None]) -> float | None:
             known = [v for v in values if v is not None]
             return round(statistics.median(known), 1) if known else None
@@ -272,6 +280,11 @@ class Probe:
             files_added=after.files - self.baseline.files,
             retry_on_stale=self.proxy_settings.get("retry_on_stale"),
             limits=self.proxy_settings.get("limits"),
+            busy_caller=tally([t.caller for t in busy]) if busy else None,
+            busy_upstream_saw=tally([t.upstream_saw or "" for t in busy]) if busy and fault.upload else None,
+            busy_passed_whole=sum(1 for t in busy if t.passed_whole or t.upstream_saw == "whole")
+            if busy
+            else None,
         )
 
 
@@ -319,7 +332,11 @@ def measure(parts: tuple[Stack, FaultServer], setup: Setup, args: argparse.Names
         for name in fault_names(args):
             fault = BY_NAME[name]
             trials = [trial(fault, url, server) for _ in range(args.repeats)]
-            rows.append(probe.row(fault, trials, Gauges.read(url)))
+            busy = None
+            if args.busy and (fault.cut or fault.upload):
+                with busy_cores(os.cpu_count() or 2, lab.run_dir):
+                    busy = [trial(fault, url, server) for _ in range(args.repeats)]
+            rows.append(probe.row(fault, trials, Gauges.read(url), busy))
         return rows
     finally:
         lab.stop_proxy()
@@ -327,24 +344,30 @@ def measure(parts: tuple[Stack, FaultServer], setup: Setup, args: argparse.Names
 
 def progress(r: Row) -> str:
     whole = r.passed_whole + r.upload_passed_whole
+    busy = f"; busy: {r.busy_upstream_saw or r.busy_caller}" if r.busy_caller else ""
     return (
-        f"{r.case} ({r.settings} settings) {r.fault}: {r.caller}"
+        f"{r.case} ({r.settings} settings) {r.fault}: {r.upstream_saw or r.caller}"
         + (f"; {whole} cut bodies passed as whole" if whole else "")
+        + busy
+        + (f"; {r.busy_passed_whole} passed as whole when busy" if r.busy_passed_whole else "")
         + (f"; next: {r.next}" if r.next_failed else "")
     )
 
 
 def cell(row: Row) -> str:
-    """One cell of the matrix: what the caller saw, flagged when a cut passed as whole."""
-    if row.upstream_saw is not None:
-        text = "upstream: " + row.upstream_saw
-        return f"**{text}**" if row.upload_passed_whole else text
-    text = row.caller
-    if row.passed_whole:
-        text = f"**{text}**"
+    """One cell of the matrix: what the caller saw (for an upload, what the upstream saw), flagged
+    when a cut passed as whole; for a cut body, idle / with every core busy."""
+    idle = _cell(row.upstream_saw, row.caller, row.upload_passed_whole + row.passed_whole)
+    if row.busy_caller is not None:
+        idle += " / busy: " + _cell(row.busy_upstream_saw, row.busy_caller, row.busy_passed_whole or 0)
     if row.next_failed:
-        text += f"; next: {row.next}"
-    return text
+        idle += f"; next: {row.next}"
+    return idle
+
+
+def _cell(upstream_saw: str | None, caller: str, whole: int) -> str:
+    text = "upstream: " + upstream_saw if upstream_saw is not None else caller
+    return f"**{text}**" if whole else text
 
 
 def _order(group: tuple[str, str, str]) -> tuple:
@@ -371,7 +394,7 @@ class CaseSummary:
             rows[0].case,
             rows[0].settings,
             rows[0].retry_on_stale,
-            sum(r.passed_whole + r.upload_passed_whole for r in rows),
+            sum(r.passed_whole + r.upload_passed_whole + (r.busy_passed_whole or 0) for r in rows),
             sum(r.next_failed for r in rows),
             max((r.clean_ms for r in rows if r.clean_ms is not None), default=None),
             max(r.threads_added for r in rows),
@@ -414,13 +437,16 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "lab settings": "CLIENT_LIMITS=fair, CLIENT_RETRY_ON_STALE=on",
         "engine settings": "CLIENT_LIMITS=defaults, CLIENT_RETRY_ON_STALE=engine",
         "CLIENT_REQUEST_TIMEOUT_MS": REQUEST_TIMEOUT_MS,
+        "busy machine": "the cut bodies again with a busy loop on every core" if args.busy else "not tried",
         "proxy JVM options": args.java_opts,
     }
     notes = [f"`{f.name}`: {f.what}" for f in FAULTS if f.name in names] + [
         "A cell is what the caller got over the repeats: a status, `200 whole` (the body ended by its "
         "framing), `200 cut` (the connection closed before the body's end: the caller can tell), or "
         "`dropped` (no answer). **Bold**: a cut body passed on as whole.",
-        "For uploads: what the upstream saw (`cut`, `nothing`, or **`whole`**).",
+        "For uploads: what the upstream saw (`cut`, `nothing`, or **`whole`**), the caller closing at once.",
+        "For the cut bodies, `/ busy:` is the same fault tried again with a busy loop on every core "
+        "(`--no-busy` leaves it out): the races live there.",
         "`next`: the next healthy request after the fault, when it failed.",
     ]
     timing = sorted(rows, key=lambda r: (_order(r.group), names.index(r.fault)))
@@ -438,12 +464,8 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
-    p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
+    machinery.add_engines(p)
+    machinery.add_lifetimes(p)
     p.add_argument(
         "--settings", default="lab,engine", help="lab (fair limits, retry on), engine (its own), or both"
     )
@@ -453,6 +475,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help=f"comma-separated, of: {', '.join(BY_NAME)} (default: all)",
     )
     p.add_argument("--repeats", type=int, default=3, help="tries of each fault (default: %(default)s)")
+    p.add_argument(
+        "--busy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="try the cut bodies again with a busy loop on every core (default: on)",
+    )
     p.add_argument("--java-opts", default="-Xmx256m", help="proxy JVM options (default: %(default)s)")
 
 

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from .. import measure, metrics, render, run_report
 from ..backends import NativeBackend
+from ..cases import ENGINES, LIFETIMES, all_of
 from ..machine import environment
 from ..results import Plan, Results
 from ..rundirs import results_dir
@@ -67,6 +68,20 @@ class Study(Generic[Item, Row, Parts]):
             default=None,
             help=f"results folder (default: results/study-{self.name}-<time>)",
         )
+
+
+def add_engines(p: argparse.ArgumentParser) -> None:
+    """`--engines`, as every study that runs per engine takes it (all by default)."""
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
+    )
+
+
+def add_lifetimes(p: argparse.ArgumentParser) -> None:
+    """`--lifetimes`, as every study that runs per case takes it (both by default)."""
+    p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
 
 
 def run(study: Study, args: argparse.Namespace, command: str) -> Path:

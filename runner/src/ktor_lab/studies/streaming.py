@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 
 from .. import render
-from ..cases import ENGINES, Case, all_of, engine_list
+from ..cases import Case, engine_list
 from ..parts import nginx
 from ..stack import Stack
 from . import machinery
@@ -258,11 +258,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
+    machinery.add_engines(p)
     p.add_argument(
         "--sizes", default="15m,100m", help="upstream files: 1k, 100k, 1m, 15m, 100m (default: %(default)s)"
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 
 from .. import metrics, render
-from ..cases import ENGINES, Case, all_of, engine_list
+from ..cases import Case, engine_list
 from ..stack import Stack
 from . import machinery
 
@@ -294,11 +294,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
-    )
+    machinery.add_engines(p)
     p.add_argument(
         "--n", default="100,500,1000", help="requests in flight, comma-separated (default: %(default)s)"
     )

@@ -34,6 +34,10 @@ object ClientFactory {
         return max + engine + EngineSetup.common(config) + linkedMapOf(
             "header_timeout_ms" to config.headerTimeoutMs.toString(),
             "idle_timeout_ms" to config.idleTimeoutMs.toString(),
+            // Every answer is read as a stream (`execute { }`), so a 100 MB body passes a small heap.
+            // It is the one part of the lab that costs more than a plain client on a tiny body:
+            // about 4 context switches per request; its CPU is in docs/benchmarks.md ("The ladder").
+            "upstream_body" to "streamed",
         )
     }
 }

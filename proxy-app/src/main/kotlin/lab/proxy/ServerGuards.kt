@@ -12,7 +12,8 @@
  *   request whose body was never read must not be parsed as the next request).
  * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
  *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
- *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes.
+ *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes. A request
+ *   Netty could not decode at all gets Ktor's 400 and the connection closes after it too.
  * - [abort]: an answer that cannot be finished never gets its last part (for a chunked body, the
  *   last chunk), however the close and Ktor's writer race; the connection closes instead.
  */
@@ -55,7 +56,9 @@ object ServerGuards {
     }
 
     /** True when the caller's connection closed before the body of its current request ended. */
-    fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.attr(BODY_CUT)?.get() == true
+    fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.let(::bodyCut) == true
+
+    internal fun bodyCut(channel: Channel): Boolean = channel.attr(BODY_CUT).get() == true
 
     /**
      * Closes the caller's connection: an answer that cannot be finished must not end cleanly. The
@@ -64,9 +67,17 @@ object ServerGuards {
      * channel closes, [MessagesSeen] drops the body's last part whenever it comes.
      */
     fun abort(call: ApplicationCall) {
-        val channel = call.nettyChannel() ?: return
-        channel.attr(ABORTED).set(true)
+        call.nettyChannel()?.let(::abort)
+    }
+
+    internal fun abort(channel: Channel) {
+        markAborted(channel)
         channel.close()
+    }
+
+    /** The mark alone: what the writer sees when it gets there before the close does. */
+    internal fun markAborted(channel: Channel) {
+        channel.attr(ABORTED).set(true)
     }
 
     fun closeAfterResponse(call: ApplicationCall) {
@@ -138,10 +149,20 @@ object ServerGuards {
             if (msg is HttpRequest) {
                 state.active++
                 state.partialSince = 0L
-                state.bodyOpen = msg !is LastHttpContent &&
-                    (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
-                state.lastRequestRead = framingInDoubt(msg)
                 ctx.channel().attr(BODY_CUT).set(false)
+                if (msg.decoderResult().isFailure) {
+                    // Netty could not decode it (Netty 4.2, under Ktor 3.5, refuses Content-Length
+                    // beside Transfer-Encoding this way): Ktor answers 400 with `Connection: close`
+                    // but leaves the connection open. Nothing after it is read, and the connection
+                    // closes once that answer is written (RFC 9112 section 6.1's MUST for CL+TE).
+                    ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
+                    state.bodyOpen = false
+                    state.dropping = true
+                } else {
+                    state.bodyOpen = msg !is LastHttpContent &&
+                        (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
+                    state.lastRequestRead = framingInDoubt(msg)
+                }
             } else if (msg is LastHttpContent) {
                 state.bodyOpen = false
             }

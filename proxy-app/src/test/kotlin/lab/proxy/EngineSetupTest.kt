@@ -43,7 +43,7 @@ class EngineSetupTest {
             val config = ProxyConfig(engine = engine)
             EngineSetup.of(engine).create(config).close()
             val reported = ClientFactory.effectiveSettings(config)
-            for (key in listOf("limits", "connect_timeout_ms", "request_timeout_ms", "retry_on_stale", "header_timeout_ms")) {
+            for (key in listOf("limits", "connect_timeout_ms", "request_timeout_ms", "retry_on_stale", "header_timeout_ms", "upstream_body")) {
                 assertTrue(key in reported, "$engine: $key")
             }
         }

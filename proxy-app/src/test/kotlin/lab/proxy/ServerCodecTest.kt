@@ -17,12 +17,18 @@ class ServerCodecTest {
     }
 
     @Test
-    fun `a request with both framings keeps its Content-Length and is framed by Transfer-Encoding`() {
+    fun `a request with both framings keeps its Content-Length and is framed by Transfer-Encoding, or is refused`() {
         val messages = decode(
             "POST /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" +
                 "3\r\nabc\r\n0\r\n\r\n",
         )
         val head = messages.first() as HttpRequest
+        if (head.decoderResult().isFailure) {
+            // Netty 4.2 (Ktor 3.5) refuses such a request itself: Ktor answers 400, ServerGuards closes.
+            assertTrue(head.decoderResult().cause().message!!.contains("Content-Length"), head.decoderResult().toString())
+            return
+        }
+        // Netty 4.1 (Ktor 3.4) frames it by Transfer-Encoding: Content-Length stays for RequestChecks.
         assertEquals("5", head.headers()["Content-Length"])
         assertEquals("chunked", head.headers()["Transfer-Encoding"])
         val body = messages.drop(1).filterIsInstance<HttpContent>().joinToString("") { it.content().toString(Charsets.ISO_8859_1) }

@@ -30,6 +30,7 @@ import org.apache.hc.core5.http.ConnectionClosedException
 import org.apache.hc.core5.http.HttpRequest
 import org.apache.hc.core5.http.NoHttpResponseException
 import org.apache.hc.core5.http.protocol.HttpContext
+import org.apache.hc.core5.http.protocol.HttpCoreContext
 import java.io.IOException
 import java.io.InterruptedIOException
 import java.net.SocketException
@@ -150,7 +151,7 @@ object Apache5Setup : EngineSetup {
 
 /**
  * Idempotent requests once more when the upstream closed or reset a connection before answering
- * (a stale pooled connection); no status is retried. A connection the client itself is closing
+ * (a stale pooled connection); never once an answer has begun, and no status is retried. A connection the client itself is closing
  * ("Connection is closed": a per-call client shut down after a timeout) is not retried: the retry
  * would be scheduled on a stopped client.
  */
@@ -167,7 +168,15 @@ private object StaleConnectionRetry : DefaultHttpRequestRetryStrategy(
     emptyList(),
 ) {
     override fun retryRequest(request: HttpRequest, exception: IOException, execCount: Int, context: HttpContext): Boolean =
-        exception.meansStale() && super.retryRequest(request, exception, execCount, context)
+        !answered(context) && exception.meansStale() && super.retryRequest(request, exception, execCount, context)
+
+    /**
+     * Whether the upstream's answer had begun. HttpClient 5 would send the request again after a
+     * reset in the middle of a body, while Ktor already holds the first answer's body: its
+     * consumer is released without being failed, the caller's download stalls until a timeout
+     * (30 s) and the upstream gets the request twice. A stale connection fails before any answer.
+     */
+    private fun answered(context: HttpContext): Boolean = HttpCoreContext.castOrCreate(context).response != null
 
     private fun IOException.meansStale(): Boolean = when (this) {
         is NoHttpResponseException -> true

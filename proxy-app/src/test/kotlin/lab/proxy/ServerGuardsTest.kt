@@ -1,0 +1,100 @@
+package lab.proxy
+
+import io.netty.buffer.Unpooled
+import io.netty.channel.ChannelHandlerContext
+import io.netty.channel.ChannelInboundHandlerAdapter
+import io.netty.channel.embedded.EmbeddedChannel
+import io.netty.handler.codec.http.DefaultFullHttpResponse
+import io.netty.handler.codec.http.DefaultHttpContent
+import io.netty.handler.codec.http.DefaultHttpResponse
+import io.netty.handler.codec.http.HttpRequest
+import io.netty.handler.codec.http.HttpResponseStatus
+import io.netty.handler.codec.http.HttpVersion
+import io.netty.handler.codec.http.LastHttpContent
+import io.netty.util.ReferenceCountUtil
+import kotlin.test.Test
+import kotlin.test.assertEquals
+import kotlin.test.assertFalse
+import kotlin.test.assertTrue
+
+/** The guards in a real Netty pipeline (an EmbeddedChannel with the proxy's codec), without Ktor. */
+class ServerGuardsTest {
+    /** What Ktor's handlers would get: every message after the guards. */
+    private class Received : ChannelInboundHandlerAdapter() {
+        val requests = mutableListOf<String>()
+        var lastContents = 0
+
+        override fun channelRead(ctx: ChannelHandlerContext, msg: Any) {
+            if (msg is HttpRequest) requests += msg.uri()
+            if (msg is LastHttpContent) lastContents++
+            ReferenceCountUtil.release(msg)
+        }
+    }
+
+    private fun channel(config: ProxyConfig = ProxyConfig()): Pair<EmbeddedChannel, Received> {
+        val received = Received()
+        val ch = EmbeddedChannel()
+        ch.pipeline().addLast("codec", ServerCodec.create(4096, 8192, 8192))
+        ServerGuards.install(ch.pipeline(), config)
+        ch.pipeline().addLast(received)
+        return ch to received
+    }
+
+    private fun EmbeddedChannel.send(text: String) = writeInbound(Unpooled.copiedBuffer(text, Charsets.ISO_8859_1))
+
+    @Test
+    fun `a body cut by the caller's close is marked before anything sees the end, a whole one is not`() {
+        val (cut, _) = channel()
+        cut.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        assertFalse(ServerGuards.bodyCut(cut))
+        cut.close()
+        assertTrue(ServerGuards.bodyCut(cut))
+
+        val (whole, received) = channel()
+        whole.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\n\r\nhello")
+        whole.close()
+        assertFalse(ServerGuards.bodyCut(whole))
+        assertEquals(1, received.lastContents)
+    }
+
+    @Test
+    fun `nothing after a request of doubtful framing is read`() {
+        val (ch, received) = channel()
+        ch.send(
+            "POST /a HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" +
+                "GET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+        )
+        assertEquals(listOf("/a"), received.requests)
+        ch.finishAndReleaseAll()
+    }
+
+    @Test
+    fun `an aborted answer never gets its last part, whenever it comes`() {
+        val (ch, _) = channel()
+        ch.send("GET /large HTTP/1.1\r\nHost: lab\r\n\r\n")
+        ch.writeOutbound(DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.writeOutbound(DefaultHttpContent(Unpooled.copiedBuffer("part", Charsets.ISO_8859_1)))
+        // The race: the mark is set, and Ktor's writer ends the body before the close is done.
+        ServerGuards.markAborted(ch)
+        val ended = ch.writeOneOutbound(LastHttpContent.EMPTY_LAST_CONTENT)
+        ch.runPendingTasks()
+        assertFalse(ended.isSuccess) // Ktor's writer learns its last part was not written
+        val written = generateSequence { ch.readOutbound<Any>() }.toList()
+        assertTrue(written.none { it is LastHttpContent }, written.toString())
+        assertFalse(ch.isOpen) // and the guard closed the connection itself
+        written.forEach { ReferenceCountUtil.release(it) }
+    }
+
+    @Test
+    fun `a request the codec cannot decode gets its answer, then the connection closes and nothing after it is read`() {
+        val (ch, received) = channel()
+        // A space in a header name: refused by Netty's validation in 4.1 and 4.2 alike.
+        ch.send("GET /bad HTTP/1.1\r\nHost: lab\r\nBad Header: x\r\n\r\nGET /next HTTP/1.1\r\nHost: lab\r\n\r\n")
+        assertEquals(listOf("/bad"), received.requests)
+        assertTrue(ch.isOpen)
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.BAD_REQUEST))
+        ch.runPendingTasks()
+        assertFalse(ch.isOpen)
+        ch.finishAndReleaseAll()
+    }
+}

@@ -1,0 +1,108 @@
+"""A CPU profile of one JVM over a window, from Java Flight Recorder: `lab bench --profile`.
+
+The recording starts at the window's start (`jcmd PID JFR.start`, after the warm-up, so neither
+the JIT's work nor JFR's own start is in it) and is dumped at its end; its execution samples are
+counted by the frame on top of each stack (where the CPU went) and by the first frame of the
+lab's, Ktor's, the engine's or Netty's code in each stack (whose code asked for it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..machine import java
+
+# The code a sample is charged to: the first frame of one of these in its stack, top down.
+OWNERS = (
+    ("lab", ("lab.",)),
+    ("ktor", ("io.ktor.",)),
+    ("kotlinx.coroutines", ("kotlinx.coroutines.",)),
+    ("okhttp/okio", ("okhttp3.", "okio.")),
+    ("apache", ("org.apache.hc.", "org.apache.http.")),
+    ("netty", ("io.netty.",)),
+    ("micrometer", ("io.micrometer.",)),
+    ("jdk", ("java.", "jdk.", "sun.")),
+)
+
+
+def tool(name: str) -> str:
+    """jcmd or jfr of the JDK that runs the lab's JVMs."""
+    return shutil.which(name) or str(Path(java()).resolve().with_name(name))
+
+
+@dataclass
+class Profile:
+    samples: int = 0
+    top_frames: list[tuple[str, float]] = field(default_factory=list)  # (method, share of samples)
+    owners: dict[str, float] = field(default_factory=dict)  # owner -> share of samples
+
+    def to_json(self) -> dict:
+        return {"samples": self.samples, "top_frames": self.top_frames, "owners": self.owners}
+
+
+class Recording:
+    """`with Recording(pid, path):` around the window."""
+
+    def __init__(self, pid: int, path: Path):
+        self.pid, self.path = pid, path
+
+    def __enter__(self) -> Recording:
+        subprocess.run(
+            [tool("jcmd"), str(self.pid), "JFR.start", "name=window", "settings=profile"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run(
+            [tool("jcmd"), str(self.pid), "JFR.stop", "name=window", f"filename={self.path}"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+
+def read(path: Path, top: int = 15) -> Profile:
+    """The execution samples of a recording, counted by top frame and by owner."""
+    r = subprocess.run(
+        [tool("jfr"), "print", "--json", "--events", "jdk.ExecutionSample", "--stack-depth", "64", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    events = json.loads(r.stdout)["recording"]["events"]
+    tops: Counter[str] = Counter()
+    owners: Counter[str] = Counter()
+    for event in events:
+        frames = [
+            f"{f['method']['type']['name']}.{f['method']['name']}"
+            for f in (event["values"].get("stackTrace") or {}).get("frames", [])
+        ]
+        if not frames:
+            continue
+        tops[frames[0]] += 1
+        owners[owner(frames)] += 1
+    n = sum(tops.values())
+    return Profile(
+        samples=n,
+        top_frames=[(name, round(count / n, 4)) for name, count in tops.most_common(top)] if n else [],
+        owners={k: round(v / n, 4) for k, v in owners.most_common()} if n else {},
+    )
+
+
+def owner(frames: list[str]) -> str:
+    for frame in frames:
+        for name, prefixes in OWNERS:
+            if frame.startswith(prefixes):
+                if name == "jdk":
+                    break  # the JDK's own frames: look further down for who called it
+                return name
+    return "jdk" if frames and frames[0].startswith(OWNERS[-1][1]) else "other"
