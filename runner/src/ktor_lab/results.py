@@ -119,6 +119,11 @@ class Plan:
             raise ValueError(f"case {named[0].name!r} names its rtt; give it there or with --rtt, not both")
         for case in self.cases_to_run():
             self.network_for(case)  # a NetworkError (ValueError) naming the variable
+        if self.jitter_ms and not any(c.rtt_ms for c in self.cases_to_run()):
+            raise ValueError(
+                f"UPSTREAM_JITTER_MS={self.jitter_ms} varies a round trip, and no run here has one: "
+                "give --rtt above 0, or no --jitter"
+            )
         for dim, given in (("ktor", self.ktor), ("java", self.java)):
             if given and (named := [c for c in self.cases if getattr(c, dim)]):
                 raise ValueError(
@@ -156,8 +161,9 @@ class Plan:
         ]
 
     def network_for(self, case: Case) -> Network:
-        """Between the proxy and nginx for `case`: its round trip, the plan's jitter and bandwidth."""
-        return Network(case.rtt_ms, self.jitter_ms, self.bandwidth_kbps)
+        """Between the proxy and nginx for `case`: its round trip, the plan's jitter and bandwidth. A
+        round trip of 0 has nothing to vary: its runs get no jitter (--rtt 0,20 --jitter 2)."""
+        return Network(case.rtt_ms, self.jitter_ms if case.rtt_ms else 0, self.bandwidth_kbps)
 
     def runs(self) -> list[Spec]:
         """Every run in the order it is made: each repeat goes through all cases before the next."""

@@ -114,5 +114,10 @@ def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_
     assert not plan(rtt=[0]).network_for(Case("singleton", "cio")).on
     with pytest.raises(ValueError, match="names its rtt; give it there or with --rtt, not both"):
         plan("singleton-cio rtt 5", rtt=[20])
-    with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=3 is more than UPSTREAM_RTT_MS=0"):
-        plan(rtt=[0, 20], jitter_ms=3)
+    # A round trip of 0 has nothing to vary: the jitter is the other round trips'.
+    jittered = plan(rtt=[0, 20], jitter_ms=3)
+    assert [jittered.network_for(c) for c in jittered.cases_to_run()] == [Network(0, 0, 0), Network(20, 3, 0)]
+    with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=5 is more than UPSTREAM_RTT_MS=4"):
+        plan(rtt=[0, 4], jitter_ms=5)
+    with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=2 varies a round trip, and no run here"):
+        plan(rtt=[0], jitter_ms=2)

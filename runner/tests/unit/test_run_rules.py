@@ -422,15 +422,32 @@ def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures
             ["--bandwidth", "1e3"],
             "--bandwidth: UPSTREAM_BANDWIDTH_KBPS='1e3' is not valid; valid values: KB/s",
         ),
-        (["--rtt", "0,20", "--jitter", "5"], "UPSTREAM_JITTER_MS=5 is more than UPSTREAM_RTT_MS=0"),
+        (["--rtt", "0,4", "--jitter", "5"], "UPSTREAM_JITTER_MS=5 is more than UPSTREAM_RTT_MS=4"),
+        (["--jitter", "2"], "UPSTREAM_JITTER_MS=2 varies a round trip, and no run here has one"),
         (["--cases", "singleton-cio rtt 5", "--rtt", "20"], "names its rtt; give it there or with --rtt"),
     ],
-    ids=["rtt", "rtt-too-long", "jitter", "bandwidth", "jitter-above-rtt", "rtt-twice"],
+    ids=["rtt", "rtt-too-long", "jitter", "bandwidth", "jitter-above-rtt", "jitter-no-rtt", "rtt-twice"],
 )
 def test_bad_network_values_stop_lab_run_in_one_line_naming_the_variable(argv, message, capsys):
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_an_exported_rtt_is_the_default_of_cases_that_name_none(monkeypatch):
+    from ktor_lab.cli import main_parser
+    from ktor_lab.commands.run import plan_of
+    from ktor_lab.errors import LabError
+    from ktor_lab.network import Network
+
+    monkeypatch.setenv("UPSTREAM_RTT_MS", "20")
+    args = main_parser().parse_args(["run", "--cases", "singleton-cio rtt 5,per-call-cio", "--jitter", "2"])
+    p = plan_of(args)
+    assert [c.name for c in p.cases_to_run()] == ["singleton-cio rtt 5", "per-call-cio rtt 20"]
+    assert [p.network_for(c) for c in p.cases_to_run()] == [Network(5, 2, 0), Network(20, 2, 0)]
+    monkeypatch.setenv("UPSTREAM_RTT_MS", "far")
+    with pytest.raises(LabError, match=r"UPSTREAM_RTT_MS \(environment\): UPSTREAM_RTT_MS='far'"):
+        plan_of(args)
 
 
 def test_bad_network_values_stop_lab_up_in_one_line_naming_the_variable(capsys):

@@ -117,9 +117,10 @@ def add_network(p: argparse.ArgumentParser, many: bool) -> None:
     each = "comma-separated, each a dimension of every case, e.g. 0,1,20,80: " if many else ""
     p.add_argument(
         "--rtt",
-        default=os.environ.get("UPSTREAM_RTT_MS", ""),
+        default=None,
         help=f"{each}round trip in ms added between the proxy and nginx, half each way "
-        "(env UPSTREAM_RTT_MS; default: 0, no network, the proxy calls nginx directly)",
+        "(default: env UPSTREAM_RTT_MS for each case that names no rtt of its own; else 0, no network, "
+        "the proxy calls nginx directly)",
     )
     p.add_argument(
         "--jitter",
@@ -143,20 +144,31 @@ def network_value(option: str, variable: str, text: str) -> int:
         raise LabError(f"{option}: {e}") from None
 
 
-def rtt_list(text: str) -> list[int]:
-    """--rtt's comma-separated values, each checked."""
-    return [network_value("--rtt", "UPSTREAM_RTT_MS", v.strip()) for v in text.split(",") if v.strip()]
+def rtt_list(text: str | None) -> list[int]:
+    """--rtt's comma-separated values, each checked (none when it was not given)."""
+    values = [v.strip() for v in (text or "").split(",")]
+    return [network_value("--rtt", "UPSTREAM_RTT_MS", v) for v in values if v]
 
 
-def network(args: argparse.Namespace) -> Network:
-    """The network of lab up's single --rtt and the --jitter and --bandwidth (LabError naming the
-    variable when they do not go together)."""
+def env_rtt() -> int | None:
+    """UPSTREAM_RTT_MS from the environment, checked; None when unset or empty. A default only: a
+    case that names its rtt keeps it, and --rtt on the command line replaces it."""
+    text = os.environ.get("UPSTREAM_RTT_MS", "").strip()
+    return network_value("UPSTREAM_RTT_MS (environment)", "UPSTREAM_RTT_MS", text) if text else None
+
+
+def network(args: argparse.Namespace, case_rtt: int = 0) -> Network:
+    """The network of lab up: the case's rtt, else --rtt (one), else UPSTREAM_RTT_MS; with --jitter
+    and --bandwidth (LabError naming the variable when they do not go together)."""
     rtt = rtt_list(args.rtt)
     if len(rtt) > 1:
         raise LabError(f"--rtt {args.rtt!r}: give one round trip here (lab run takes several)")
+    if case_rtt and rtt:
+        raise LabError(f"the case names its rtt ({case_rtt} ms); give it there or with --rtt, not both")
+    chosen = case_rtt or (rtt[0] if rtt else env_rtt() or 0)
     try:
         return Network(
-            rtt[0] if rtt else 0,
+            chosen,
             network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
             network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
         )

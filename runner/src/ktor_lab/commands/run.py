@@ -82,8 +82,12 @@ def add_parser(sub) -> None:
 
 def plan_of(args: argparse.Namespace) -> Plan:
     try:
+        cases = case_list(args.cases)
+        if args.rtt is None and (default := options.env_rtt()):
+            # UPSTREAM_RTT_MS: the round trip of each case that names none of its own.
+            cases = [c if c.rtt_ms else c.with_dimensions(rtt_ms=default) for c in cases]
         return Plan(
-            cases=case_list(args.cases),
+            cases=cases,
             scenarios=[s.strip() for s in args.scenarios.split(",") if s.strip()],
             loads=[parse_load(x) for x in args.loads.split(",") if x.strip()],
             repeats=args.repeats,

@@ -9,7 +9,6 @@ import time
 from .. import backends, stack, versions
 from ..cases import CASES, Case
 from ..errors import LabError
-from ..network import Network
 from ..paths import PROXY_JAR
 from ..rundirs import run_dir
 from . import options
@@ -41,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise LabError(str(e)) from None
     backends.refuse_incapable([case])
     extra = options.settings(args.set)
-    if case.rtt_ms and args.rtt:
-        raise LabError(f"case {case.name!r} names its rtt; give it there or with --rtt, not both")
-    network = options.network(args)
-    if case.rtt_ms:
-        network = Network(case.rtt_ms, network.jitter_ms, network.bandwidth_kbps)
+    network = options.network(args, case.rtt_ms)
     stack.require(stack.missing(network=network.on))
     jar = versions.jar("proxy-app", release) if release else PROXY_JAR
     if release:
