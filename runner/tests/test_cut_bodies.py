@@ -21,20 +21,14 @@ without release on a cut path is reported, and the test fails on it.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from conftest import BusyLoops, answers, wait_until
+from conftest import BusyLoops, answers, collect_garbage, wait_until
 from ktor_lab.cases import CASES
-from ktor_lab.machine import java
 from ktor_lab.parts import faults
-
-JCMD = shutil.which("jcmd") or str(Path(java()).with_name("jcmd"))
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +57,7 @@ def cut_proxy(request, fault_server, start_proxy):
         assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
         yield p
         # A leaked buffer is reported once it was collected, at the next allocation Netty tracks.
-        subprocess.run([JCMD, str(p.service.pid), "GC.run"], capture_output=True, timeout=30, check=True)
+        collect_garbage(p.service.pid)
         for _ in range(3):
             faults.cut_download(p.url, faults.Cut("content-length", "fin", 0.0), "after-gc")
         log = p.service.log.read_text(errors="replace")

@@ -5,17 +5,14 @@ One proxy process per case (module-scoped), so each case's counters and threads 
 
 from __future__ import annotations
 
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from conftest import payload, sha256_of_stream, wait_until
-from ktor_lab import machine
+from conftest import collect_garbage, payload, sha256_of_stream, wait_until
 from ktor_lab.cases import CASES, Case
 from ktor_lab.processes import free_port
 
@@ -186,12 +183,6 @@ def test_metrics_carry_the_case(case_proxy):
     assert case_proxy.metric("jvm_memory_used_bytes", area="heap") > 0
 
 
-def collect_garbage(pid: int) -> None:
-    """A full collection in the JVM `pid`, with the JDK's own jcmd beside the java that runs it."""
-    jcmd = Path(machine.java()).resolve().parent / "jcmd"
-    subprocess.run([str(jcmd), str(pid), "GC.run"], check=True, capture_output=True, timeout=60)
-
-
 def test_clients_opened_equal_closed_and_threads_return(case_proxy):
     def burst():
         with ThreadPoolExecutor(20) as pool:
@@ -219,11 +210,10 @@ def test_clients_opened_equal_closed_and_threads_return(case_proxy):
     else:
         assert (opened, closed) == (1, 0)
 
-    if Case.parse(case_proxy.case).engine == "java":
-        # The JDK client has no close() on JDK 17: its selector thread ends only once the
-        # collector finds the client (docs/proxy.md), which an idle proxy may not run for
-        # minutes. Collecting now asks what a user means by a leak: a client still held.
-        collect_garbage(case_proxy.service.pid)
+    # Java's client has no close() on JDK 17: its selector thread ends only once the collector
+    # finds the client (docs/proxy.md), which an idle proxy may not run for minutes. Collecting
+    # first asks what a user means by a leak, for every engine: a client still held.
+    collect_garbage(case_proxy.service.pid)
     # Dispatchers.IO may keep a few extra idle workers for 60 s after a burst; a leak of
     # one thread per per-call client would be 200 threads, far above this slack.
     slack = 8
