@@ -5,6 +5,7 @@ One proxy process per case (module-scoped), so each case's counters and threads 
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -12,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from conftest import collect_garbage, payload, sha256_of_stream, wait_until
+from conftest import BusyLoops, collect_garbage, payload, sha256_of_stream, wait_until
 from ktor_lab.cases import CASES, Case
 from ktor_lab.processes import free_port
 
@@ -46,6 +47,28 @@ def test_100mb_upload_is_streamed_intact(case_proxy, upstream):
         r = requests.put(f"{case_proxy.url}/upload", data=body, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json() == {"bytes": want["bytes"], "sha256": want["sha256"]}
+
+
+WHOLE_TRIES = 10  # 100 MB each; per-call Apache5 lost 17 of 102 this way before 2026-11-24's fix
+
+
+@pytest.mark.slow
+def test_100mb_uploads_stay_whole_with_every_core_busy(case_proxy, upstream):
+    """The other half of the first promise, where races live: a whole body always arrives whole.
+    With both cores busy, Apache5's reader and waiter ran on two threads through one buffer, and
+    whole uploads failed (502) or lost 8,192 bytes; one in ten 100 MB uploads a try."""
+    want = upstream.manifest()["100m.bin"]
+    broken = []
+    loops = BusyLoops(os.cpu_count() or 2)
+    try:
+        for i in range(WHOLE_TRIES):
+            with open(upstream.files / "100m.bin", "rb") as body:
+                r = requests.put(f"{case_proxy.url}/upload", data=body, timeout=60)
+            if r.status_code != 200 or r.json() != {"bytes": want["bytes"], "sha256": want["sha256"]}:
+                broken.append(f"try {i}: {r.status_code} {r.text.strip()[:120]}")
+    finally:
+        loops.stop()
+    assert not broken, f"{len(broken)} of {WHOLE_TRIES} whole uploads did not arrive whole: {broken}"
 
 
 def test_chunked_upload_is_forwarded_intact(case_proxy):
