@@ -77,7 +77,7 @@ test-busy: deps-test setup  ## the whole suite while a busy loop runs on every c
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 2.5 h (10x the 14 min it takes in make test)
+test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min (40 tests of about 1 min)
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
 run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C

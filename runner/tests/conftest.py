@@ -24,7 +24,7 @@ import requests
 
 from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
-from ktor_lab.parts import compose, faults, nginx, proxy
+from ktor_lab.parts import compose, faults, jfr, nginx, proxy
 from ktor_lab.paths import LOCUST_DIR
 from ktor_lab.processes import Guardian, Service, free_port, wait_until
 
@@ -204,6 +204,11 @@ def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[faults.Fa
         yield faults.FaultServer(f"http://127.0.0.1:{port}")
     finally:
         service.stop()
+
+
+def collect_garbage(pid: int) -> None:
+    """A full collection in the JVM `pid` (the JDK's jcmd, as the lab's profiles use it)."""
+    subprocess.run([jfr.tool("jcmd"), str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
 
 
 @dataclass

@@ -8,7 +8,8 @@ direction and machine state (30 here and in CI, 300 in `make test-cuts`).
 - Up: the caller cuts its PUT; the fault server logs whether the body it got ended by its own
   framing (the last chunk, all of its Content-Length). The caller gets no 2xx.
 - Down: the fault server cuts a 1 MiB answer after 300,000 bytes; the caller's reply must not be a
-  200 whose framing says whole, and the proxy must not send the request again once the answer began. CIO's own defect (it ends a chunked body that stops where the
+  200 whose framing says whole, and the proxy must not send the request again once the answer
+  began. CIO's own defect (it ends a chunked body that stops where the
   next chunk would start as if complete: docs/proxy.md) is held apart: the proxy cannot see it
   (faults.engine_sees).
 
@@ -20,20 +21,14 @@ without release on a cut path is reported, and the test fails on it.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from conftest import BusyLoops, answers, wait_until
+from conftest import BusyLoops, answers, collect_garbage, wait_until
 from ktor_lab.cases import CASES
-from ktor_lab.machine import java
 from ktor_lab.parts import faults
-
-JCMD = shutil.which("jcmd") or str(Path(java()).with_name("jcmd"))
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +57,7 @@ def cut_proxy(request, fault_server, start_proxy):
         assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
         yield p
         # A leaked buffer is reported once it was collected, at the next allocation Netty tracks.
-        subprocess.run([JCMD, str(p.service.pid), "GC.run"], capture_output=True, timeout=30, check=True)
+        collect_garbage(p.service.pid)
         for _ in range(3):
             faults.cut_download(p.url, faults.Cut("content-length", "fin", 0.0), "after-gc")
         log = p.service.log.read_text(errors="replace")
@@ -93,7 +88,8 @@ def test_a_cut_download_never_reaches_the_caller_as_whole(cut_proxy, fault_serve
     assert not tally.passed, f"{tally}: {tally.passed}"
     # A request sent again once the answer had begun leaves the caller's download stalled until a
     # timeout (HttpClient 5 did so after a reset, docs/proxy.md): each try reaches the upstream once.
-    assert not fault_server.sent_again(tag), f"sent again after the answer began: {fault_server.sent_again(tag)}"
+    again = fault_server.sent_again(tag)
+    assert not again, f"sent again after the answer began: {again}"
     if engine == "cio":
         # Ktor's decodeChunked (ktor-http-cio 3.4.0 and 3.5.1) ends its loop when the input ends where
         # the next chunk's size line would start: CIO ends the body as if complete. When this fails,

@@ -307,7 +307,7 @@ class FaultServer:
         """The tries tagged `tag` that reached this server more than once, with their counts."""
         seen: dict[str, int] = {}
         for entry in self.log():
-            query = dict(p.partition("=")[::2] for p in entry["target"].partition("?")[2].split("&"))
+            query = sizes_query(entry["target"])
             if query.get("try", "").startswith(f"{tag}-"):
                 seen[query["try"]] = seen.get(query["try"], 0) + 1
         return {t: n for t, n in seen.items() if n > 1}

@@ -18,6 +18,7 @@ package lab.proxy
 
 import io.ktor.utils.io.ByteReadChannel
 import io.ktor.utils.io.InternalAPI
+import io.ktor.utils.io.availableForRead
 import kotlinx.io.Buffer
 
 @OptIn(InternalAPI::class)
@@ -28,7 +29,14 @@ class CheckedBody(
     /** Called once the source has ended, with the bytes it gave: null when whole, else why not. */
     private val verdict: (received: Long) -> Throwable?,
 ) : ByteReadChannel {
+    /** The reader's bytes: only the reading thread moves bytes into it ([pull]) or out of it. */
     private val buffer = Buffer()
+
+    /** Guards [waiting], [received] and every touch of [source] outside a wait. */
+    private val lock = Any()
+
+    /** True while [awaitContent] waits in the source: the source is the waiter's alone. */
+    private var waiting = false
     private var received = 0L
 
     /** Set once the source has ended: [WHOLE], or the error every read throws from then on. */
@@ -38,7 +46,10 @@ class CheckedBody(
     override val closedCause: Throwable? get() = null
 
     override val isClosedForRead: Boolean
-        get() = buffer.exhausted() && ended() === WHOLE
+        get() {
+            pull()
+            return buffer.exhausted() && end === WHOLE
+        }
 
     override val readBuffer: Buffer
         get() {
@@ -47,49 +58,70 @@ class CheckedBody(
             return buffer
         }
 
+    /**
+     * Waits for the source without touching [buffer] once it waited. Ktor's Apache5 engine calls
+     * this from a coroutine that resumes on the thread that fed the source, while its I/O thread
+     * goes on asking `available()` and reading: two threads moving bytes through one buffer lost
+     * and broke segments (a whole 100 MB upload failed 17 times in 102 with both cores busy, with
+     * `NullPointerException`, "cannot compact" or 8,192 bytes missing). So the source is the
+     * waiter's alone while it waits, and the bytes it brought stay there for the reader's [pull].
+     */
     override suspend fun awaitContent(min: Int): Boolean {
-        while (true) {
+        val wanted: Int
+        synchronized(lock) {
             pull()
             if (buffer.size >= min) return true
-            when (val e = ended()) {
-                null -> try {
-                    source.awaitContent(min - buffer.size.toInt())
-                } catch (cause: Throwable) {
-                    end = cause
-                    throw cause
-                }
-                WHOLE -> return buffer.size >= min
+            when (val e = end) {
+                null -> Unit
+                WHOLE -> return false
                 else -> throw e // never "no more": to some callers that reads as the body's end
             }
+            check(!waiting) { "the caller's body is awaited twice at once" }
+            waiting = true
+            wanted = min - buffer.size.toInt()
         }
+        val more: Boolean
+        val judged: Throwable?
+        try {
+            more = source.awaitContent(wanted)
+            // The source ended short of what was asked: judge it here, with the bytes it still holds.
+            judged = if (more) null else source.closedCause ?: verdict(synchronized(lock) { received } + source.availableForRead)
+        } catch (cause: Throwable) {
+            synchronized(lock) {
+                waiting = false
+                if (end == null) end = cause
+            }
+            throw cause
+        }
+        synchronized(lock) {
+            waiting = false
+            if (judged != null && end == null) end = judged
+        }
+        judged?.let { throw it }
+        return more
     }
 
     override fun cancel(cause: Throwable?) {
         source.cancel(cause)
-        buffer.close()
     }
 
-    /** Moves what the source holds into [buffer], counting it. */
+    /**
+     * Moves what the source holds into [buffer], counting it, and judges the source once it ended;
+     * nothing while a wait holds the source (the reader then sees what it already has).
+     */
     private fun pull() {
-        if (end != null || source.closedCause != null) return
-        val moved = buffer.transferFrom(source.readBuffer)
-        if (moved > 0) progress()
-        received += moved
-    }
-
-    /** Null while the source may give more; once it has ended, [WHOLE] or the error. */
-    private fun ended(): Throwable? {
-        end?.let { return it }
-        if (!source.isClosedForRead) return null
-        synchronized(this) {
-            end?.let { return it }
-            val judged = source.closedCause ?: verdict(received) ?: WHOLE
-            end = judged
-            return judged
+        synchronized(lock) {
+            if (waiting || end != null) return
+            if (source.closedCause == null) {
+                val moved = buffer.transferFrom(source.readBuffer)
+                if (moved > 0) progress()
+                received += moved
+            }
+            if (source.isClosedForRead) end = source.closedCause ?: verdict(received) ?: WHOLE
         }
     }
 
-    private fun failure(): Throwable? = ended()?.takeIf { it !== WHOLE }
+    private fun failure(): Throwable? = end?.takeIf { it !== WHOLE }
 
     companion object {
         /** The mark of a source that ended whole (never thrown). */

@@ -6,12 +6,21 @@ import io.ktor.utils.io.copyTo
 import io.ktor.utils.io.readAvailable
 import io.ktor.utils.io.readRemaining
 import io.ktor.utils.io.writeFully
+import io.ktor.utils.io.availableForRead
+import io.ktor.utils.io.InternalAPI
+import kotlinx.coroutines.DelicateCoroutinesApi
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.GlobalScope
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.yield
+import kotlinx.io.Source
 import kotlinx.io.readByteArray
 import java.io.IOException
 import java.nio.ByteBuffer
+import java.util.concurrent.atomic.AtomicBoolean
+import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.atomic.AtomicReference
 import kotlin.test.Test
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
@@ -103,5 +112,102 @@ class CheckedBodyTest {
         assertTrue(body.isClosedForRead)
         assertTrue(body.isClosedForRead)
         assertEquals(1, calls)
+    }
+
+    /**
+     * Ktor's Apache5 engine reads the body on its I/O thread (`produce`, and `available()` after
+     * each), and when nothing is there it waits in a coroutine that resumes on the thread that fed
+     * the body. Here the reader asks `availableForRead` all the while a wait is under way: the
+     * source must see one reader at a time (a read during a wait is what broke segments and lost
+     * bytes), and every byte come once, in order, the body ending whole.
+     */
+    @Test
+    fun `a reader on one thread and a waiter on another, as Apache5 reads, lose no byte`() {
+        var waits = 0
+        repeat(200) { waits += readAsApache5(size = 1L * 1024 * 1024) }
+        assertTrue(waits > 0, "no read ever waited: the test did not test")
+    }
+
+    /** A source that counts the times two readers were inside it at once (a wait counts throughout). */
+    private class OneReaderAtATime(private val inner: ByteReadChannel) : ByteReadChannel {
+        val overlaps = AtomicInteger()
+        private val inside = AtomicInteger()
+
+        private inline fun <T> entered(block: () -> T): T {
+            if (inside.incrementAndGet() > 1) overlaps.incrementAndGet()
+            try {
+                return block()
+            } finally {
+                inside.decrementAndGet()
+            }
+        }
+
+        override val closedCause: Throwable? get() = inner.closedCause
+        override val isClosedForRead: Boolean get() = entered { inner.isClosedForRead }
+
+        @InternalAPI
+        override val readBuffer: Source get() = entered { inner.readBuffer }
+
+        override suspend fun awaitContent(min: Int): Boolean = entered { inner.awaitContent(min) }
+        override fun cancel(cause: Throwable?) = inner.cancel(cause)
+    }
+
+    /** Reads one body of `size` bytes as Apache5 does; returns how many waits it took. */
+    private fun readAsApache5(size: Long): Int {
+        val feed = ByteChannel()
+        val source = OneReaderAtATime(feed)
+        val body = CheckedBody(source) { received -> if (received == size) null else IOException("got $received of $size") }
+        val writer = kotlin.concurrent.thread {
+            runBlocking {
+                val chunk = ByteArray(8_000)
+                var sent = 0L
+                while (sent < size) {
+                    val n = minOf(chunk.size.toLong(), size - sent).toInt()
+                    for (i in 0 until n) chunk[i] = ((sent + i) % 251).toByte()
+                    feed.writeFully(chunk, 0, n)
+                    feed.flush()
+                    sent += n
+                }
+                feed.flushAndClose()
+            }
+        }
+        val waiting = AtomicBoolean()
+        val failed = AtomicReference<Throwable>()
+        var read = 0L
+        var waits = 0
+        val deadline = System.nanoTime() + 30_000_000_000L
+        while (!body.isClosedForRead && failed.get() == null && System.nanoTime() < deadline) {
+            var n: Int
+            do {
+                n = body.readAvailable { buffer: ByteBuffer ->
+                    val count = buffer.remaining()
+                    repeat(count) {
+                        check(buffer.get() == ((read + it) % 251).toByte()) { "byte ${read + it} is wrong" }
+                    }
+                    read += count
+                    count
+                }
+            } while (n > 0)
+            if (n == -1 && !waiting.getAndSet(true)) {
+                waits++
+                @OptIn(DelicateCoroutinesApi::class)
+                GlobalScope.launch(Dispatchers.Unconfined) {
+                    try {
+                        body.awaitContent()
+                    } catch (e: Throwable) {
+                        failed.set(e)
+                    } finally {
+                        waiting.set(false)
+                    }
+                }
+            }
+            while (waiting.get() && System.nanoTime() < deadline) body.availableForRead
+        }
+        writer.join(10_000)
+        assertEquals(0, source.overlaps.get(), "reads of the source while another reader was in it")
+        assertEquals(null, failed.get())
+        assertEquals(size, read)
+        assertTrue(body.isClosedForRead)
+        return waits
     }
 }

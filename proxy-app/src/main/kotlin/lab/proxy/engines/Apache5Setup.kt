@@ -151,9 +151,9 @@ object Apache5Setup : EngineSetup {
 
 /**
  * Idempotent requests once more when the upstream closed or reset a connection before answering
- * (a stale pooled connection); never once an answer has begun, and no status is retried. A connection the client itself is closing
- * ("Connection is closed": a per-call client shut down after a timeout) is not retried: the retry
- * would be scheduled on a stopped client.
+ * (a stale pooled connection); never once an answer has begun, and no status is retried. A
+ * connection the client itself is closing ("Connection is closed": a per-call client shut down
+ * after a timeout) is not retried: the retry would be scheduled on a stopped client.
  */
 private object StaleConnectionRetry : DefaultHttpRequestRetryStrategy(
     1,
