@@ -71,8 +71,8 @@ def add_parser(sub) -> None:
         "--profile",
         action="store_true",
         help="record each JVM's measured window with Java Flight Recorder and say where its CPU went "
-        "(by whose code, and the top frames); JFR costs a little CPU itself, so figures with it are "
-        "not the ones to compare",
+        "(by whose code, and the top frames); it starts before the warm-up, which waits out what its start "
+        "costs, and still costs a little CPU, so figures with it are not the ones to compare",
     )
     p.add_argument(
         "--ladder",
@@ -83,17 +83,20 @@ def add_parser(sub) -> None:
 
 
 def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None = None) -> dict:
+    recording = None
+    if jvm_pid and args.profile:
+        # Before the warm-up: JFR's start costs compiled code, and the warm-up waits that out.
+        recording = jfr.Recording(jvm_pid, args.profile_dir / f"{_file_name(name)}.jfr")
+        recording.start()
     warm = warm_up(lambda s: wrk.run(url, args.connections, args.threads, s)["rps"], args.warmup, jvm_pid)
     jit = JitClock(jvm_pid) if jvm_pid else None
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
-    recording = None
-    if jvm_pid and args.profile:
-        recording = jfr.Recording(jvm_pid, args.profile_dir / f"{_file_name(name)}.jfr")
-        recording.__enter__()
+    began = jfr.now()
     r = wrk.run(url, args.connections, args.threads, args.duration)
     if recording:
-        recording.__exit__()
+        recording.began, recording.ended = began, jfr.now()
+        recording.stop()
     r.update(
         target=name,
         warmup_s=warm.seconds,
@@ -108,7 +111,7 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
             switches = process_context_switches(jvm_pid) - switches_before
             r["switches_per_request"] = switches / r["requests"]
     if recording:
-        r["profile"] = jfr.read(recording.path).to_json()
+        r["profile"] = recording.read().to_json()
     note = "" if warm.settled else "  (not warm at the end of the warm-up)"
     cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
     if r["switches_per_request"] is not None:

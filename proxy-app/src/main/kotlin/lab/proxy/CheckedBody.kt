@@ -45,10 +45,15 @@ class CheckedBody(
 
     override val closedCause: Throwable? get() = null
 
+    /**
+     * Reads [buffer] only, never fills it: Ktor's Java engine asks this from one coroutine while
+     * another may be reading. `end` is read first: once it says whole, the bytes pulled before it
+     * are seen, so a last part still in [buffer] keeps the channel open.
+     */
     override val isClosedForRead: Boolean
         get() {
-            pull()
-            return buffer.exhausted() && end === WHOLE
+            if (end == null) synchronized(lock) { judge() }
+            return end === WHOLE && buffer.exhausted()
         }
 
     override val readBuffer: Buffer
@@ -64,7 +69,9 @@ class CheckedBody(
      * goes on asking `available()` and reading: two threads moving bytes through one buffer lost
      * and broke segments (a whole 100 MB upload failed 17 times in 102 with both cores busy, with
      * `NullPointerException`, "cannot compact" or 8,192 bytes missing). So the source is the
-     * waiter's alone while it waits, and the bytes it brought stay there for the reader's [pull].
+     * waiter's alone while it waits, and the bytes it brought stay there for the reader's [pull]:
+     * after `true` they are in [readBuffer] when it is asked for again (every engine asks again; a
+     * caller that kept the buffer from before the wait would find it empty).
      */
     override suspend fun awaitContent(min: Int): Boolean {
         val wanted: Int
@@ -85,7 +92,10 @@ class CheckedBody(
         try {
             more = source.awaitContent(wanted)
             // The source ended short of what was asked: judge it here, with the bytes it still holds.
-            judged = if (more) null else source.closedCause ?: verdict(synchronized(lock) { received } + source.availableForRead)
+            judged = when {
+                more -> null
+                else -> source.closedCause ?: verdict(synchronized(lock) { received } + source.availableForRead)
+            }
         } catch (cause: Throwable) {
             synchronized(lock) {
                 waiting = false
@@ -117,8 +127,16 @@ class CheckedBody(
                 if (moved > 0) progress()
                 received += moved
             }
-            if (source.isClosedForRead) end = source.closedCause ?: verdict(received) ?: WHOLE
+            judge()
         }
+    }
+
+    /**
+     * Under [lock]: once the source has ended and every byte of it was counted (a closed source
+     * holds none), its end judged once; nothing while a wait holds the source.
+     */
+    private fun judge() {
+        if (end == null && !waiting && source.isClosedForRead) end = source.closedCause ?: verdict(received) ?: WHOLE
     }
 
     private fun failure(): Throwable? = end?.takeIf { it !== WHOLE }

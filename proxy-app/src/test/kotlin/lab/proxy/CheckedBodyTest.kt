@@ -114,6 +114,19 @@ class CheckedBodyTest {
         assertEquals(1, calls)
     }
 
+    @Test
+    fun `asking whether it ended moves no byte, since another thread may be reading`() = runBlocking {
+        // Ktor's Java engine asks isClosedForRead from one coroutine while another reads.
+        val feed = ByteChannel()
+        feed.writeFully(ByteArray(1000), 0, 1000)
+        feed.flushAndClose()
+        val body = CheckedBody(feed) { null }
+        assertFalse(body.isClosedForRead)
+        assertEquals(1000, feed.availableForRead) // still in the source, for the reader to take
+        assertEquals(1000, body.readRemaining().readByteArray().size)
+        assertTrue(body.isClosedForRead)
+    }
+
     /**
      * Ktor's Apache5 engine reads the body on its I/O thread (`produce`, and `available()` after
      * each), and when nothing is there it waits in a coroutine that resumes on the thread that fed
