@@ -113,6 +113,17 @@ busy: BusyLoops | None = None
 busy_report = ""
 
 
+@contextmanager
+def machine(state: str) -> Iterator[None]:
+    """`busy`: a busy loop on every core for the length of the block; `idle`: nothing."""
+    loops = BusyLoops(os.cpu_count() or 2) if state == "busy" else None
+    try:
+        yield
+    finally:
+        if loops:
+            loops.stop()
+
+
 def pytest_sessionstart(session):
     global busy
     n = session.config.getoption("--busy-cores")

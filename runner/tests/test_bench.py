@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -200,8 +201,11 @@ def test_bench_profile_says_where_the_window_s_cpu_went(tmp_path):
     rounds = {x["target"]: x for x in json.loads((tmp_path / "bench.json").read_text())["rounds"]}
     profile = rounds["singleton-cio"]["profile"]
     assert profile["samples"] > 0 and profile["top_frames"]
-    # Recorded from before the warm-up, read for the window only: the whole file holds more.
-    assert jfr.read(tmp_path / "singleton-cio.jfr").samples > profile["samples"]
+    # Recorded from before the warm-up, read for the window only: samples outside it are not counted.
+    recording = tmp_path / "singleton-cio.jfr"
+    assert jfr.read(recording).samples >= profile["samples"]
+    later = jfr.now() + timedelta(hours=1)
+    assert jfr.read(recording, since=later, until=later + timedelta(seconds=10)).samples == 0
     assert abs(sum(profile["owners"].values()) - 1) < 0.01 and {"ktor", "netty"} <= set(profile["owners"])
     assert "nginx direct" in rounds and "profile" not in rounds["nginx direct"]
     assert "## Profiles of the measured windows (JFR)" in (tmp_path / "bench.md").read_text()

@@ -95,8 +95,7 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
     began = jfr.now()
     r = wrk.run(url, args.connections, args.threads, args.duration)
     if recording:
-        recording.began, recording.ended = began, jfr.now()
-        recording.stop()
+        recording.stop(began, jfr.now())
     r.update(
         target=name,
         warmup_s=warm.seconds,
