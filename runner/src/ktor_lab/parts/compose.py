@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -28,6 +29,7 @@ BASE = REPO / "docker-compose.yml"
 OVERLAYS = REPO / "compose"
 TOOL_DIR = REPO / "tools" / "compose-config"
 TOOL = TOOL_DIR / "compose-config"
+FETCH_GO = REPO / "tools" / "fetch-go.py"
 
 
 class ComposeError(RuntimeError):
@@ -78,10 +80,11 @@ def tool() -> Path:
     """The compose-config binary, built with Go when missing or older than its sources."""
     sources = [TOOL_DIR / "main.go", TOOL_DIR / "go.mod", TOOL_DIR / "go.sum"]
     if not TOOL.exists() or TOOL.stat().st_mtime < max(s.stat().st_mtime for s in sources):
-        go = shutil.which("go")
-        if go is None:
+        # Go 1.24+: the one on PATH, else the lab's pinned release (downloaded once into the cache).
+        found = subprocess.run([sys.executable, str(FETCH_GO)], stdout=subprocess.PIPE, text=True)
+        if found.returncode != 0:
             raise ComposeError("Go is needed to build tools/compose-config: install Go 1.24 or later")
-        subprocess.run([go, "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
+        subprocess.run([found.stdout.strip(), "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
     return TOOL
 
 
