@@ -1,7 +1,7 @@
 """The one owner of the lab's running parts: up in order, and every one of them down.
 
     with Stack(run_dir, ports) as lab:
-        lab.nginx(); lab.exporter(); lab.proxy("per-call-cio"); lab.prometheus(); lab.locust(...)
+        lab.nginx(); lab.exporter(); lab.proxy(Case.parse("per-call-cio")); lab.prometheus(); lab.locust(...)
 
 On leaving the block (or `stop()`), everything it started stops, newest first; a part that
 died is reported by `exited()`. Every command and study brings its parts up through a Stack:
@@ -211,7 +211,7 @@ class Stack:
 
     def proxy(
         self,
-        case: Case | str,
+        case: Case,
         upstream_url: str | None = None,
         port: int | None = None,
         jar: Path = PROXY_JAR,
@@ -223,7 +223,6 @@ class Stack:
         `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
         Ktor release, versions.jar), `java` another JDK's java (versions.jdk)."""
         self.stop_proxy()
-        case = case if isinstance(case, Case) else Case.parse(case)
         port = port or self.ports.proxy
         upstream = {"UPSTREAM_URL": upstream_url} if upstream_url else self.upstream_for(case)
         env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
@@ -259,7 +258,7 @@ class Stack:
 
     def locust(
         self,
-        case: Case | str = "",
+        case: Case | None = None,
         workers: int = 0,
         options: list[str] | None = None,
         host: str | None = None,
@@ -269,8 +268,7 @@ class Stack:
         """Locust's web UI (and its export) aimed at the proxy, or `host`; no run starts until the UI,
         `LocustWeb.swarm` or an --autostart in `options` asks. One at a time (the previous stops)."""
         self.stop_locust()
-        label = case.id if isinstance(case, Case) else case
-        opts = ["-H", host or self.proxy_url, *(["--lab-case", label] if label else []), *(options or [])]
+        opts = ["-H", host or self.proxy_url, *(["--lab-case", case.id] if case else []), *(options or [])]
         self.locust_services = loadgen.start(self.run_dir, name, self.ports.locust, opts, workers, sweep)
         return self.locust_services
 

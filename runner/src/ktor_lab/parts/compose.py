@@ -180,10 +180,9 @@ class Project:
             *(["grafana"] if self.grafana else []),
         ]
 
-    def argv(self, case: Case | str | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
+    def argv(self, case: Case | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
         """`docker compose` for the project: the base, the case's overlay (none: the base's own
         case, enough for what acts on the project as a whole), and the extras."""
-        case = Case.parse(case) if isinstance(case, str) else case
         files = ["-f", str(BASE), *(["-f", str(overlay(case.id))] if case else [])]
         tls = ("https",) if case and case.tls else ()
         for extra in (*(("distributed",) if self.workers else ()), *tls, *extras):
@@ -192,7 +191,7 @@ class Project:
 
     def compose(
         self,
-        case: Case | str | None,
+        case: Case | None,
         *command: str,
         extras: tuple[str, ...] = (),
         check: bool = True,
@@ -200,10 +199,9 @@ class Project:
     ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
 
-    def up(self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300) -> None:
+    def up(self, case: Case, fresh_proxy: bool = False, timeout: int = 300) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged."""
-        case = case if isinstance(case, Case) else Case.parse(case)
         # The release and JDK are the image's (KTOR_VERSION, PROXY_RUN_IMAGE); the protocol is the
         # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on).
         case = case.with_dimensions(ktor="", java="")
