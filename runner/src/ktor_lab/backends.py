@@ -17,7 +17,6 @@ from . import versions
 from .cases import ENGINE_TITLES, Case
 from .errors import LabError
 from .parts import compose, nginx
-from .paths import PROXY_JAR
 from .processes import free_port
 from .results import Plan
 from .stack import Ports, Stack, grafana_binary, missing, require
@@ -137,10 +136,8 @@ class NativeBackend:
             self.stack.grafana()
 
     def start_case(self, case: Case, env: dict[str, str]) -> int | None:
-        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK ("": the defaults)."""
-        jar = versions.jar("proxy-app", versions.release(case.ktor)) if case.ktor else PROXY_JAR
-        java_bin = versions.jdk(case.java).java if case.java else None
-        return self._stack.proxy(case, jar=jar, java=java_bin, **env).service.pid
+        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK (Stack.proxy)."""
+        return self._stack.proxy(case, **env).service.pid
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         return self._stack.connections(since, until)

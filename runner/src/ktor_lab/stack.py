@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from . import versions
 from .cases import Case
 from .errors import LabError
 from .machine import java
@@ -214,19 +215,26 @@ class Stack:
         case: Case,
         upstream_url: str | None = None,
         port: int | None = None,
-        jar: Path = PROXY_JAR,
+        jar: Path | None = None,
         java: str | None = None,
         **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
         `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
-        `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
-        Ktor release, versions.jar), `java` another JDK's java (versions.jdk)."""
+        It runs the jar of the case's Ktor release (built first when missing) on the case's JDK, the
+        defaults when it names none; `jar` runs another program instead (LEAN_PROXY_JAR: the minimal
+        reference proxy), `java` another JDK's java."""
+        if jar is None and case.ktor:
+            release = versions.release(case.ktor)
+            versions.ensure_jars([release])
+            jar = versions.jar("proxy-app", release)
+        if java is None and case.java:
+            java = versions.jdk(case.java).java
         self.stop_proxy()
         port = port or self.ports.proxy
         upstream = {"UPSTREAM_URL": upstream_url} if upstream_url else self.upstream_for(case)
         env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
-        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
+        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar or PROXY_JAR, java_bin=java)
         self.current_proxy = Proxy(case, local_url(port), service)
         return self.current_proxy
 
