@@ -6,8 +6,8 @@ SHA-256 written below, unpacked into the user's cache. No root, nothing outside 
     tools/fetch-go.py          print the path of a `go` 1.24+ (the one on PATH, else the cached
                                one), downloading the pinned release first when neither is there
 
-runner/src/ktor_lab/parts/compose.py looks in the same place (GO_DIR). Standard library only: it
-runs before the lab's venv exists.
+runner/src/ktor_lab/parts/compose.py runs it for the go it builds tools/compose-config with.
+Standard library only: it runs before the lab's venv exists.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def new_enough(go: str | Path | None) -> bool:
         return False
     try:
         out = subprocess.run([str(go), "version"], capture_output=True, text=True, timeout=30).stdout
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):
         return False
     m = re.search(r"\bgo(\d+)\.(\d+)", out)
     return bool(m) and (int(m[1]), int(m[2])) >= MINIMUM
@@ -85,7 +85,11 @@ def fetch(target: Path, url: str, sha256: str) -> None:
                     dest.chmod(dest.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         if not new_enough(unpacked / "bin" / "go"):
             raise SystemExit(f"fetch-go: the Go unpacked from {url} does not run here: nothing installed")
-        unpacked.rename(target)
+        try:
+            unpacked.rename(target)
+        except OSError:
+            if not new_enough(target / "bin" / "go"):  # another run may have put it there first
+                raise
 
 
 def main() -> None:
@@ -102,6 +106,12 @@ def main() -> None:
                 f"fetch-go: no pinned Go for {platform.system()} {platform.machine()}; install Go 1.24 or later"
             )
         if target.exists():
+            # Ours to replace only in the cache (a download cut short); a folder named by
+            # LAB_GO_DIR is the user's.
+            if os.environ.get("LAB_GO_DIR"):
+                raise SystemExit(
+                    f"fetch-go: LAB_GO_DIR={target} holds no working Go: remove it or name another folder"
+                )
             shutil.rmtree(target)
         proxy = os.environ.get("LAB_GO_PROXY", "https://proxy.golang.org")
         url = f"{proxy}/golang.org/toolchain/@v/v0.0.1-go{VERSION}.linux-{arch}.zip"

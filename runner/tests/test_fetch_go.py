@@ -8,11 +8,14 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from ktor_lab.paths import REPO
 
 FETCH_GO = REPO / "tools" / "fetch-go.py"
 
 
+@pytest.mark.slow  # about 70 MB from the Go module proxy
 def test_without_go_on_path_it_fetches_a_go_that_builds(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
