@@ -103,7 +103,7 @@ def main() -> None:
         arch = ARCH.get(platform.machine().lower())
         if platform.system() != "Linux" or arch is None:
             raise SystemExit(
-                f"fetch-go: no pinned Go for {platform.system()} {platform.machine()}; install Go 1.24 or later"
+                f"fetch-go: no pinned Go for {platform.system()} {platform.machine()}: install Go 1.24+"
             )
         if target.exists():
             # Ours to replace only in the cache (a download cut short); a folder named by
