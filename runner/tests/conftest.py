@@ -253,7 +253,7 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory):
 
     @contextmanager
     def _start(case_id: str, upstream_url: str, **settings: str) -> Iterator[Proxy]:
-        """`case_id` as a user names it (singleton-cio, per-call-java@jdk25, ...)."""
+        """`case_id` as a user names it (singleton-cio, 'per-call-java jdk 25', ...)."""
         case = Case.parse(case_id)
         port = free_port()
         service = proxy.start(run, proxy.case_env(case, upstream_url, port, **settings), PROXY_JAVA_OPTS)

@@ -293,11 +293,7 @@ def test_caller_disconnect_still_closes_the_client(case_proxy):
     per_call = case_proxy.case.startswith("per-call")
     # Ktor's server does not cancel the handler when the caller leaves: the upstream
     # exchange runs to its end (1.5 s), then the client must be closed all the same.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if case_proxy.metric("lab_upstream_requests_seconds_count") > exchanges_before:
-            break
-        time.sleep(0.2)
+    wait_until(lambda: case_proxy.metric("lab_upstream_requests_seconds_count") > exchanges_before, 10)
     assert case_proxy.metric("lab_upstream_requests_seconds_count") == exchanges_before + 1
     assert case_proxy.metric("lab_clients_opened_total") == opened_before + (1 if per_call else 0)
     assert case_proxy.open_clients() == (0 if per_call else 1)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import yaml
 from dotenv import dotenv_values
 
@@ -228,7 +229,7 @@ class Project:
         pid = subprocess.run(
             ["docker", "inspect", "-f", "{{.State.Pid}}", ids[0]], capture_output=True, text=True
         ).stdout.strip()
-        return int(pid) if pid.isdigit() and int(pid) > 0 and Path(f"/proc/{pid}/task").is_dir() else None
+        return int(pid) if pid.isdigit() and int(pid) > 0 and psutil.pid_exists(int(pid)) else None
 
     def read_file(self, service: str, path: str) -> str:
         """A file in the service's container ("" when it is not there)."""
