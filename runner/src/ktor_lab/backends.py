@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from . import versions
-from .cases import ENGINE_TITLES, Case
+from .cases import ENGINE_TITLES, HTTP1_ONLY, HTTP2_ENGINES, Case
 from .errors import LabError
 from .parts import compose, nginx
 from .processes import free_port
@@ -72,10 +72,10 @@ def refuse_incapable(cases: list[Case]) -> None:
     """What an engine cannot do, refused before anything starts as the proxy would at its start:
     HTTP/2 through CIO or Apache (HttpClient 4)."""
     for case in cases:
-        if case.protocol == "h2" and case.engine in ("cio", "apache"):
+        if case.protocol == "h2" and case.engine in HTTP1_ONLY:
             raise LabError(
                 f"case {case.name!r}: {ENGINE_TITLES[case.engine]} speaks HTTP/1.1 only; "
-                "use protocol https, or another engine (apache5, okhttp, java) for h2"
+                f"use protocol https, or another engine ({', '.join(sorted(HTTP2_ENGINES))}) for h2"
             )
 
 

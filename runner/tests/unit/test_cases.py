@@ -11,7 +11,18 @@ import pytest
 import yaml
 
 from ktor_lab import versions
-from ktor_lab.cases import ALL, CASES, ENGINES, LIFETIMES, SCENARIOS, Case, all_of, case_list, engine_list
+from ktor_lab.cases import (
+    ALL,
+    CASES,
+    ENGINES,
+    HTTP1_ONLY,
+    LIFETIMES,
+    SCENARIOS,
+    Case,
+    all_of,
+    case_list,
+    engine_list,
+)
 from ktor_lab.parts import compose
 from ktor_lab.paths import PROXY_DIR, REPO
 
@@ -104,6 +115,17 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     assert set(ENGINES) <= setups, (
         f"no proxy-app/src/*/kotlin/lab/proxy/engines/<Engine>Setup.kt for {set(ENGINES) - setups}"
     )
+
+
+def test_the_engines_without_http2_are_those_the_proxy_refuses_it_through():
+    """cases.HTTP1_ONLY (what lab run, lab up and the protocols study refuse or skip) is exactly
+    the engines whose <Engine>Setup.kt refuses CLIENT_HTTP_VERSION=2 at the proxy's start."""
+    refusing = {
+        p.stem.removesuffix("Setup").lower()
+        for p in (PROXY_DIR / "src").rglob("engines/*Setup.kt")
+        if "config.refuseHttp2(" in p.read_text()
+    }
+    assert refusing == set(HTTP1_ONLY)
 
 
 def test_every_release_publishes_engines_of_the_list_and_the_default_all():
