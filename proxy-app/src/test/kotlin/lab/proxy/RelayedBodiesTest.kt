@@ -72,7 +72,11 @@ class RelayedBodiesTest {
                     call.respondText("relayed")
                 }
             }
-            assertEquals("relayed", client.get("/relay").bodyAsText())
+            try {
+                assertEquals("relayed", client.get("/relay").bodyAsText())
+            } finally {
+                upstream.close()
+            }
         }
         return relayed!!
     }
@@ -87,7 +91,7 @@ class RelayedBodiesTest {
     }
 
     @Test
-    fun `an upstream body ended by an error is a failure, never a clean end`() {
+    fun `an upstream body ended by a reset after the answer began is the copy's failure, which the abort acts on`() {
         // The streamed copy itself, its source ended by a reset after the answer began (through
         // the mock engine the timing of that end is the mock's, not the test's).
         val reset = IOException("reset by the upstream")
@@ -138,6 +142,7 @@ class RelayedBodiesTest {
     @Test
     fun `a body with no length streams whole, whatever its size`() {
         val r = relay(null) { twoPartSource(big) }
+        assertIs<RelayedBodies.Streamed>(r.content) // its first half alone is more than 64 KiB
         assertTrue(big.contentEquals(r.written), "relayed ${r.written.size} of ${big.size} bytes")
         assertNull(r.failure)
     }
