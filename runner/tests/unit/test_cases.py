@@ -117,6 +117,21 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     )
 
 
+def test_the_plain_clients_are_built_for_exactly_the_lab_s_engines():
+    """plain-client's PlainClients.kt (the reference of lab bench and the engines study) lists the
+    engines and builds each in two `when`s: all of them must be the registry's."""
+    text = (
+        REPO / "plain-client" / "src" / "main" / "kotlin" / "lab" / "plain" / "PlainClients.kt"
+    ).read_text()
+    listed = re.search(r"val engines: List<String> get\(\) = listOf\((.*?)\)", text)[1]
+    assert tuple(re.findall(r'"([\w-]+)"', listed)) == ENGINES
+    for fun in ("plain", "withLimits"):
+        body = re.search(
+            rf"fun {fun}\(engine: String.*?\n    fun |fun {fun}\(engine: String.*\Z", text, re.S
+        )[0]
+        assert set(re.findall(r'^        "([\w-]+)" ->', body, re.M)) == set(ENGINES), fun
+
+
 def test_the_engines_without_http2_are_those_the_proxy_refuses_it_through():
     """cases.HTTP1_ONLY (what lab run, lab up and the protocols study refuse or skip) is exactly
     the engines whose <Engine>Setup.kt refuses CLIENT_HTTP_VERSION=2 at the proxy's start."""
