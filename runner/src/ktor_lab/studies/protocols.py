@@ -156,14 +156,14 @@ def case_rows(results: Results) -> list[CaseRow]:
 def upload_rows(d: Path, args: argparse.Namespace) -> list[UploadRow]:
     """The upload study's transfers (streaming.transfers) through each of UPLOAD_TARGETS."""
     files = nginx.shared_files_dir()
-    stream_args = argparse.Namespace(sizes=args.sizes, repeats=args.repeats, warmup=args.upload_warmup)
+    plan = streaming.Transfers.of(args.sizes, args.repeats, args.upload_warmup)
     out = []
     with Stack(d / "uploads", java_opts=args.upload_java_opts.split()) as lab:
         lab.nginx()
         for case in UPLOAD_TARGETS:
             url = lab.proxy(case).url
             try:
-                rows = streaming.transfers(case.name, url, url, files, stream_args)
+                rows = streaming.transfers(case.name, url, url, files, plan)
             finally:
                 lab.stop_proxy()
             out += [
