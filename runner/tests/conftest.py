@@ -22,6 +22,7 @@ import psutil
 import pytest
 import requests
 
+from ktor_lab.cases import Case
 from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
 from ktor_lab.parts import compose, faults, jfr, nginx, proxy
@@ -111,6 +112,17 @@ class BusyLoops:
 
 busy: BusyLoops | None = None
 busy_report = ""
+
+
+@contextmanager
+def machine(state: str) -> Iterator[None]:
+    """`busy`: a busy loop on every core for the length of the block; `idle`: nothing."""
+    loops = BusyLoops(os.cpu_count() or 2) if state == "busy" else None
+    try:
+        yield
+    finally:
+        if loops:
+            loops.stop()
 
 
 def pytest_sessionstart(session):
@@ -240,11 +252,13 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory):
     run = tmp_path_factory.mktemp("proxy")
 
     @contextmanager
-    def _start(case: str, upstream_url: str, **settings: str) -> Iterator[Proxy]:
+    def _start(case_id: str, upstream_url: str, **settings: str) -> Iterator[Proxy]:
+        """`case_id` as a user names it (singleton-cio, 'per-call-java jdk 25', ...)."""
+        case = Case.parse(case_id)
         port = free_port()
         service = proxy.start(run, proxy.case_env(case, upstream_url, port, **settings), PROXY_JAVA_OPTS)
         try:
-            yield Proxy(case, f"http://127.0.0.1:{port}", service)
+            yield Proxy(case_id, f"http://127.0.0.1:{port}", service)
         finally:
             service.stop()
 

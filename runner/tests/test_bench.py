@@ -9,12 +9,14 @@ import shutil
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import requests
 
 from conftest import sha256_of_stream
+from ktor_lab.cases import Case
 from ktor_lab.machine import java
 from ktor_lab.parts import jfr
 from ktor_lab.paths import LEAN_PROXY_JAR
@@ -27,7 +29,7 @@ LAB = str(Path(sys.executable).with_name("lab"))
 def test_the_lean_proxy_forwards_what_nginx_serves(tmp_path):
     with Stack(tmp_path, java_opts=["-Xmx128m"]) as lab:
         lab.nginx()
-        lean = lab.proxy("singleton-okhttp", jar=LEAN_PROXY_JAR)
+        lean = lab.proxy(Case.parse("singleton-okhttp"), jar=LEAN_PROXY_JAR)
         assert requests.get(f"{lean.url}/health", timeout=10).text == "ok lean-okhttp\n"
         r = requests.get(f"{lean.url}/files/tiny.txt", timeout=10)
         assert (r.status_code, r.text) == (200, "Success!\n")
@@ -35,7 +37,7 @@ def test_the_lean_proxy_forwards_what_nginx_serves(tmp_path):
         assert requests.get(f"{lean.url}/no-such-file", timeout=10).status_code == 404
         assert lean.service.log.name.startswith("lean-proxy-singleton-okhttp")
 
-        streamed = lab.proxy("singleton-okhttp", jar=LEAN_PROXY_JAR, LEAN_BODY="streamed")
+        streamed = lab.proxy(Case.parse("singleton-okhttp"), jar=LEAN_PROXY_JAR, LEAN_BODY="streamed")
         assert requests.get(f"{streamed.url}/health", timeout=10).text == "ok lean-streamed-okhttp\n"
         r = requests.get(f"{streamed.url}/files/tiny.txt", timeout=10)
         assert (r.status_code, r.text, r.headers["Content-Length"]) == (200, "Success!\n", "9")
@@ -48,7 +50,10 @@ def test_the_streamed_lean_proxy_passes_a_body_larger_than_its_heap(tmp_path, up
     want = upstream.manifest()["100m.bin"]
     with Stack(tmp_path, java_opts=["-Xmx64m"]) as lab:  # the body could not be held in it
         lean = lab.proxy(
-            "singleton-apache5", upstream_url=upstream.url, jar=LEAN_PROXY_JAR, LEAN_BODY="streamed"
+            Case.parse("singleton-apache5"),
+            upstream_url=upstream.url,
+            jar=LEAN_PROXY_JAR,
+            LEAN_BODY="streamed",
         )
         with requests.get(f"{lean.url}/files/100m.bin", stream=True, timeout=60) as r:
             assert r.status_code == 200
@@ -200,8 +205,11 @@ def test_bench_profile_says_where_the_window_s_cpu_went(tmp_path):
     rounds = {x["target"]: x for x in json.loads((tmp_path / "bench.json").read_text())["rounds"]}
     profile = rounds["singleton-cio"]["profile"]
     assert profile["samples"] > 0 and profile["top_frames"]
-    # Recorded from before the warm-up, read for the window only: the whole file holds more.
-    assert jfr.read(tmp_path / "singleton-cio.jfr").samples > profile["samples"]
+    # Recorded from before the warm-up, read for the window only: samples outside it are not counted.
+    recording = tmp_path / "singleton-cio.jfr"
+    assert jfr.read(recording).samples >= profile["samples"]
+    later = jfr.now() + timedelta(hours=1)
+    assert jfr.read(recording, since=later, until=later + timedelta(seconds=10)).samples == 0
     assert abs(sum(profile["owners"].values()) - 1) < 0.01 and {"ktor", "netty"} <= set(profile["owners"])
     assert "nginx direct" in rounds and "profile" not in rounds["nginx direct"]
     assert "## Profiles of the measured windows (JFR)" in (tmp_path / "bench.md").read_text()

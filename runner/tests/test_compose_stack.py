@@ -88,7 +88,7 @@ def load_through_proxy(
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_case_is_up_and_serves_through_its_engine(lab, case):
-    lab.up(case)
+    lab.up(Case.parse(case))
     assert requests.get(f"{lab.url('proxy')}/health", timeout=5).text == f"ok {case}\n"
     info = scrape(lab.url("proxy")).label_values("lab_proxy_info", "case")
     assert info == {case}
@@ -108,7 +108,7 @@ def test_each_case_is_up_and_serves_through_its_engine(lab, case):
 def test_a_case_over_tls_and_http2_serves_through_its_engine(lab, case, negotiated):
     """compose/https.yml on a case overlay (CLIENT_HTTP_VERSION=2 for h2): the proxy trusts the lab
     CA nginx made in the lab-tls volume, says what it negotiated, and nginx logged the protocol."""
-    lab.up(case)
+    lab.up(Case.parse(case))
     stats, served = load_through_proxy(lab, Case.parse(case).id, LOAD_SECONDS)
     assert stats.failures == 0, stats.errors
     assert stats.requests >= 100 and abs(stats.requests - served) <= 0.02 * stats.requests
@@ -124,7 +124,7 @@ def test_a_case_over_tls_and_http2_serves_through_its_engine(lab, case, negotiat
 
 @pytest.mark.parametrize("host", ["localhost", "example.com", "nginx"])
 def test_nginx_serves_the_lab_whatever_the_host_header(lab, host):
-    lab.up(lab.case or "singleton-cio")
+    lab.up(lab.case or Case.parse("singleton-cio"))
     base = lab.url("nginx")
     assert requests.get(f"{base}/files/tiny.txt", headers={"Host": host}, timeout=5).text == "Success!\n"
     root = requests.get(f"{base}/", headers={"Host": host}, timeout=5)
@@ -133,8 +133,9 @@ def test_nginx_serves_the_lab_whatever_the_host_header(lab, host):
 
 
 def test_locust_ui_form_offers_the_lab_options_and_runs_what_it_says(lab, browser):
-    lab.up("singleton-okhttp")
-    lab.compose("singleton-okhttp", "up", "-d", "--wait", "--no-deps", "--force-recreate", "locust")
+    okhttp = Case.parse("singleton-okhttp")
+    lab.up(okhttp)
+    lab.compose(okhttp, "up", "-d", "--wait", "--no-deps", "--force-recreate", "locust")
     ui = lab.url("locust")
     page = browser.new_page(viewport={"width": 1200, "height": 1600})
     page.goto(ui + "/")
@@ -204,7 +205,7 @@ def test_prometheus_has_every_target_and_every_panel_query_data(lab):
 
 
 def test_proxy_open_files_limit_comes_from_the_environment(lab):
-    case = lab.case or "singleton-cio"
+    case = lab.case or Case.parse("singleton-cio")
     hard = int(
         lab.compose(
             case,
@@ -251,8 +252,10 @@ def test_the_proxy_image_of_another_ktor_release_serves_and_refuses_the_engine_i
     newer = versions.releases()[-1]
     project = new_project("release", env={"KTOR_VERSION": newer.name})
     try:
-        project.compose("singleton-okhttp", "up", "-d", "--wait", "--wait-timeout", "300", "proxy", "nginx")
-        project.case = "singleton-okhttp"
+        project.compose(
+            Case.parse("singleton-okhttp"), "up", "-d", "--wait", "--wait-timeout", "300", "proxy", "nginx"
+        )
+        project.case = Case.parse("singleton-okhttp")
         info = scrape(project.url("proxy")).labels("lab_proxy_info")
         assert (info["ktor_version"], info["case"]) == (newer.name, "singleton-okhttp")
         assert requests.get(f"{project.url('proxy')}/files/tiny.txt", timeout=10).text.strip() == "Success!"
@@ -261,7 +264,7 @@ def test_the_proxy_image_of_another_ktor_release_serves_and_refuses_the_engine_i
         )
         assert images.stdout.strip()
         refused = project.compose(
-            "singleton-apache",
+            Case.parse("singleton-apache"),
             "run",
             "--rm",
             "--no-deps",
@@ -280,7 +283,7 @@ def test_the_proxy_image_of_another_ktor_release_serves_and_refuses_the_engine_i
 def test_distributed_master_and_two_workers_share_the_load(compose_engine):
     project = new_project("distributed", workers=2)
     try:
-        project.up("per-call-cio")
+        project.up(Case.parse("per-call-cio"))
         web = LocustWeb(project.url("locust"))
         assert wait_until(lambda: web.stats().workers == 2, timeout=30), web.stats().workers
         stats, served = load_through_proxy(project, "per-call-cio", LOAD_SECONDS)
@@ -297,7 +300,7 @@ def test_distributed_master_and_two_workers_share_the_load(compose_engine):
 def headless(project: compose.Project, case: str) -> subprocess.CompletedProcess:
     """The README's headless command: up with headless.yml and --exit-code-from locust."""
     return project.compose(
-        case,
+        Case.parse(case),
         "up",
         "--exit-code-from",
         "locust",
@@ -482,7 +485,9 @@ def test_what_a_killed_run_left_is_removed_and_a_live_runs_project_is_not(compos
     live = new_project("live")
     try:
         for project in (orphan, live):
-            project.compose("singleton-cio", "up", "-d", "--no-deps", "nginx", stdout=subprocess.DEVNULL)
+            project.compose(
+                Case.parse("singleton-cio"), "up", "-d", "--no-deps", "nginx", stdout=subprocess.DEVNULL
+            )
         assert orphan.leftovers() and live.leftovers()
         listed = compose.orphaned_projects()
         assert orphan.name in listed and live.name not in listed, listed
@@ -535,7 +540,7 @@ def test_the_network_overlay_puts_the_round_trip_between_the_proxy_and_nginx(com
         # A bad value: the one-shot stops with one line naming it, and the proxy does not start.
         project.env["UPSTREAM_RTT_MS"] = "far"
         with pytest.raises(subprocess.CalledProcessError):
-            project.up("per-call-okhttp", network=True, timeout=60)
+            project.up(Case.parse("per-call-okhttp"), network=True, timeout=60)
         log = project.compose(
             None, "logs", "--no-log-prefix", "toxiproxy-init", capture_output=True, text=True
         )

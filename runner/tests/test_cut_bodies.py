@@ -20,13 +20,9 @@ without release on a cut path is reported, and the test fails on it.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 
-from conftest import BusyLoops, answers, collect_garbage, wait_until
+from conftest import answers, collect_garbage, machine, wait_until
 from ktor_lab.cases import CASES
 from ktor_lab.parts import faults
 
@@ -34,17 +30,6 @@ from ktor_lab.parts import faults
 @pytest.fixture(scope="session")
 def cut_tries(request) -> int:
     return request.config.getoption("--cut-tries")
-
-
-@contextmanager
-def machine(state: str) -> Iterator[None]:
-    """`busy`: a busy loop on every core for the length of the block."""
-    loops = BusyLoops(os.cpu_count() or 2) if state == "busy" else None
-    try:
-        yield
-    finally:
-        if loops:
-            loops.stop()
 
 
 @pytest.fixture(scope="module", params=CASES)

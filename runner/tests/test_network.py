@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from conftest import wait_until
+from ktor_lab.cases import Case
 from ktor_lab.metrics import scrape
 from ktor_lab.network import Network
 from ktor_lab.parts import nginx
@@ -51,7 +52,7 @@ def new_connections(lab: Stack, since: float) -> list[nginx.Connection]:
 
 
 def test_off_means_off_the_proxy_calls_nginx_itself(lab):
-    proxy = lab.proxy("singleton-okhttp")
+    proxy = lab.proxy(Case.parse("singleton-okhttp"))
     info = scrape(proxy.url).labels("lab_proxy_info")
     assert info["upstream"] == lab.upstream_url  # not Toxiproxy's port
     network_info = scrape(proxy.url).labels("lab_network_info")
@@ -61,7 +62,7 @@ def test_off_means_off_the_proxy_calls_nginx_itself(lab):
 
 
 def test_the_round_trip_is_honoured_and_shown(lab):
-    proxy = lab.proxy("singleton-okhttp", network=Network(RTT_MS, 10))
+    proxy = lab.proxy(Case.parse("singleton-okhttp"), network=Network(RTT_MS, 10))
     samples = scrape(proxy.url)
     assert samples.labels("lab_network_info")["rtt_ms"] == str(RTT_MS)
     assert samples.labels("lab_network_info")["jitter_ms"] == "10"
@@ -86,7 +87,7 @@ def test_a_per_call_client_pays_for_a_new_connection_on_every_request(lab, proto
     handshake is counted (lab run: new connections x RTT). Over TLS the handshake's own messages
     cross the network: at least two round trips measured."""
     case = f"per-call-okhttp protocol {protocol} rtt {RTT_MS}"
-    proxy = lab.proxy(case)
+    proxy = lab.proxy(Case.parse(case))
     since = time.time()
     times = timed_gets(proxy.url)
     conns = new_connections(lab, since)
@@ -102,7 +103,7 @@ def test_a_per_call_client_pays_for_a_new_connection_on_every_request(lab, proto
 
 
 def test_a_singleton_keeps_its_connection_and_its_pool_shows_it(lab):
-    proxy = lab.proxy(f"singleton-okhttp rtt {RTT_MS}")
+    proxy = lab.proxy(Case.parse(f"singleton-okhttp rtt {RTT_MS}"))
     timed_gets(proxy.url, 2)
     since = time.time()
     timed_gets(proxy.url)
@@ -113,15 +114,15 @@ def test_a_singleton_keeps_its_connection_and_its_pool_shows_it(lab):
     assert samples.sum("lab_upstream_sockets", state="established") == 1
     assert samples.sum("lab_upstream_sockets", state="time_wait") == 0
     # CIO has no pool the proxy can see: no series, and its settings say so.
-    cio = lab.proxy(f"singleton-cio rtt {RTT_MS}")
+    cio = lab.proxy(Case.parse(f"singleton-cio rtt {RTT_MS}"))
     samples = scrape(cio.url)
     assert samples.get("lab_client_pool_connections") is None
     assert samples.labels("lab_proxy_info")["pool_metrics"] == "not exposed"
 
 
 def test_the_network_goes_when_the_next_case_has_none(lab):
-    lab.proxy(f"singleton-okhttp rtt {RTT_MS}")
-    proxy = lab.proxy("singleton-okhttp")
+    lab.proxy(Case.parse(f"singleton-okhttp rtt {RTT_MS}"))
+    proxy = lab.proxy(Case.parse("singleton-okhttp"))
     assert scrape(proxy.url).labels("lab_proxy_info")["upstream"] == lab.upstream_url
     assert lab.toxics == {} and all(toxics == [] for toxics in lab.toxiproxy.set(Network()).values())
 

@@ -5,7 +5,6 @@ One proxy process per case (module-scoped), so each case's counters and threads 
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -13,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from conftest import BusyLoops, collect_garbage, payload, sha256_of_stream, wait_until
+from conftest import collect_garbage, machine, payload, sha256_of_stream, wait_until
 from ktor_lab.cases import CASES, Case
 from ktor_lab.processes import free_port
 
@@ -59,15 +58,12 @@ def test_100mb_uploads_stay_whole_with_every_core_busy(case_proxy, upstream):
     whole uploads failed (502) or lost 8,192 bytes; one in ten 100 MB uploads a try."""
     want = upstream.manifest()["100m.bin"]
     broken = []
-    loops = BusyLoops(os.cpu_count() or 2)
-    try:
+    with machine("busy"):
         for i in range(WHOLE_TRIES):
             with open(upstream.files / "100m.bin", "rb") as body:
                 r = requests.put(f"{case_proxy.url}/upload", data=body, timeout=60)
             if r.status_code != 200 or r.json() != {"bytes": want["bytes"], "sha256": want["sha256"]}:
                 broken.append(f"try {i}: {r.status_code} {r.text.strip()[:120]}")
-    finally:
-        loops.stop()
     assert not broken, f"{len(broken)} of {WHOLE_TRIES} whole uploads did not arrive whole: {broken}"
 
 
@@ -297,11 +293,7 @@ def test_caller_disconnect_still_closes_the_client(case_proxy):
     per_call = case_proxy.case.startswith("per-call")
     # Ktor's server does not cancel the handler when the caller leaves: the upstream
     # exchange runs to its end (1.5 s), then the client must be closed all the same.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if case_proxy.metric("lab_upstream_requests_seconds_count") > exchanges_before:
-            break
-        time.sleep(0.2)
+    wait_until(lambda: case_proxy.metric("lab_upstream_requests_seconds_count") > exchanges_before, 10)
     assert case_proxy.metric("lab_upstream_requests_seconds_count") == exchanges_before + 1
     assert case_proxy.metric("lab_clients_opened_total") == opened_before + (1 if per_call else 0)
     assert case_proxy.open_clients() == (0 if per_call else 1)

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from conftest import wait_until
+from ktor_lab.cases import Case
 from ktor_lab.machine import java
 from ktor_lab.parts import proxy
 from ktor_lab.paths import PROXY_JAR
@@ -59,7 +60,9 @@ def test_effective_settings_are_printed_and_the_access_log_switches_on(tmp_path,
     port = free_port()
     service = proxy.start(
         tmp_path,
-        proxy.case_env("singleton-okhttp", upstream.url, port, ACCESS_LOG="on", CLIENT_MAX_CONNECTIONS="77"),
+        proxy.case_env(
+            Case.parse("singleton-okhttp"), upstream.url, port, ACCESS_LOG="on", CLIENT_MAX_CONNECTIONS="77"
+        ),
     )
     try:
         requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
@@ -76,7 +79,7 @@ def test_effective_settings_are_printed_and_the_access_log_switches_on(tmp_path,
 
 def test_access_log_is_off_by_default(tmp_path, upstream):
     port = free_port()
-    service = proxy.start(tmp_path, proxy.case_env("singleton-cio", upstream.url, port))
+    service = proxy.start(tmp_path, proxy.case_env(Case.parse("singleton-cio"), upstream.url, port))
     try:
         requests.get(f"http://127.0.0.1:{port}/files/tiny.txt", timeout=5)
         # Give a (wrongly) enabled access log the time it would need to write its line.

@@ -71,8 +71,10 @@ def test_the_newer_release_builds_with_its_unit_tests_and_its_jar_refuses_what_i
 @pytest.mark.slow
 def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_change_at_a_time(tmp_path):
     out = tmp_path / "results"
-    java = [j.major for j in versions.jdks()][:2]
-    assert len(java) == 2, "this machine has JDK 17 and Temurin 25"
+    java = list(dict.fromkeys(j.major for j in versions.jdks()))[:2]
+    if len(java) < 2:
+        # Debian's apt gives one JDK (17); CI's machines also have Temurin 25 in /usr/lib/jvm.
+        pytest.skip(f"needs two JDKs of different versions in /usr/lib/jvm; found {java or 'none'}")
     r = subprocess.run(
         [
             LAB,

@@ -1,4 +1,5 @@
-"""The warm-up rule (warmup.py) with a scripted load, and the JIT clock on a fake /proc."""
+"""The warm-up with a real proxy: its JIT compiler threads get the CPU first while it warms and their
+own nice when measured. (The rule itself, on a scripted load and a fake /proc: unit/test_warmup_rules.py.)"""
 
 from __future__ import annotations
 
@@ -8,19 +9,6 @@ from pathlib import Path
 import requests
 
 from ktor_lab.warmup import JIT_NICE, WINDOW_S, warm_up
-
-
-def scripted(rates: list[float]):
-    calls = iter(rates)
-    return lambda seconds: next(calls)
-
-
-def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
-    task = proc / "4242" / "task" / str(tid)
-    task.mkdir(parents=True, exist_ok=True)
-    (task / "comm").write_text(name + "\n")
-    # /proc/PID/task/TID/stat: utime and stime are the 14th and 15th fields
-    (task / "stat").write_text(f"{tid} ({name}) S " + " ".join(["0"] * 10) + f" {ticks} 0 0 0\n")
 
 
 def compiler_nices(pid: int) -> list[int]:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from . import versions
-from .cases import ENGINE_TITLES, Case
+from .cases import ENGINE_TITLES, HTTP1_ONLY, HTTP2_ENGINES, Case
 from .errors import LabError
 from .network import Network, read
 from .parts import compose, nginx, toxiproxy
-from .paths import PROXY_JAR
 from .processes import free_port
 from .results import NetworkRecord, Plan
 from .stack import Ports, Stack, grafana_binary, missing, require
@@ -71,10 +70,10 @@ def refuse_incapable(cases: list[Case]) -> None:
     """What an engine cannot do, refused before anything starts as the proxy would at its start:
     HTTP/2 through CIO or Apache (HttpClient 4)."""
     for case in cases:
-        if case.protocol == "h2" and case.engine in ("cio", "apache"):
+        if case.protocol == "h2" and case.engine in HTTP1_ONLY:
             raise LabError(
                 f"case {case.name!r}: {ENGINE_TITLES[case.engine]} speaks HTTP/1.1 only; "
-                "use protocol https, or another engine (apache5, okhttp, java) for h2"
+                f"use protocol https, or another engine ({', '.join(sorted(HTTP2_ENGINES))}) for h2"
             )
 
 
@@ -136,11 +135,9 @@ class NativeBackend:
             self.stack.grafana()
 
     def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
-        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK ("": the defaults),
+        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK (Stack.proxy),
         through Toxiproxy on loopback when `network` is on."""
-        jar = versions.jar("proxy-app", versions.release(case.ktor)) if case.ktor else PROXY_JAR
-        java_bin = versions.jdk(case.java).java if case.java else None
-        return self._stack.proxy(case, jar=jar, java=java_bin, network=network, **env).service.pid
+        return self._stack.proxy(case, network=network, **env).service.pid
 
     def network_record(self, network: Network) -> NetworkRecord:
         t = self._stack.toxiproxy

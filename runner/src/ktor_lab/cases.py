@@ -12,7 +12,8 @@ compose (the overlays compose/<lifetime>-<engine>.yml hold exactly it: a test ke
 and in reports. The scenarios are the locustfile's (`@scenario("...")` on its user classes),
 read from it here.
 
-Adding an engine: a line in ENGINE_TITLES, its file in proxy-app/.../engines/, its overlays;
+Adding an engine: a line in ENGINE_TITLES and ENGINE_FACTS (and HTTP1_ONLY if it has no HTTP/2),
+its file in proxy-app/.../engines/, its overlays;
 adding a dimension: a field of Case, its word in DIMENSIONS, its variable in `proxy_env` (if
 the proxy reads it), and where a backend applies it (backends.py). docs/README.md lists them.
 """
@@ -51,6 +52,9 @@ LIFETIME_TITLES = {
     "per-call": "a new HttpClient for every request, closed after it",
 }
 ENGINES = tuple(ENGINE_TITLES)
+# The engines without HTTP/2: the proxy refuses CLIENT_HTTP_VERSION=2 through them at its start.
+HTTP1_ONLY = ("cio", "apache")
+HTTP2_ENGINES = tuple(e for e in ENGINES if e not in HTTP1_ONLY)
 LIFETIMES = tuple(LIFETIME_TITLES)
 # The upstream protocols a case may name, each with what it is: the proxy calls nginx over plain
 # HTTP/1.1, over TLS with HTTP/1.1, or over TLS with HTTP/2 (chosen by ALPN).

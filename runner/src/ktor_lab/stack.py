@@ -1,7 +1,7 @@
 """The one owner of the lab's running parts: up in order, and every one of them down.
 
     with Stack(run_dir, ports) as lab:
-        lab.nginx(); lab.exporter(); lab.proxy("per-call-cio"); lab.prometheus(); lab.locust(...)
+        lab.nginx(); lab.exporter(); lab.proxy(Case.parse("per-call-cio")); lab.prometheus(); lab.locust(...)
 
 On leaving the block (or `stop()`), everything it started stops, newest first; a part that
 died is reported by `exited()`. Every command and study brings its parts up through a Stack:
@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from . import versions
 from .cases import Case
 from .errors import LabError
 from .machine import java
@@ -235,22 +236,28 @@ class Stack:
 
     def proxy(
         self,
-        case: Case | str,
+        case: Case,
         upstream_url: str | None = None,
         port: int | None = None,
-        jar: Path = PROXY_JAR,
+        jar: Path | None = None,
         java: str | None = None,
         network: Network | None = None,
         **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
         `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
-        `jar` runs another build of it (LEAN_PROXY_JAR: the minimal reference proxy; a build of another
-        Ktor release, versions.jar), `java` another JDK's java (versions.jdk). Between it and nginx,
-        `network` (default: the case's round trip, nothing else): Toxiproxy when it is on, and the
-        proxy is told its values (lab_network_info)."""
+        It runs the jar of the case's Ktor release (built first when missing) on the case's JDK, the
+        defaults when it names none; `jar` runs another program instead (LEAN_PROXY_JAR: the minimal
+        reference proxy), `java` another JDK's java. Between it and nginx, `network` (default: the
+        case's round trip, nothing else): Toxiproxy when it is on, and the proxy is told its values
+        (lab_network_info)."""
+        if jar is None and case.ktor:
+            release = versions.release(case.ktor)
+            versions.ensure_jars([release])
+            jar = versions.jar("proxy-app", release)
+        if java is None and case.java:
+            java = versions.jdk(case.java).java
         self.stop_proxy()
-        case = case if isinstance(case, Case) else Case.parse(case)
         port = port or self.ports.proxy
         if upstream_url:
             upstream = {"UPSTREAM_URL": upstream_url}
@@ -259,7 +266,7 @@ class Stack:
             self.toxics = self.network(network)
             upstream = {**self.upstream_for(case, network), **(network.env() if network.on else {})}
         env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
-        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar, java_bin=java)
+        service = proxy.start(self.run_dir, env, self.java_opts, jar=jar or PROXY_JAR, java_bin=java)
         self.current_proxy = Proxy(case, local_url(port), service)
         return self.current_proxy
 
@@ -291,7 +298,7 @@ class Stack:
 
     def locust(
         self,
-        case: Case | str = "",
+        case: Case | None = None,
         workers: int = 0,
         options: list[str] | None = None,
         host: str | None = None,
@@ -301,8 +308,7 @@ class Stack:
         """Locust's web UI (and its export) aimed at the proxy, or `host`; no run starts until the UI,
         `LocustWeb.swarm` or an --autostart in `options` asks. One at a time (the previous stops)."""
         self.stop_locust()
-        label = case.id if isinstance(case, Case) else case
-        opts = ["-H", host or self.proxy_url, *(["--lab-case", label] if label else []), *(options or [])]
+        opts = ["-H", host or self.proxy_url, *(["--lab-case", case.id] if case else []), *(options or [])]
         self.locust_services = loadgen.start(self.run_dir, name, self.ports.locust, opts, workers, sweep)
         return self.locust_services
 

@@ -78,6 +78,15 @@ def check_cases(rel: Release, cases: list[Case]) -> None:
             )
 
 
+def check_dimensions(case: Case) -> None:
+    """ValueError when the case's Ktor release is unknown or lacks its engine, or its JDK is not
+    on this machine: what a command checks before any part starts."""
+    if case.ktor:
+        check_cases(release(case.ktor), [case])
+    if case.java:
+        jdk(case.java)
+
+
 def publishing(engine: str) -> list[Release]:
     """The releases of ktor-releases.tsv that publish `engine`."""
     return [r for r in releases() if engine in r.engines]

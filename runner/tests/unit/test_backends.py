@@ -121,3 +121,47 @@ def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_
         plan(rtt=[0, 4], jitter_ms=5)
     with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=2 varies a round trip, and no run here"):
         plan(rtt=[0], jitter_ms=2)
+
+
+def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, monkeypatch):
+    """Stack.proxy is where a case's release and JDK become a jar and a java, for lab run, lab up
+    and lab verify alike; a jar given by the caller (the lean proxy) wins."""
+    from ktor_lab import stack as stack_module
+    from ktor_lab import versions
+    from ktor_lab.cases import Case
+    from ktor_lab.paths import LEAN_PROXY_JAR, PROXY_JAR
+
+    built, started = [], []
+    monkeypatch.setattr(versions, "ensure_jars", lambda releases: built.extend(r.name for r in releases))
+
+    class Started:
+        pid = 1
+
+        def stop(self):
+            pass
+
+    def start(run_dir, env, java_opts, jar, java_bin=None):
+        started.append((jar, java_bin))
+        return Started()
+
+    monkeypatch.setattr(stack_module.proxy, "start", start)
+    newer = versions.releases()[-1]
+    lab = stack_module.Stack(tmp_path)
+    lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name} jdk 25"))
+    lab.proxy(Case.parse("singleton-okhttp"))
+    lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name}"), jar=LEAN_PROXY_JAR)
+    assert built == [newer.name]
+    assert started == [
+        (versions.jar("proxy-app", newer), versions.jdk("25").java),
+        (PROXY_JAR, None),
+        (LEAN_PROXY_JAR, None),
+    ]
+
+
+def test_lab_bench_refuses_a_case_of_another_release_or_jdk_before_anything_starts(capsys):
+    from ktor_lab import cli
+
+    assert cli.main(["bench", "--cases", "singleton-cio jdk 25"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "lab bench measures this checkout's build on the default JDK; drop the release or JDK" in err

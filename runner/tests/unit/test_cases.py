@@ -11,7 +11,18 @@ import pytest
 import yaml
 
 from ktor_lab import versions
-from ktor_lab.cases import ALL, CASES, ENGINES, LIFETIMES, SCENARIOS, Case, all_of, case_list, engine_list
+from ktor_lab.cases import (
+    ALL,
+    CASES,
+    ENGINES,
+    HTTP1_ONLY,
+    LIFETIMES,
+    SCENARIOS,
+    Case,
+    all_of,
+    case_list,
+    engine_list,
+)
 from ktor_lab.parts import compose
 from ktor_lab.paths import PROXY_DIR, REPO
 
@@ -106,6 +117,32 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     )
 
 
+def test_the_plain_clients_are_built_for_exactly_the_lab_s_engines():
+    """plain-client's PlainClients.kt (the reference of lab bench and the engines study) lists the
+    engines and builds each in two `when`s: all of them must be the registry's."""
+    text = (
+        REPO / "plain-client" / "src" / "main" / "kotlin" / "lab" / "plain" / "PlainClients.kt"
+    ).read_text()
+    listed = re.search(r"val engines: List<String> get\(\) = listOf\((.*?)\)", text)[1]
+    assert tuple(re.findall(r'"([\w-]+)"', listed)) == ENGINES
+    for fun in ("plain", "withLimits"):
+        body = re.search(
+            rf"fun {fun}\(engine: String.*?\n    fun |fun {fun}\(engine: String.*\Z", text, re.S
+        )[0]
+        assert set(re.findall(r'^        "([\w-]+)" ->', body, re.M)) == set(ENGINES), fun
+
+
+def test_the_engines_without_http2_are_those_the_proxy_refuses_it_through():
+    """cases.HTTP1_ONLY (what lab run, lab up and the protocols study refuse or skip) is exactly
+    the engines whose <Engine>Setup.kt refuses CLIENT_HTTP_VERSION=2 at the proxy's start."""
+    refusing = {
+        p.stem.removesuffix("Setup").lower()
+        for p in (PROXY_DIR / "src").rglob("engines/*Setup.kt")
+        if "config.refuseHttp2(" in p.read_text()
+    }
+    assert refusing == set(HTTP1_ONLY)
+
+
 def test_every_release_publishes_engines_of_the_list_and_the_default_all():
     for release in versions.releases():
         assert set(release.engines) <= set(ENGINES), (release.name, release.engines)
@@ -149,14 +186,23 @@ def test_grafana_finds_the_engines_in_the_metrics_rather_than_listing_them():
                     assert "label_values" in json.dumps(var["query"]), path.name
 
 
+# Pages that record a dated run may say how many cases it had; every other text must not count.
+RECORDS = ("docs/matrix.md", "docs/sample-report.md", "docs/benchmarks.md")
+
+
 def test_no_help_text_counts_the_engines_or_cases_by_hand():
     stale = re.compile(r"all (five|ten|5|10)\b|\b(five|ten) (engines|cases)\b")
-    found = [
-        f"{p.relative_to(REPO)}: {m[0]}"
-        for p in (REPO / "runner" / "src").rglob("*.py")
-        for m in stale.finditer(p.read_text())
+    texts = [
+        *(REPO / "runner" / "src").rglob("*.py"),
+        *(REPO / "locust").rglob("*.py"),
+        *(REPO / "proxy-app" / "src" / "main").rglob("*.kt"),
+        *(REPO / "compose").glob("*.yml"),
+        REPO / "docker-compose.yml",
+        REPO / "Makefile",
+        REPO / "README.md",
+        *(p for p in (REPO / "docs").glob("*.md") if str(p.relative_to(REPO)) not in RECORDS),
     ]
-    found += [f"Makefile: {m[0]}" for m in stale.finditer((REPO / "Makefile").read_text())]
+    found = [f"{p.relative_to(REPO)}: {m[0]}" for p in texts for m in stale.finditer(p.read_text())]
     assert not found, found
 
 

@@ -182,3 +182,18 @@ def test_distance_plans_a_fixed_rate_over_every_case_distance_and_protocol():
     assert m.whole.loads[0].model == "rate" and m.whole.rtt == [0, 1, 20, 80]
     with pytest.raises(ValueError, match="give a fixed rate"):
         STUDIES["distance"].plan(options("distance", "--load", "closed/50/0"))
+
+
+def test_make_studies_runs_every_study_but_protocols_and_distance():
+    """The Makefile's `studies` target names the studies by hand: each must be one of the
+    registry's, and only protocols and distance (each long, run on their own) are left out."""
+    import re
+
+    from ktor_lab.paths import REPO
+    from ktor_lab.studies import STUDIES
+
+    text = (REPO / "Makefile").read_text()
+    target = re.search(r"^studies:.*?\n((?:\t.*\n)+)", text, re.M)[1]
+    run = re.findall(r"lab study (\w+)", target)
+    assert len(run) == len(set(run)) and set(run) <= set(STUDIES), run
+    assert set(STUDIES) - set(run) == {"protocols", "distance"}

@@ -51,15 +51,6 @@ def test_a_compiler_thread_that_ends_does_not_make_jit_time_run_back(tmp_path: P
     assert clock.lap() == 0.0
 
 
-def compiler_nices(pid: int) -> list[int]:
-    """The nice value of each C1/C2 compiler thread of `pid` (/proc/PID/task/TID/stat, field 19)."""
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        if (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-            out.append(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
-    return out
-
-
 def test_a_fake_proc_is_never_reniced(tmp_path: Path):
     compiler_thread(tmp_path, 1, "C2 CompilerThre", 0)  # PID 1's own thread ID, in a fake /proc
     assert JitClock(4242, tmp_path).prioritize(JIT_NICE) is False

@@ -95,8 +95,7 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
     began = jfr.now()
     r = wrk.run(url, args.connections, args.threads, args.duration)
     if recording:
-        recording.began, recording.ended = began, jfr.now()
-        recording.stop()
+        recording.stop(began, jfr.now())
     r.update(
         target=name,
         warmup_s=warm.seconds,
@@ -148,14 +147,21 @@ def profiles(rounds: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if problem := wrk.missing():
-        raise LabError(problem)
     if args.repeats < 1:
         raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
     try:
         cases = case_list(args.cases)
     except ValueError as e:
         raise LabError(str(e)) from None
+    # Its references (nginx's proxy_pass, the lean proxy, the ladder) are this checkout's build on
+    # the default JDK: a case of another release or JDK would be set beside references that are not.
+    if named := [c for c in cases if c.ktor or c.java]:
+        raise LabError(
+            f"--cases: lab bench measures this checkout's build on the default JDK; drop the release or JDK "
+            f"from {named[0].name!r} (lab run --ktor/--java compares those)"
+        )
+    if problem := wrk.missing():
+        raise LabError(problem)
     missing = stack.missing(prometheus_too=False)
     if not LEAN_PROXY_JAR.exists():
         missing.append(f"{LEAN_PROXY_JAR.relative_to(REPO)} is missing: make build")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import backends, measure, run_report, verdict, versions
-from ..cases import CASES, PROTOCOL_TITLES, SCENARIOS, all_of, case_list
+from ..cases import CASES, HTTP2_ENGINES, PROTOCOL_TITLES, SCENARIOS, all_of, case_list
 from ..errors import LabError
 from ..results import LOAD_HELP, Plan, parse_load
 from ..rundirs import results_dir
@@ -72,7 +72,8 @@ def add_parser(sub) -> None:
         default="",
         help="comma-separated, between the proxy and nginx: "
         + ", ".join(f"{k} ({v})" for k, v in PROTOCOL_TITLES.items())
-        + "; each a dimension of every case (default: http only). HTTP/2 needs apache5, okhttp or java",
+        + "; each a dimension of every case (default: http only). HTTP/2 needs one of "
+        + ", ".join(HTTP2_ENGINES),
     )
     options.add_network(p, many=True)
     options.add_java_opts(p, "-Xmx512m")

@@ -9,7 +9,6 @@ import time
 from .. import backends, stack, versions
 from ..cases import CASES, Case
 from ..errors import LabError
-from ..paths import PROXY_JAR
 from ..rundirs import run_dir
 from . import options
 
@@ -32,17 +31,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         case = Case.parse(args.case)
         case = case.with_dimensions(ktor=args.ktor or case.ktor, java=args.java or case.java)
+        versions.check_dimensions(case)
         release = versions.release(case.ktor) if case.ktor else None
-        if release:
-            versions.check_cases(release, [case])
-        java = versions.jdk(case.java).java if case.java else None
     except ValueError as e:
         raise LabError(str(e)) from None
     backends.refuse_incapable([case])
     extra = options.settings(args.set)
     network = options.network(args, case.rtt_ms)
     stack.require(stack.missing(network=network.on))
-    jar = versions.jar("proxy-app", release) if release else PROXY_JAR
     if release:
         versions.ensure_jars([release])
     ports = options.ports(args)
@@ -54,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             lab.nginx()
             lab.exporter()
-            lab.proxy(case, jar=jar, java=java, network=network, **extra)
+            lab.proxy(case, network=network, **extra)
             lab.prometheus()
             lab.locust(case, args.workers)
             why_no_grafana = lab.grafana()

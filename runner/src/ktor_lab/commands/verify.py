@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from .. import metrics, stack
+from .. import metrics, stack, versions
 from ..cases import Case
 from ..errors import LabError
 from ..metrics import query as prom
@@ -64,6 +64,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         case = Case.parse(args.case)
+        versions.check_dimensions(case)
     except ValueError as e:
         raise LabError(str(e)) from None
     stack.require(stack.missing())

@@ -15,8 +15,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import psutil
 import yaml
 from dotenv import dotenv_values
 
@@ -28,6 +30,7 @@ BASE = REPO / "docker-compose.yml"
 OVERLAYS = REPO / "compose"
 TOOL_DIR = REPO / "tools" / "compose-config"
 TOOL = TOOL_DIR / "compose-config"
+FETCH_GO = REPO / "tools" / "fetch-go.py"
 
 
 class ComposeError(RuntimeError):
@@ -79,10 +82,11 @@ def tool() -> Path:
     """The compose-config binary, built with Go when missing or older than its sources."""
     sources = [TOOL_DIR / "main.go", TOOL_DIR / "go.mod", TOOL_DIR / "go.sum"]
     if not TOOL.exists() or TOOL.stat().st_mtime < max(s.stat().st_mtime for s in sources):
-        go = shutil.which("go")
-        if go is None:
+        # Go 1.24+: the one on PATH, else the lab's pinned release (downloaded once into the cache).
+        found = subprocess.run([sys.executable, str(FETCH_GO)], stdout=subprocess.PIPE, text=True)
+        if found.returncode != 0:
             raise ComposeError("Go is needed to build tools/compose-config: install Go 1.24 or later")
-        subprocess.run([go, "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
+        subprocess.run([found.stdout.strip(), "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
     return TOOL
 
 
@@ -184,10 +188,9 @@ class Project:
             *(["toxiproxy"] if self.network else []),
         ]
 
-    def argv(self, case: Case | str | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
+    def argv(self, case: Case | None, *command: str, extras: tuple[str, ...] = ()) -> list[str]:
         """`docker compose` for the project: the base, the case's overlay (none: the base's own
         case, enough for what acts on the project as a whole), and the extras."""
-        case = Case.parse(case) if isinstance(case, str) else case
         files = ["-f", str(BASE), *(["-f", str(overlay(case.id))] if case else [])]
         tls = ("https",) if case and case.tls else ()
         network = ("network",) if self.network else ()
@@ -197,7 +200,7 @@ class Project:
 
     def compose(
         self,
-        case: Case | str | None,
+        case: Case | None,
         *command: str,
         extras: tuple[str, ...] = (),
         check: bool = True,
@@ -205,13 +208,10 @@ class Project:
     ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
 
-    def up(
-        self, case: Case | str, fresh_proxy: bool = False, timeout: int = 300, network: bool = False
-    ) -> None:
+    def up(self, case: Case, fresh_proxy: bool = False, timeout: int = 300, network: bool = False) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged.
         `network` stacks compose/network.yml (its values: UPSTREAM_* in `env`)."""
-        case = case if isinstance(case, Case) else Case.parse(case)
         # The release and JDK are the image's (KTOR_VERSION, PROXY_RUN_IMAGE); the protocol is the
         # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on); the
         # round trip is the network overlay's, with the project's UPSTREAM_RTT_MS.
@@ -241,7 +241,7 @@ class Project:
         pid = subprocess.run(
             ["docker", "inspect", "-f", "{{.State.Pid}}", ids[0]], capture_output=True, text=True
         ).stdout.strip()
-        return int(pid) if pid.isdigit() and int(pid) > 0 and Path(f"/proc/{pid}/task").is_dir() else None
+        return int(pid) if pid.isdigit() and int(pid) > 0 and psutil.pid_exists(int(pid)) else None
 
     def read_file(self, service: str, path: str) -> str:
         """A file in the service's container ("" when it is not there)."""

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import requests
 
-from ..processes import Service, local_url
+from ..processes import Service, local_url, wait_until
 
 FAULTS = (
     "ok",
@@ -545,10 +545,12 @@ def try_cut_uploads(
         return [e for e in server.log() if f"try={tag}-" in e["target"]]
 
     seen: list[int] = []
-    deadline = time.monotonic() + settle
-    while time.monotonic() < deadline and not (len(seen) >= 5 and len(set(seen[-5:])) == 1):
+
+    def settled() -> bool:  # the same count five times running: a second with nothing new
         seen.append(len(mine()))
-        time.sleep(0.25)
+        return len(seen) >= 5 and len(set(seen[-5:])) == 1
+
+    wait_until(settled, timeout=settle, interval=0.25)
     by_try = {e["target"].rsplit("-", 1)[1]: e for e in mine()}
     for i, cut in enumerate(cut_list):
         entry = by_try.get(str(i))

@@ -49,7 +49,7 @@ class Profile:
 
 
 class Recording:
-    """`start()` before the warm-up, `window()` around the measured window, `stop()` after it."""
+    """`start()` before the warm-up, `stop(began, ended)` after the measured window, then `read()`."""
 
     def __init__(self, pid: int, path: Path):
         self.pid, self.path = pid, path
@@ -64,7 +64,8 @@ class Recording:
             timeout=60,
         )
 
-    def stop(self) -> None:
+    def stop(self, began: datetime, ended: datetime) -> None:
+        self.began, self.ended = began, ended
         subprocess.run(
             [tool("jcmd"), str(self.pid), "JFR.stop", "name=window", f"filename={self.path}"],
             check=True,

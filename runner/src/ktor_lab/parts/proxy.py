@@ -11,10 +11,9 @@ from ..paths import PROXY_JAR
 from ..processes import Service, local_url
 
 
-def case_env(case: Case | str, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
+def case_env(case: Case, upstream_url: str, port: int, **settings: str) -> dict[str, str]:
     """The proxy's environment for `case` (Case.proxy_env) on loopback; `settings` adds or
     overrides variables (e.g. ACCESS_LOG)."""
-    case = case if isinstance(case, Case) else Case.parse(case)
     return {
         **case.proxy_env(),
         "UPSTREAM_URL": upstream_url,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import render, verdict
-from ..cases import ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
+from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..parts import nginx
 from ..results import Plan, Results, parse_load
 from ..stack import Stack
@@ -33,7 +33,6 @@ UPLOAD_TARGETS = (
     Case("singleton", "okhttp"),
     Case("singleton", "cio"),
 )
-HTTP1_ONLY = ("cio", "apache")
 
 
 def matrix_cases(args: argparse.Namespace) -> list[Case]:
@@ -157,14 +156,14 @@ def case_rows(results: Results) -> list[CaseRow]:
 def upload_rows(d: Path, args: argparse.Namespace) -> list[UploadRow]:
     """The upload study's transfers (streaming.transfers) through each of UPLOAD_TARGETS."""
     files = nginx.shared_files_dir()
-    stream_args = argparse.Namespace(sizes=args.sizes, repeats=args.repeats, warmup=args.upload_warmup)
+    plan = streaming.Transfers.of(args.sizes, args.repeats, args.upload_warmup)
     out = []
     with Stack(d / "uploads", java_opts=args.upload_java_opts.split()) as lab:
         lab.nginx()
         for case in UPLOAD_TARGETS:
             url = lab.proxy(case).url
             try:
-                rows = streaming.transfers(case.name, url, url, files, stream_args)
+                rows = streaming.transfers(case.name, url, url, files, plan)
             finally:
                 lab.stop_proxy()
             out += [
@@ -339,7 +338,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--protocols",
         default=",".join(PROTOCOLS),
-        help="comma-separated, of http, https, h2; h2 only through apache5, okhttp, java (default: all)",
+        help=f"comma-separated, of {', '.join(PROTOCOLS)}; h2 only through "
+        f"{', '.join(sorted(HTTP2_ENGINES))} (default: all)",
     )
     p.add_argument("--parts", default="matrix,uploads", help="matrix, uploads, or both (default: both)")
     p.add_argument("--rate-load", default="rate/200", help="the fixed rate (default: %(default)s)")

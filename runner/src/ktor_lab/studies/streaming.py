@@ -99,10 +99,24 @@ def upload(base: str, path: Path) -> tuple[int, str, float]:
     return answer["bytes"], answer["sha256"], elapsed
 
 
-def warm_up(base: str, files: Path, args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class Transfers:
+    """What each target gets: every size both ways, `repeats` measured transfers after `warmup`
+    unmeasured rounds (this study's options; the protocols study passes its own)."""
+
+    sizes: tuple[str, ...]
+    repeats: int
+    warmup: int
+
+    @classmethod
+    def of(cls, sizes: str, repeats: int, warmup: int) -> Transfers:
+        return cls(tuple(s.strip() for s in sizes.split(",") if s.strip()), repeats, warmup)
+
+
+def warm_up(base: str, files: Path, plan: Transfers) -> None:
     """Unmeasured transfers of every size both ways: a cold proxy's first bodies run interpreted."""
-    for _ in range(args.warmup):
-        for size in args.sizes.split(","):
+    for _ in range(plan.warmup):
+        for size in plan.sizes:
             download(base, f"{size}.bin")
             upload(base, files / f"{size}.bin")
 
@@ -143,29 +157,28 @@ def plan(args: argparse.Namespace) -> list[str]:
 
 def measure(lab: Stack, target: str, args: argparse.Namespace) -> list[Row]:
     files = nginx.shared_files_dir()
+    plan = Transfers.of(args.sizes, args.repeats, args.warmup)
     if target == DIRECT:
-        return transfers(target, lab.upstream_url, None, files, args)
+        return transfers(target, lab.upstream_url, None, files, plan)
     url = lab.proxy(Case("singleton", target)).url
     try:
-        return transfers(target, url, url, files, args)
+        return transfers(target, url, url, files, plan)
     finally:
         lab.stop_proxy()
 
 
-def transfers(
-    target: str, base: str, probe_url: str | None, files: Path, args: argparse.Namespace
-) -> list[Row]:
+def transfers(target: str, base: str, probe_url: str | None, files: Path, plan: Transfers) -> list[Row]:
     manifest = json.loads((files / "manifest.json").read_text())
-    warm_up(base, files, args)
+    warm_up(base, files, plan)
     rows = []
-    for size in args.sizes.split(","):
+    for size in plan.sizes:
         name = f"{size}.bin"
         if name not in manifest:
             raise ValueError(f"--sizes: no {name} upstream; it serves {', '.join(sorted(manifest))}")
         want = manifest[name]
         for direction in ("download", "upload"):
             runs = []
-            for _ in range(args.repeats):
+            for _ in range(plan.repeats):
                 with ProxyProbe(probe_url) as probe:
                     if direction == "download":
                         got, sha, secs = download(base, name)

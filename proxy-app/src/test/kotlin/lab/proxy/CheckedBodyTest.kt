@@ -32,19 +32,7 @@ class CheckedBodyTest {
     private val cut = IOException("cut")
 
     /** A source that gives `bytes` in two parts, then ends (cleanly, or with `cause`). */
-    private fun source(bytes: ByteArray, cause: Throwable? = null): ByteReadChannel = ByteChannel().also { ch ->
-        runBlocking {
-            ch.writeFully(bytes, 0, bytes.size / 2)
-            ch.flush()
-        }
-        kotlin.concurrent.thread {
-            runBlocking {
-                ch.writeFully(bytes, bytes.size / 2, bytes.size)
-                ch.flush()
-                if (cause == null) ch.flushAndClose() else ch.cancel(cause)
-            }
-        }
-    }
+    private fun source(bytes: ByteArray, cause: Throwable? = null): ByteReadChannel = twoPartSource(bytes, cause)
 
     @Test
     fun `a whole body reads whole and ends`() = runBlocking {
