@@ -5,6 +5,7 @@ One proxy process per case (module-scoped), so each case's counters and threads 
 
 from __future__ import annotations
 
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -14,7 +15,6 @@ import requests
 
 from conftest import collect_garbage, machine, payload, sha256_of_stream, wait_until
 from ktor_lab.cases import CASES, Case
-from ktor_lab.processes import free_port
 
 
 @pytest.fixture(scope="module", params=CASES, ids=CASES)
@@ -245,8 +245,11 @@ def test_clients_opened_equal_closed_and_threads_return(case_proxy):
 
 @pytest.mark.parametrize("case", CASES)
 def test_refused_upstream_gives_502_and_proxy_keeps_serving(case, start_proxy):
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with start_proxy(case, dead, CLIENT_CONNECT_TIMEOUT_MS="2000") as p:
+    # Bound and never listening: connections are refused, and nothing else can take the port.
+    with (
+        socket.socket() as held,
+        start_proxy(case, f"http://127.0.0.1:{bound(held)}", CLIENT_CONNECT_TIMEOUT_MS="2000") as p,
+    ):
         for _ in range(3):
             t0 = time.monotonic()
             r = requests.get(f"{p.url}/files/tiny.txt", timeout=10)
@@ -257,6 +260,11 @@ def test_refused_upstream_gives_502_and_proxy_keeps_serving(case, start_proxy):
         assert p.metric("lab_upstream_requests_seconds_count", outcome="unreachable") == 3
         assert p.open_clients() == (1 if case.startswith("singleton") else 0)
         assert "\tat " not in p.service.tail(200), "a stack trace was logged"
+
+
+def bound(sock: socket.socket) -> int:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
 
 
 @pytest.mark.slow

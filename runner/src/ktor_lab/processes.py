@@ -25,6 +25,8 @@ from typing import TypeVar
 
 import psutil
 
+from ktor_lab.errors import LabError
+
 T = TypeVar("T")
 
 # Run by the guardian: reads "+PGID START" and "-PGID" lines; at EOF ends what is left. START is
@@ -32,6 +34,8 @@ T = TypeVar("T")
 GUARDIAN = r"""
 import os, signal, sys, time
 import psutil
+
+from ktor_lab.errors import LabError
 groups = {}
 def start_time(pid):
     try:
@@ -129,11 +133,23 @@ def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: floa
     return value
 
 
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 right now, and never one this process was given before: the
+    kernel may hand out a port again as soon as it is released, so two calls in a row could name
+    the same port (a proxy then forwarding to itself, found in CI)."""
+    with _handed_out_lock:
+        for _ in range(1000):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise LabError("no free TCP port left on 127.0.0.1 that this run has not used already")
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

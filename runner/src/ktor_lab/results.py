@@ -132,9 +132,8 @@ class Plan:
         for name in self.ktor:
             versions.check_cases(versions.release(name), self.cases)
         for case in self.cases:
-            if case.ktor:
-                versions.check_cases(versions.release(case.ktor), [case])
-        for name in self.java + [c.java for c in self.cases if c.java]:
+            versions.check_dimensions(case)
+        for name in self.java:
             versions.jdk(name)
         if bad := [s for s in self.scenarios if s not in SCENARIOS]:
             raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")

@@ -1,5 +1,6 @@
-"""The base layer's helpers: the one wait, the machine's figures from psutil, the .env reader,
-and the one definition of Locust's window totals shared by the export and `lab run`."""
+"""The base layer's helpers: the one wait, free ports never handed out twice, the machine's
+figures from psutil, the .env reader, and the one definition of Locust's window totals shared by
+the export and `lab run`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import psutil
 from ktor_lab import machine
 from ktor_lab.parts import compose
 from ktor_lab.parts.loadgen import WindowStats
-from ktor_lab.processes import start_time, wait_until
+from ktor_lab.processes import free_port, start_time, wait_until
 from ktor_lab.results import LocustFigures
 
 
@@ -22,6 +23,13 @@ def test_wait_until_returns_the_first_true_value_or_the_last_false_one():
     t0 = time.monotonic()
     assert wait_until(lambda: [], timeout=0.3, interval=0.05) == []
     assert 0.3 <= time.monotonic() - t0 < 2
+
+
+def test_free_ports_are_never_handed_out_twice():
+    # The kernel hands a released port out again at random: 500 binds in a row repeat about ten
+    # ports, and CI once started a proxy on the port a test had just chosen as "nothing listens".
+    ports = [free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
 
 
 def test_machine_figures_come_from_psutil():

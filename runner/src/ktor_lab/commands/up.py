@@ -32,15 +32,12 @@ def run(args: argparse.Namespace) -> int:
         case = Case.parse(args.case)
         case = case.with_dimensions(ktor=args.ktor or case.ktor, java=args.java or case.java)
         versions.check_dimensions(case)
-        release = versions.release(case.ktor) if case.ktor else None
     except ValueError as e:
         raise LabError(str(e)) from None
     backends.refuse_incapable([case])
     extra = options.settings(args.set)
     network = options.network(args, case.rtt_ms)
     stack.require(stack.missing(network=network.on))
-    if release:
-        versions.ensure_jars([release])
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
     stack.require(stack.busy_ports(ports, parts))
