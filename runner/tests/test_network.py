@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psutil
 import pytest
 import requests
 
@@ -110,7 +112,7 @@ def test_a_singleton_keeps_its_connection_and_its_pool_shows_it(lab):
     assert new_connections(lab, since) == []  # the pooled connection carried every request
     samples = scrape(proxy.url)
     assert samples.sum("lab_client_pool_connections", state="idle") == 1
-    # Toxiproxy's ports are fresh for every proxy started with a network: what is counted is its own.
+    # What earlier proxies closed to Toxiproxy's port, still in TIME_WAIT, is not counted: its own is.
     assert samples.sum("lab_upstream_sockets", state="established") == 1
     assert samples.sum("lab_upstream_sockets", state="time_wait") == 0
     # CIO has no pool the proxy can see: no series, and its settings say so.
@@ -118,6 +120,33 @@ def test_a_singleton_keeps_its_connection_and_its_pool_shows_it(lab):
     samples = scrape(cio.url)
     assert samples.get("lab_client_pool_connections") is None
     assert samples.labels("lab_proxy_info")["pool_metrics"] == "not exposed"
+
+
+def sockets_in_time_wait_to(port: int) -> int:
+    """The host's TCP sockets in TIME_WAIT whose remote port is `port`, whoever closed them."""
+    waiting = [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_TIME_WAIT]
+    return sum(1 for c in waiting if c.raddr and c.raddr.port == port)
+
+
+def test_the_time_wait_count_is_the_proxy_s_own_whatever_ran_before_it(lab):
+    """Natively the kernel's table is the host's: a proxy at 0 ms dials nginx's port as the run
+    before it did, and as Toxiproxy did behind a networked run. What they closed within the last
+    minute waits in TIME_WAIT on that port, and is not the new proxy's."""
+    timed_gets(lab.proxy(Case.parse("per-call-okhttp")).url)
+    timed_gets(lab.proxy(Case.parse(f"per-call-okhttp rtt {RTT_MS}")).url, 2)
+    proxy = lab.proxy(Case.parse("per-call-okhttp"))
+    left = sockets_in_time_wait_to(urlsplit(lab.upstream_url).port)
+    assert left >= TIMES + 2, left  # the earlier runs' sockets are there...
+    assert scrape(proxy.url).sum("lab_upstream_sockets", state="time_wait") == 0  # ...and not counted
+    timed_gets(proxy.url)
+
+    # Its own, one per request: one fewer when the kernel reuses a tuple still in TIME_WAIT for a
+    # new connection (Linux does on loopback), so an earlier run's socket becomes this proxy's.
+    def own() -> float:
+        return scrape(proxy.url).sum("lab_upstream_sockets", state="time_wait")
+
+    assert wait_until(lambda: own() >= TIMES - 1, 5), own()
+    assert own() <= TIMES
 
 
 def test_the_network_goes_when_the_next_case_has_none(lab):

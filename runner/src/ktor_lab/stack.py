@@ -176,8 +176,6 @@ class Stack:
                 self.run_dir, {"http": self.ports.nginx, "tls": self.ports.nginx_tls}
             )
             self.services.append(self.toxiproxy.service)
-        if network.on:
-            self.toxiproxy.move()  # ports no earlier proxy dialled: its TIME_WAIT count is its own
         toxics = self.toxiproxy.set(network)
         return toxics if network.on else {}
 

@@ -78,15 +78,20 @@ def overlay_text(case: Case) -> str:
     )
 
 
+def go() -> str | None:
+    """Go 1.24+: the one on PATH, else the lab's pinned release (tools/fetch-go.py downloads it
+    once into the cache); None when neither can be had (the script has said why on stderr)."""
+    found = subprocess.run([sys.executable, str(FETCH_GO)], stdout=subprocess.PIPE, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
 def tool() -> Path:
     """The compose-config binary, built with Go when missing or older than its sources."""
     sources = [TOOL_DIR / "main.go", TOOL_DIR / "go.mod", TOOL_DIR / "go.sum"]
     if not TOOL.exists() or TOOL.stat().st_mtime < max(s.stat().st_mtime for s in sources):
-        # Go 1.24+: the one on PATH, else the lab's pinned release (downloaded once into the cache).
-        found = subprocess.run([sys.executable, str(FETCH_GO)], stdout=subprocess.PIPE, text=True)
-        if found.returncode != 0:
+        if (go_binary := go()) is None:
             raise ComposeError("Go is needed to build tools/compose-config: install Go 1.24 or later")
-        subprocess.run([found.stdout.strip(), "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
+        subprocess.run([go_binary, "build", "-o", str(TOOL), "."], cwd=TOOL_DIR, check=True)
     return TOOL
 
 

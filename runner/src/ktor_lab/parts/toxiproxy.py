@@ -12,17 +12,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
 from ..network import PROXIES_FILE, Network, apply, read, version, wait_for_api
 from ..paths import REPO
 from ..processes import Service, free_port, local_url
+from . import compose
 from .compose import dotenv
 
 MODULE = "github.com/Shopify/toxiproxy/v2"
@@ -45,9 +43,9 @@ def binary() -> Path:
     target = binary_dir() / "server"
     if target.exists():
         return target
-    go = shutil.which("go")
+    go = compose.go()
     if go is None:
-        raise RuntimeError(missing_reason())
+        raise RuntimeError(MISSING)
     binary_dir().mkdir(parents=True, exist_ok=True)
     with open(binary_dir().parent / ".toxiproxy-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -65,14 +63,18 @@ def binary() -> Path:
     return target
 
 
+MISSING = (
+    "Toxiproxy is not built and no Go 1.24+ could be had (none on PATH, and the lab's pinned release "
+    f"could not be downloaded): install Go 1.24 or later (the lab builds Toxiproxy from {MODULE} into "
+    ".cache/ on first use)"
+)
+
+
 def missing_reason() -> str | None:
     """Why Toxiproxy cannot run here (None: built, or Go can build it)."""
-    if (binary_dir() / "server").exists() or shutil.which("go"):
+    if (binary_dir() / "server").exists() or compose.go():
         return None
-    return (
-        f"Toxiproxy is not built and Go is missing: install Go 1.24 or later (the lab builds Toxiproxy "
-        f"{image_version()} from {MODULE} into .cache/ on first use)"
-    )
+    return MISSING
 
 
 def render(run_dir: Path, nginx_ports: dict[str, int]) -> tuple[Path, dict[str, int]]:
@@ -109,16 +111,6 @@ class Toxiproxy:
         apply(self.api, network, list(self.ports))
         self.network = network
         return read(self.api, list(self.ports))
-
-    def move(self) -> None:
-        """Each proxy onto a fresh port of 127.0.0.1 (Toxiproxy closes what it relayed). A new
-        proxy process gets ports no earlier one dialled, so its sockets in TIME_WAIT to them
-        (lab_upstream_sockets counts the host's, natively) are its own."""
-        for name in self.ports:
-            port = free_port()
-            r = requests.patch(f"{self.api}/proxies/{name}", json={"listen": f"127.0.0.1:{port}"}, timeout=10)
-            r.raise_for_status()
-            self.ports[name] = port
 
     def version(self) -> str:
         return version(self.api)
