@@ -1,7 +1,7 @@
 """The network between the proxy and nginx: Toxiproxy's toxics from three named values.
 
 One definition for both sides. In compose the one-shot `toxiproxy-init` service runs this file
-(`python /toxiproxy/lab_network.py`) with the values from the shell or .env; natively the runner
+(`python /lab-network/lab_network.py`) with the values from the shell or .env; natively the runner
 loads it by its path (runner/src/ktor_lab/network.py). Standard library only: the Locust image's
 Python runs it.
 

@@ -394,7 +394,7 @@ def test_the_network_overlay_puts_toxiproxy_under_nginx_s_name_for_the_proxy(tls
         ("0.0.0.0:443", "nginx:443"),
     }
     assert toxiproxy["image"] == DOTENV["TOXIPROXY_IMAGE"]
-    assert "-config=/toxiproxy/proxies.json" in toxiproxy["command"]
+    assert "-config=/lab-network/proxies.json" in toxiproxy["command"]
     assert toxiproxy["healthcheck"]["test"] == ["CMD", "/toxiproxy-cli", "list"]  # no shell, no curl in it
     [api] = toxiproxy["ports"]
     assert (api["host_ip"], api["target"]) == ("127.0.0.1", 8474)
@@ -406,7 +406,7 @@ def test_the_network_overlay_puts_toxiproxy_under_nginx_s_name_for_the_proxy(tls
             "2",
             "0",
         )
-    assert init["entrypoint"] == ["python", "/toxiproxy/lab_network.py"]
+    assert init["entrypoint"] == ["python", "/lab-network/lab_network.py"]
     assert init["image"] == services["locust"]["image"] and init["build"] == services["locust"]["build"]
     assert proxy["depends_on"]["toxiproxy-init"]["condition"] == "service_completed_successfully"
     # Off by default: with nothing set, the values are 0 (lab_network_info says none).
