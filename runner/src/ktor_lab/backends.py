@@ -121,7 +121,8 @@ class NativeBackend:
     def open(self, plan: Plan, out_dir: Path) -> None:
         """Builds the jars of the plan's releases first (about 30 s each, once), then nginx, its
         exporter, Prometheus, Locust (and Grafana when asked for)."""
-        releases = {versions.release(c.ktor) for c in plan.cases_to_run() if c.ktor}
+        cases = plan.cases_to_run()
+        releases = {versions.release(c.ktor) if c.ktor else versions.default_release() for c in cases}
         versions.ensure_jars(sorted(releases, key=lambda r: r.name))
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts

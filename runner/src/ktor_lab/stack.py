@@ -244,13 +244,13 @@ class Stack:
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
         `port` is given, forwarding to nginx unless `upstream_url` is; `settings` are its variables.
-        It runs the jar of the case's Ktor release (built first when missing) on the case's JDK, the
-        defaults when it names none; `jar` runs another program instead (LEAN_PROXY_JAR: the minimal
-        reference proxy), `java` another JDK's java. Between it and nginx, `network` (default: the
-        case's round trip, nothing else): Toxiproxy when it is on, and the proxy is told its values
-        (lab_network_info)."""
-        if jar is None and case.ktor:
-            release = versions.release(case.ktor)
+        It runs the jar of the case's Ktor release (built first when missing or older than its
+        sources) on the case's JDK, the defaults when it names none; `jar` runs another program
+        instead (LEAN_PROXY_JAR: the minimal reference proxy), `java` another JDK's java. Between it
+        and nginx, `network` (default: the case's round trip, nothing else): Toxiproxy when it is
+        on, and the proxy is told its values (lab_network_info)."""
+        if jar is None:  # the default release too: a jar older than its sources is rebuilt, not run
+            release = versions.release(case.ktor) if case.ktor else versions.default_release()
             versions.ensure_jars([release])
             jar = versions.jar("proxy-app", release)
         if java is None and case.java:

@@ -113,9 +113,10 @@ def _sources(module: str) -> list[Path]:
         ]
     out = []
     for root in roots:
-        out += (
-            [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root] if root.exists() else []
-        )
+        if root.is_dir():  # a module's tests are not in its jar: editing one costs no build
+            out += [p for p in root.rglob("*") if p.is_file() and not p.is_relative_to(root / "test")]
+        elif root.exists():
+            out.append(root)
     return out
 
 

@@ -150,7 +150,9 @@ def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, 
     lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name} jdk 25"))
     lab.proxy(Case.parse("singleton-okhttp"))
     lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name}"), jar=LEAN_PROXY_JAR)
-    assert built == [newer.name]
+    # The default release's jar goes through the same check: one older than its sources is rebuilt.
+    assert built == [newer.name, versions.default_release().name]
+    assert versions.jar("proxy-app", versions.default_release()) == PROXY_JAR
     assert started == [
         (versions.jar("proxy-app", newer), versions.jdk("25").java),
         (PROXY_JAR, None),

@@ -36,3 +36,28 @@ def test_an_engine_a_release_lacks_and_an_unknown_jdk_are_refused_before_anythin
     assert "does not publish the apache engine" in capsys.readouterr().err
     assert cli.main(["run", "--backend", "compose", "--java", "25", "--cases", "singleton-cio"]) == 2
     assert "PROXY_RUN_IMAGE" in capsys.readouterr().err
+
+
+def test_a_jar_is_stale_when_a_source_of_it_is_newer_but_not_when_a_test_of_it_is(tmp_path, monkeypatch):
+    """lab run rebuilds a jar older than its sources (the default release's too): a run must never
+    measure yesterday's proxy. Its tests are not in the jar, so editing one must not cost a build."""
+    import os
+
+    monkeypatch.setattr(versions, "REPO", tmp_path)
+    main = tmp_path / "proxy-app" / "src" / "main" / "kotlin" / "Proxy.kt"
+    test = tmp_path / "proxy-app" / "src" / "test" / "kotlin" / "ProxyTest.kt"
+    jar = versions.jar("proxy-app", versions.default_release())
+    for path in (main, test, jar, tmp_path / "pom.xml", tmp_path / "proxy-app" / "pom.xml"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    built = versions.RELEASES_FILE.stat().st_mtime + 100  # after every source, the releases list's too
+    os.utime(jar, (built, built))
+    for path in (main, test, tmp_path / "pom.xml", tmp_path / "proxy-app" / "pom.xml"):
+        os.utime(path, (built - 50, built - 50))
+    assert not versions.stale("proxy-app", versions.default_release())
+    os.utime(test, (built + 10, built + 10))
+    assert not versions.stale("proxy-app", versions.default_release())
+    os.utime(main, (built + 10, built + 10))
+    assert versions.stale("proxy-app", versions.default_release())
+    jar.unlink()
+    assert versions.stale("proxy-app", versions.default_release())
