@@ -307,3 +307,29 @@ def test_caller_disconnect_still_closes_the_client(case_proxy):
     assert case_proxy.metric("lab_clients_opened_total") == opened_before + (1 if per_call else 0)
     assert case_proxy.open_clients() == (0 if per_call else 1)
     assert requests.get(f"{case_proxy.url}/files/tiny.txt", timeout=5).text == "Success!\n"
+
+
+def test_the_callers_open_connections_are_counted_and_their_files_with_them(upstream, start_proxy):
+    """The leak check leaves out the callers' connections still open (a load generator's users keep
+    theirs after the load stops): the gauge must follow them open and closed, and each must hold one
+    of the proxy's files, or leaving them out would hide a real leak."""
+    from ktor_lab.metrics import Samples
+
+    with start_proxy("singleton-okhttp", upstream.url) as p, requests.Session() as scraper:
+
+        def figures() -> tuple[float, float]:
+            s = Samples(scraper.get(f"{p.url}/metrics", timeout=10).text)  # one connection throughout
+            return s.get("lab_server_connections_open"), s.get("process_files_open_files")
+
+        callers, files = figures()
+        assert callers >= 1  # the scraper's own
+        sessions = [requests.Session() for _ in range(20)]
+        try:
+            for s in sessions:
+                assert s.get(f"{p.url}/files/tiny.txt", timeout=10).status_code == 200
+            assert wait_until(lambda: figures()[0] == callers + 20, timeout=10), figures()
+            assert figures()[1] >= files + 20
+        finally:
+            for s in sessions:
+                s.close()
+        assert wait_until(lambda: figures()[0] == callers, timeout=10), figures()

@@ -109,6 +109,10 @@ def counters(samples: metrics.Samples) -> dict[str, float]:
     return out
 
 
+# The callers' connections open on the proxy: the load generator's, not the client's to release.
+CALLERS_OPEN = "lab_server_connections_open"
+
+
 def resources(samples: metrics.Samples) -> tuple[float | None, float | None]:
     """The proxy's live threads and open files (for the leak check)."""
     return samples.get("jvm_threads_live_threads"), samples.get("process_files_open_files")
@@ -299,7 +303,8 @@ def leak_check(idle: metrics.Samples, settled: metrics.Samples | None) -> Leak:
     """The proxy's threads and open files idle before the load and LEAK_SETTLE_S after it."""
     threads_idle, files_idle = resources(idle)
     threads_after, files_after = resources(settled) if settled is not None else (None, None)
-    return Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after)
+    callers = idle.get(CALLERS_OPEN), settled.get(CALLERS_OPEN) if settled is not None else None
+    return Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after, *callers)
 
 
 def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigures:

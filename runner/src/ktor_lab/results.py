@@ -318,9 +318,17 @@ class Leak:
     threads_after: float | None = None
     files_idle: float | None = None
     files_after: float | None = None
+    # The callers' connections open then (lab_server_connections_open; None: a proxy without it):
+    # a load generator's users keep theirs after the load stops, and each holds one of the files.
+    callers_idle: float | None = None
+    callers_after: float | None = None
 
     def known(self) -> bool:
         return None not in (self.threads_idle, self.threads_after, self.files_idle, self.files_after)
+
+    def files_kept(self) -> float:
+        """Open files above the idle proxy's, the callers' connections left out on both sides."""
+        return (self.files_after - (self.callers_after or 0)) - (self.files_idle - (self.callers_idle or 0))
 
 
 @dataclass

@@ -14,10 +14,14 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `not-warm`: the warm-up ended before the rate was stable and the JIT quiet; the
   figures may still climb.
 - `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
-  threads or LEAK_FILES open files above what it held idle before the load: resources kept
+  threads or LEAK_FILES open files (and one of each per user: a pool may keep a connection and
+  a thread per request that was in flight until its keep-alive, which grows with the users, a
+  leak with the requests) above what it held idle before the load: resources kept
   until the garbage collector finds them, or never released (per-call Java: each JDK client
   keeps its selector thread and sockets). Pools shrink within the keep-alive; this stays.
-  It says nothing about who set the rate, so it does not take away `capacity`.
+  It says nothing about who set the rate, so it does not take away `capacity`. The callers'
+  connections still open (a load generator's users keep theirs after the load stops: 200 users,
+  200 files) are left out of the files, idle and after alike.
 
 - `unresponsive`: the proxy did not answer its own /metrics (PROXY_SCRAPE_S) at an edge of
   the window or after it: it collapsed under the load (per-call Java, with thousands of
@@ -115,11 +119,22 @@ def judge(run: Run) -> Verdict:
     leak = run.leak
     if leak is not None and leak.known():
         threads = leak.threads_after - leak.threads_idle
-        files = leak.files_after - leak.files_idle
-        if threads > LEAK_THREADS or files > LEAK_FILES:
+        files = leak.files_kept()
+        # A pool may keep a connection and a thread per request that was in flight until its
+        # keep-alive ends: that grows with the users, a leak with the requests.
+        users = run.load.users if run.load else 0
+        max_threads, max_files = LEAK_THREADS + users, LEAK_FILES + users
+        if threads > max_threads or files > max_files:
             flags.append("leak")
+            callers = (
+                f", the callers' {leak.callers_after:.0f} open connections left out"
+                if leak.callers_after is not None
+                else ""
+            )
             reasons.append(
                 f"{threads:.0f} threads and {files:.0f} open files above the idle proxy's "
-                f"{leak.settle_s:.0f} s after the load stopped (threshold {LEAK_THREADS} and {LEAK_FILES})"
+                f"{leak.settle_s:.0f} s after the load stopped{callers} "
+                f"(threshold {max_threads:.0f} and {max_files:.0f}: {LEAK_THREADS} and {LEAK_FILES}, "
+                f"and one of each per user for the pools)"
             )
     return Verdict(flags, not any(f in RATE_FLAGS for f in flags), reasons)

@@ -16,7 +16,7 @@ from ktor_lab import metrics, run_report, verdict
 from ktor_lab.cases import SCENARIOS
 from ktor_lab.cli import main
 from ktor_lab.paths import LOCUST_DIR
-from ktor_lab.results import Load, LocustFigures, MachineFigures, Plan, Results, Run, Warmup, parse_load
+from ktor_lab.results import Leak, Load, LocustFigures, MachineFigures, Plan, Results, Run, Warmup, parse_load
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -135,6 +135,26 @@ def test_errors_and_a_short_warm_up_are_flagged():
     run = a_run(fails=500)
     run.warmup.settled = False
     assert verdict.judge(run).flags == ["errors", "not-warm"]
+
+
+def test_the_callers_connections_and_pools_are_not_a_leak_but_one_per_request_is():
+    """200 Locust users keep their 200 connections to the proxy open after the load stops (the
+    generator's files), and a singleton's pool may keep a connection and a thread per request
+    that was in flight (OkHttp: 225 threads, Apache5: 207 files at 200 users). A leak grows with
+    the requests instead: thousands at 100 rps."""
+    run = a_run("rate", 200, target=100, rps=100)
+    run.leak = Leak(6, 15, 240, 30, 437, callers_idle=0, callers_after=200)  # measured, singletons
+    assert "leak" not in verdict.judge(run).flags
+    run.leak = Leak(6, 15, 240, 30, 637)  # a proxy of before the gauge: no callers known
+    assert "leak" in verdict.judge(run).flags
+    run.leak = Leak(6, 15, 3015, 30, 230, callers_idle=0, callers_after=200)  # a thread per request
+    assert "leak" in verdict.judge(run).flags
+    run.leak = Leak(6, 15, 60, 30, 852, callers_idle=0, callers_after=200)
+    v = verdict.judge(run)
+    assert "leak" in v.flags
+    said = "622 open files above the idle proxy's 6 s after the load stopped, the callers' 200 open "
+    said += "connections left out (threshold 400 and 400: 200 and 200, and one of each per user"
+    assert said in " ".join(v.reasons)
 
 
 def test_a_run_while_other_work_took_the_cpus_is_not_capacity():

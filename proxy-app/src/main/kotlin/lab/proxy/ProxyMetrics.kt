@@ -107,6 +107,8 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
         Gauge.builder("lab.clients.open", counters) { (it.created.get() - it.closed.get()).toDouble() }
             .description("HttpClient instances created and not yet closed").register(registry)
 
+        Gauge.builder("lab.server.connections.open", ServerGuards) { it.openConnections.get().toDouble() }
+            .description("The callers' connections to the proxy, accepted and not yet closed").register(registry)
         Gauge.builder("lab.threads.active.unparked", ThreadSampler) { it.activeUnparked().toDouble() }
             .description("Live threads whose top stack frame is not park (runnable, blocked in I/O or waiting on a monitor)")
             .register(registry)

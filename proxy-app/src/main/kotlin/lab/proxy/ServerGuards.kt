@@ -41,14 +41,24 @@ import io.netty.util.AttributeKey
 import io.netty.util.ReferenceCountUtil
 import java.nio.channels.ClosedChannelException
 import java.util.concurrent.TimeUnit
+import java.util.concurrent.atomic.AtomicInteger
 
 object ServerGuards {
     private val BODY_CUT: AttributeKey<Boolean> = AttributeKey.valueOf("lab.bodyCut")
     private val CLOSE_AFTER_RESPONSE: AttributeKey<Boolean> = AttributeKey.valueOf("lab.closeAfterResponse")
     private val ABORTED: AttributeKey<Boolean> = AttributeKey.valueOf("lab.aborted")
 
+    /**
+     * The callers' connections accepted and not yet closed. A load generator's users keep theirs
+     * open after the load stops (idle keep-alive, until SERVER_IDLE_TIMEOUT_MS): the leak check
+     * leaves their file descriptors out, they are not the client's to release.
+     */
+    val openConnections = AtomicInteger()
+
     /** Adds the guards around Ktor's "codec" (HTTP/1.1 pipelines; others are left alone). */
     fun install(pipeline: ChannelPipeline, config: ProxyConfig) {
+        openConnections.incrementAndGet()
+        pipeline.channel().closeFuture().addListener { openConnections.decrementAndGet() }
         if (pipeline.get("codec") == null) return
         val state = ConnectionState(config.headerTimeoutMs, config.idleTimeoutMs)
         pipeline.addBefore("codec", "lab-bytes", BytesSeen(state))

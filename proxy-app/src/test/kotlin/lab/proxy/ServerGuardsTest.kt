@@ -43,6 +43,18 @@ class ServerGuardsTest {
     private fun EmbeddedChannel.send(text: String) = writeInbound(Unpooled.copiedBuffer(text, Charsets.ISO_8859_1))
 
     @Test
+    fun `a caller's connection counts as open from its pipeline until it closes`() {
+        val before = ServerGuards.openConnections.get()
+        val channels = List(3) { channel().first }
+        assertEquals(before + 3, ServerGuards.openConnections.get())
+        channels[0].close()
+        channels[1].close()
+        assertEquals(before + 1, ServerGuards.openConnections.get())
+        channels[2].close()
+        assertEquals(before, ServerGuards.openConnections.get())
+    }
+
+    @Test
     fun `a body cut by the caller's close is marked before anything sees the end, a whole one is not`() {
         val (cut, _) = channel()
         cut.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
