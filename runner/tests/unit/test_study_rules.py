@@ -132,6 +132,7 @@ def test_distance_rows_make_tables_per_protocol_and_a_verdict_in_words():
         return Row(
             case=case, variant=variant, protocol=protocol, rtt_ms=rtt, target_rps=100.0, rps=100.0,
             p50_ms=avg - 0.5, p99_ms=avg * 3, avg_ms=avg, failures=0, requests=1000, cpu_per_1000=2.0,
+            cpu_per_1000_without_jit=1.2,
             threads_max=threads, active_threads=active, threads_per_in_flight=1.0 if rtt >= 10 else None,
             in_flight_mean=rtt / 10, conns_per_1000=conns, full_tls_per_1000=None,
             connect_rtt_ms=conns / 1000 * rtt, time_wait_max=conns * 0.6, pool_in_use_max=None,
@@ -163,6 +164,13 @@ def test_distance_rows_make_tables_per_protocol_and_a_verdict_in_words():
     cio = next(line for line in lines if line.startswith("Singleton CIO"))
     assert "80 ms: 162.5 ms mean with 1,000 new connections per 1,000 requests, against 82.1 ms" in cio
     assert any(line.startswith("With pipelining on: 0 ms: 2.0 ms mean, 2 new connections") for line in lines)
+    assert not any(line.startswith("Did not hold") for line in lines)
+    # A row that fell short of the fixed rate says so: its latency is the queue's, not the distance's.
+    short = row("per-call-cio", 20, 6200, 1000, 90, protocol="https", flags=("not-warm",))
+    short.rps, short.p50_ms = 31.6, 6100
+    held = row("singleton-cio", 20, 30, 1000, 40, protocol="https")
+    said = "Did not hold the 100 rps, so their latency is mostly waiting for a turn: per-call-cio at 20 ms "
+    assert said + "(32 rps, p50 6,100 ms)." in verdict_lines([held, short], "https")
 
     report = STUDIES["distance"].report(rows, options("distance", "--protocols", "http"))
     headings = [h for h, _ in report.tables]
@@ -170,6 +178,7 @@ def test_distance_rows_make_tables_per_protocol_and_a_verdict_in_words():
     latency = table_rows_of(report.tables[1][1])
     assert latency[0][0] == "singleton-okhttp" and latency[-1][0] == "singleton-cio (pipelining)"
     assert latency[1][3] == "4.5 / 45.0"  # per-call-okhttp at 20 ms: p50 - RTT / mean + 1 RTT per request
+    assert table_rows_of(report.tables[5][1])[0][1] == "2.00 / 1.20"  # CPU with and without the JIT's
     assert len(report.charts) == 2
 
 
@@ -197,3 +206,19 @@ def test_make_studies_runs_every_study_but_protocols_and_distance():
     run = re.findall(r"lab study (\w+)", target)
     assert len(run) == len(set(run)) and set(run) <= set(STUDIES), run
     assert set(STUDIES) - set(run) == {"protocols", "distance"}
+
+
+def test_distance_gives_the_proxy_s_cpu_per_request_with_and_without_its_jit_compiler_s():
+    """At 100 rps the JIT still compiles after the warm-up: its threads' CPU in the window is
+    left out of the second figure, and without it known there is no second figure."""
+    from pathlib import Path
+
+    from ktor_lab.results import load
+    from ktor_lab.studies.distance import row_of
+
+    run = load(Path(__file__).parents[1] / "fixtures" / "results-small").runs[0]
+    run.proxy.upstream_requests, run.proxy.cpu_seconds = 1000.0, 3.5
+    run.proxy.cpu_seconds_per_1000_requests, run.proxy.jit_cpu_seconds_in_window = 3.5, 2.0
+    assert (row_of(run).cpu_per_1000, row_of(run).cpu_per_1000_without_jit) == (3.5, 1.5)
+    run.proxy.jit_cpu_seconds_in_window = None
+    assert row_of(run).cpu_per_1000_without_jit is None
