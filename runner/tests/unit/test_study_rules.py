@@ -165,12 +165,12 @@ def test_distance_rows_make_tables_per_protocol_and_a_verdict_in_words():
     assert "80 ms: 162.5 ms mean with 1,000 new connections per 1,000 requests, against 82.1 ms" in cio
     assert any(line.startswith("With pipelining on: 0 ms: 2.0 ms mean, 2 new connections") for line in lines)
     assert not any(line.startswith("Did not hold") for line in lines)
-    # A row that fell short of the fixed rate says so: its latency is the queue's, not the distance's.
+    # A row that fell short of the fixed rate says so: its figures are of the requests that finished.
     short = row("per-call-cio", 20, 6200, 1000, 90, protocol="https", flags=("not-warm",))
     short.rps, short.p50_ms = 31.6, 6100
     held = row("singleton-cio", 20, 30, 1000, 40, protocol="https")
-    said = "Did not hold the 100 rps, so their latency is mostly waiting for a turn: per-call-cio at 20 ms "
-    assert said + "(32 rps, p50 6,100 ms)." in verdict_lines([held, short], "https")
+    said = "Did not hold the 100 rps (their figures are of the requests that finished): "
+    assert said + "per-call-cio at 20 ms (32 rps, p50 6,100 ms)." in verdict_lines([held, short], "https")
 
     report = STUDIES["distance"].report(rows, options("distance", "--protocols", "http"))
     headings = [h for h, _ in report.tables]

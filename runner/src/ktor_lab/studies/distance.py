@@ -366,7 +366,8 @@ def verdict_lines(rows: list[Row], protocol: str) -> list[str]:
         if r.protocol == protocol and set(r.flags) - quiet
     )
     lines = [*detail_lines(rows, protocol), *thread_lines(rows, protocol), *cio_lines(rows, protocol)]
-    # At a fixed rate a row without `target` fell short of it: its latency is queueing, not distance.
+    # At a fixed rate a row without `target` fell short of it: its figures are of the requests that
+    # finished, not of the load the others carried.
     short = [
         f"{r.name} at {r.rtt_ms} ms ({r.rps:,.0f} rps, p50 {fmt(r.p50_ms, 0)} ms)"
         for r in rows
@@ -374,7 +375,7 @@ def verdict_lines(rows: list[Row], protocol: str) -> list[str]:
     ]
     if short:
         rate = f"{rows[0].target_rps:,.0f}"
-        said = f"Did not hold the {rate} rps, so their latency is mostly waiting for a turn: "
+        said = f"Did not hold the {rate} rps (their figures are of the requests that finished): "
         lines.append(said + "; ".join(short) + ".")
     if flagged:
         lines.append("Rows that did not hold the rate cleanly: " + "; ".join(flagged) + ".")
