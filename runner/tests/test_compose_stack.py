@@ -551,3 +551,15 @@ def test_the_network_overlay_puts_the_round_trip_between_the_proxy_and_nginx(com
     finally:
         project.down()
         assert not compose.wait_gone(project), f"left behind: {project.leftovers()}"
+
+
+def test_a_failed_image_build_says_why(compose_engine):
+    """A build that fails in the proxy's image shows the failing step's own words, not only
+    compose's 'failed to solve' (a CI run once lost Maven's reason that way)."""
+    from ktor_lab.errors import LabError
+
+    with pytest.raises(LabError) as failed:
+        compose.Project(f"ktor-lab-test-{os.getpid()}-badbuild", {}).build(KTOR_VERSION="9.9.9")
+    text = str(failed.value)
+    assert text.startswith("docker compose build failed (exit "), text[:300]
+    assert "KTOR_VERSION=9.9.9 is not in ktor-releases.tsv (known: " in text, text

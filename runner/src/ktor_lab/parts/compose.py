@@ -23,6 +23,7 @@ import yaml
 from dotenv import dotenv_values
 
 from ..cases import ALL, ENGINE_TITLES, LIFETIME_TITLES, Case
+from ..errors import LabError
 from ..paths import REPO
 from ..processes import free_port, local_url, wait_until
 
@@ -31,6 +32,8 @@ OVERLAYS = REPO / "compose"
 TOOL_DIR = REPO / "tools" / "compose-config"
 TOOL = TOOL_DIR / "compose-config"
 FETCH_GO = REPO / "tools" / "fetch-go.py"
+# What a failed image build shows of its output: the failing step and Maven's summary of its tests.
+BUILD_TAIL_LINES = 60
 
 
 class ComposeError(RuntimeError):
@@ -234,8 +237,15 @@ class Project:
     def build(self, **env: str) -> None:
         """The images compose builds (the proxy, Locust), from the repository's Dockerfiles;
         `env` sets variables for this build only (KTOR_VERSION=3.5.1)."""
-        argv = self.argv(None, "build", "proxy", "locust")
-        subprocess.run(argv, env={**self.env, **env}, check=True, stdout=subprocess.DEVNULL)
+        # Plain progress, kept: a failing step (Maven's tests in the proxy's image) says why only there.
+        argv = self.argv(None, "build", "--progress=plain", "proxy", "locust")
+        r = subprocess.run(argv, env={**self.env, **env}, capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-BUILD_TAIL_LINES:])
+            command = " ".join(argv)
+            raise LabError(
+                f"docker compose build failed (exit {r.returncode}; {command}); its last lines:\n{tail}"
+            )
 
     def container_pid(self, service: str) -> int | None:
         """The host PID of the service's main process, when the engine runs on this kernel."""
