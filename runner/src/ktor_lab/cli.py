@@ -15,7 +15,7 @@ import requests
 
 from . import studies
 from .cases import CASES, all_of
-from .commands import bench, bench_locust, report, run, up, verify
+from .commands import bench, bench_locust, report, run, swarm, up, verify
 from .errors import LabError
 from .results import Plan
 
@@ -30,6 +30,7 @@ examples:
   lab report results/20261122-101500    report.md and report.html from a run's results.json
   lab bench                             wrk against nginx, nginx proxy_pass and every case
   lab bench-locust --workers 2          Locust's own ceiling against nginx directly
+  lab swarm up per-call-okhttp          the stack on Docker Swarm (docs/swarm.md); lab swarm down removes it
   lab study threads                     threads per engine for 100/500/1000 requests in flight (docs/studies/)
 """
 
@@ -40,6 +41,7 @@ COMMANDS = {
     "report": report,
     "bench": bench,
     "bench-locust": bench_locust,
+    "swarm": swarm,
 }
 
 

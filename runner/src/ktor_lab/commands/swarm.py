@@ -1,0 +1,225 @@
+"""`lab swarm up|run|ps|down`: the lab as a Docker Swarm stack (docker-stack.yml, docs/swarm.md).
+
+`up` labels a one-node swarm, builds the proxy's and Locust's images and pushes them to a
+registry the nodes share (one it starts on this machine unless --registry names another),
+deploys the stack for a case and waits until every service is healthy. `run` does the same,
+then one headless Locust run through the Locust master's web API, and writes its figures with
+where each part ran and every node's CPU and memory to results/. `down` removes it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from .. import metrics
+from ..cases import CASES, Case
+from ..errors import LabError
+from ..parts import compose, swarm
+from ..parts.loadgen import LocustWeb
+from ..paths import REPO
+from ..rundirs import stamp
+from . import options
+
+VARIABLE = re.compile(r"\$\{(\w+)")
+# Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
+# The proxy's count of its exchanges with nginx, read before and after the run.
+SERVED = "lab_upstream_requests_seconds_count"
+IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("swarm", help="the lab on Docker Swarm: up, run, ps, down (docs/swarm.md)")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    for verb, text in (
+        ("up", "deploy the stack for a case and wait until every service is healthy"),
+        ("run", "deploy, one headless Locust run, its figures and each node's in results/"),
+    ):
+        v = verbs.add_parser(verb, help=text)
+        v.add_argument("case", help=f"one of: {', '.join(CASES)}")
+        v.add_argument(
+            "--workers", type=int, default=2, help="Locust workers (default 2, spread over the nodes)"
+        )
+        v.add_argument("--registry", help="HOST:PORT every node pulls from (default: one started here)")
+        v.add_argument(
+            "--registry-port", type=int, default=swarm.REGISTRY_PORT, help="of the registry started here"
+        )
+        v.add_argument("--no-build", action="store_true", help="push the images as they are")
+        v.add_argument("--no-grafana", action="store_true", help="leave Grafana out (0 replicas)")
+        v.add_argument("--timeout", type=float, default=300, help="seconds to wait for health (default 300)")
+        options.add_settings(v, " of docker-stack.yml, e.g. LOCUST_HOST_PORT=18089")
+        add_name(v)
+        if verb == "run":
+            v.add_argument("--users", type=int, default=50, help="Locust users (default 50)")
+            v.add_argument("--rate", type=float, default=0, help="requests a second (default: closed loop)")
+            v.add_argument("--seconds", type=int, default=60, help="length of the run (default 60)")
+            v.add_argument("--keep", action="store_true", help="leave the stack up after the run")
+            v.add_argument(
+                "--run-dir", type=Path, help="where to write (default results/swarm-<time>-<case>)"
+            )
+    add_name(verbs.add_parser("ps", help="where each service runs, and every node's labels"))
+    add_name(verbs.add_parser("down", help="remove the stack and the registry lab swarm started"))
+
+
+def add_name(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default="ktor-lab", help="the stack's name (default ktor-lab)")
+
+
+def stack_settings(pairs: list[str]) -> dict[str, str]:
+    """--set pairs, each a variable docker-stack.yml reads (LabError naming the first that is not)."""
+    given = options.settings(pairs)
+    known = set(VARIABLE.findall(swarm.STACK_FILE.read_text()))
+    if unknown := sorted(set(given) - known):
+        reads = ", ".join(sorted(known))
+        raise LabError(f"--set {unknown[0]}: docker-stack.yml does not read it; it reads {reads}")
+    return given
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verb in ("down", "ps"):
+        if problem := swarm.swarm_problem():
+            raise LabError(problem)
+        if args.verb == "down":
+            return down(args.name)
+        show_placement(args.name)
+        return 0
+    try:
+        case = Case.parse(args.case)
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    if case.tls or case.rtt_ms or case.ktor or case.java:
+        raise LabError(
+            f"{args.case}: the swarm stack runs a case over HTTP/1.1 without distance; set the Ktor "
+            "release and JDK with --set KTOR_VERSION=... and PROXY_RUN_IMAGE=... (docs/swarm.md)"
+        )
+    if args.workers < 1:
+        raise LabError("--workers must be 1 or more: the swarm's Locust master makes no load itself")
+    extra = stack_settings(args.set)
+    if problem := swarm.swarm_problem():
+        raise LabError(problem)
+    env = up(args, case, extra)
+    if args.verb == "up":
+        return 0
+    try:
+        return headless(args, case, env)
+    finally:
+        if not args.keep:
+            down(args.name)
+
+
+def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str, str]:
+    for line in swarm.label_nodes(swarm.nodes()):
+        print(f"lab swarm: {line}")
+    base = {**compose.dotenv(), **os.environ, **extra}
+    registry = args.registry
+    if not registry:
+        local = swarm.Registry(args.name, args.registry_port)
+        local.start()
+        registry = local.address
+    print(f"lab swarm: images to {registry}")
+    for tag in swarm.build_and_push(registry, base, build=not args.no_build):
+        print(f"  pushed {tag}")
+    env = swarm.stack_env(case, registry, base, args.workers, grafana=not args.no_grafana)
+    swarm.deploy(args.name, env)
+    print(f"lab swarm: {args.name} deployed ({case.id}); waiting for every service to be healthy")
+    counts = swarm.wait_healthy(args.name, args.timeout)
+    print(f"lab swarm: {case.id} is up: {', '.join(f'{s} {r}/{d}' for s, (r, d) in counts.items())}")
+    show_placement(args.name)
+    for service in ("locust", "grafana", "prometheus", "proxy"):
+        if service == "grafana" and args.no_grafana:
+            continue
+        print(f"  {service:<10} port {env[swarm.HOST_PORTS[service]]} of the node it runs on")
+    return env
+
+
+def show_placement(name: str) -> None:
+    for service, where in swarm.placement(name).items():
+        print(f"  {service:<15} on {', '.join(where)}")
+    for node in swarm.nodes():
+        roles = ", ".join(node.roles()) or "no lab role"
+        print(f"  node {node.hostname} ({node.addr}, {node.state}): {roles}")
+
+
+def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
+    """One run through the Locust master's web API, as its UI starts one; its figures, the
+    proxy's count of the same requests, where each part ran and each node's CPU and memory."""
+    d = args.run_dir or REPO / "results" / f"swarm-{stamp()}-{case.id}"
+    d.mkdir(parents=True, exist_ok=True)
+    web = LocustWeb(swarm.url("locust", env))
+    prometheus = swarm.url("prometheus", env)
+    deadline = time.monotonic() + 60
+    while web.stats().workers < args.workers and time.monotonic() < deadline:
+        time.sleep(1)
+    if (have := web.stats().workers) < args.workers:
+        raise LabError(f"only {have} of {args.workers} Locust workers joined the master in 60 s", code=1)
+    # Prometheus finds each node's exporter by DNS (every 15 s): every node in it before the run.
+    count = len(swarm.nodes())
+    while len(metrics.query(prometheus, "lab_node_cpus")) < count and time.monotonic() < deadline + 60:
+        time.sleep(1)
+    custom = {"scenario": "static-small", "lab_case": case.id}
+    if args.rate:
+        custom |= {"load_model": "rate", "target_rps": args.rate}
+    proxy = swarm.url("proxy", env)
+    before = metrics.scrape(proxy).sum(SERVED)
+    start = time.time()
+    web.swarm("http://proxy:8080", args.users, args.users, **custom)
+    time.sleep(args.seconds)
+    web.stop()
+    time.sleep(4)  # workers send their last requests' stats with their next 3 s report
+    stats = web.stats()
+    end = time.time()
+    window = f"{max(int(end - start), 15)}s"  # 3 scrapes at least
+    nodes = {
+        r["metric"]["node"]: r["value"][1]
+        for r in metrics.query(
+            prometheus, f"1 - sum by (node) (rate({IDLE}[{window}])) / sum by (node) (lab_node_cpus)", at=end
+        )
+    }
+    memory = {
+        r["metric"]["node"]: r["value"][1]
+        for r in metrics.query(prometheus, 'lab_node_memory_bytes{kind="available"}', at=end)
+    }
+    time.sleep(0.5)  # the last exchanges are counted as their bodies end
+    served = metrics.scrape(proxy).sum(SERVED) - before
+    stack_text = swarm.STACK_FILE.read_text()
+    result = {
+        "case": case.id,
+        "users": args.users,
+        "target_rps": args.rate or None,
+        "seconds": args.seconds,
+        "workers": stats.workers,
+        "requests": stats.requests,
+        "failures": stats.failures,
+        "errors": stats.errors,
+        "proxy_upstream_requests": round(served),
+        "placement": swarm.placement(args.name),
+        "nodes": [
+            {
+                "hostname": n.hostname,
+                "address": n.addr,
+                "roles": n.roles(),
+                "cpu_busy": float(nodes.get(n.hostname, "nan")),
+                "memory_available_bytes": float(memory.get(n.hostname, "nan")),
+            }
+            for n in swarm.nodes()
+        ],
+        "settings": {k: env[k] for k in sorted(set(VARIABLE.findall(stack_text))) if k in env},
+    }
+    (d / "swarm-run.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"lab swarm run: {stats.requests} requests, {stats.failures} failed; the proxy: {round(served)}")
+    for n in result["nodes"]:
+        print(f"  node {n['hostname']}: CPU {n['cpu_busy']:.0%} busy, roles {', '.join(n['roles'])}")
+    print(f"lab swarm run: {d / 'swarm-run.json'}")
+    return 0 if stats.failures == 0 else 1
+
+
+def down(name: str) -> int:
+    left = swarm.remove(name)
+    if left:
+        raise LabError(f"stack {name}: still there after removal: {', '.join(left)}", code=1)
+    print(f"lab swarm: {name} removed; nothing of it is left")
+    return 0

@@ -1,0 +1,288 @@
+"""The lab as a Docker Swarm stack (docker-stack.yml): nodes and their labels, the images in a
+registry every node reaches, `docker stack deploy`, health, placement, and removal.
+
+A stack is named (`ktor-lab` by default); everything Swarm makes for it carries the label
+com.docker.stack.namespace=<name>, and `remove` waits until none of it is left. The registry
+the lab starts on this machine when given none is one container (and its volume) labelled
+ktor-lab.registry, removed with the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from ..cases import Case
+from ..errors import LabError
+from ..paths import REPO
+from ..processes import local_url
+from . import compose
+
+STACK_FILE = REPO / "docker-stack.yml"
+ROLES = {
+    "sut": "the proxy",
+    "upstream": "nginx and its exporter",
+    "loadgen": "Locust's master and workers",
+    "monitor": "Prometheus and Grafana",
+}
+# The services and the role that places each; node-stats runs on every node.
+SERVICES = {
+    "nginx": "upstream",
+    "nginx-exporter": "upstream",
+    "proxy": "sut",
+    "locust": "loadgen",
+    "locust-worker": "loadgen",
+    "node-stats": "",
+    "prometheus": "monitor",
+    "grafana": "monitor",
+}
+# Host ports, published on the node that runs each (mode: host), as in .env.
+HOST_PORTS = {k: v for k, v in compose.HOST_PORTS.items() if k in SERVICES}
+NAMESPACE = "com.docker.stack.namespace"
+REGISTRY_LABEL = "ktor-lab.registry"
+REGISTRY_PORT = 5000
+IMAGES = ("proxy", "locust")
+
+
+def docker(*argv: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run(["docker", *argv], capture_output=True, text=True, env=env)
+    if check and r.returncode != 0:
+        raise LabError(f"docker {' '.join(argv)} failed: {(r.stderr or r.stdout).strip()}", code=1)
+    return r.stdout
+
+
+def swarm_problem() -> str | None:
+    """Why this engine cannot deploy a stack, or None when it is a swarm manager."""
+    if problem := compose.engine_problem():
+        return problem
+    state = docker("info", "--format", "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}").split()
+    if not state or state[0] != "active":
+        return (
+            "this Docker engine is not in a swarm: `docker swarm init` makes it a one-node swarm "
+            "(docs/swarm.md says how to join others)"
+        )
+    if state[1:] != ["true"]:
+        return "this Docker engine is a swarm worker: run lab swarm on a manager node"
+    return None
+
+
+@dataclass
+class Node:
+    id: str
+    hostname: str
+    addr: str
+    state: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def roles(self) -> list[str]:
+        return [r for r in ROLES if self.labels.get(f"lab.{r}") == "true"]
+
+
+def nodes() -> list[Node]:
+    ids = docker("node", "ls", "-q").split()
+    out = []
+    for n in json.loads(docker("node", "inspect", *ids)) if ids else []:
+        out.append(
+            Node(
+                id=n["ID"],
+                hostname=n["Description"]["Hostname"],
+                addr=n["Status"].get("Addr", ""),
+                state=n["Status"]["State"],
+                labels=n["Spec"].get("Labels") or {},
+            )
+        )
+    return out
+
+
+def unplaced_roles(all_nodes: list[Node]) -> list[str]:
+    """The roles no ready node holds: the services of such a role would never start."""
+    held = {r for n in all_nodes if n.state == "ready" for r in n.roles()}
+    return [r for r in ROLES if r not in held]
+
+
+def label_nodes(all_nodes: list[Node]) -> list[str]:
+    """A swarm of one node whose labels hold no role gets every role; a swarm of several must
+    be labelled by its owner (which node runs what is the point of it). Returns what was done."""
+    missing = unplaced_roles(all_nodes)
+    if not missing:
+        return []
+    if len(all_nodes) == 1 and not all_nodes[0].roles():
+        node = all_nodes[0]
+        docker("node", "update", *[a for r in ROLES for a in ("--label-add", f"lab.{r}=true")], node.id)
+        node.labels.update({f"lab.{r}": "true" for r in ROLES})
+        return [f"labelled the only node, {node.hostname}, with every role: {', '.join(ROLES)}"]
+    first = missing[0]
+    raise LabError(
+        f"no ready node has the label lab.{first}=true ({ROLES[first]} run there): "
+        f"docker node update --label-add lab.{first}=true NODE (docs/swarm.md)"
+    )
+
+
+def image(registry: str, name: str, env: dict[str, str]) -> str:
+    """The tag of the lab's image `name` in `registry`: the proxy's by Ktor release, never by case."""
+    tag = f"ktor-{env['KTOR_VERSION']}" if name == "proxy" else "local"
+    return f"{registry}/ktor-lab/{name}:{tag}"
+
+
+def stack_env(case: Case, registry: str, env: dict[str, str], workers: int, grafana: bool) -> dict[str, str]:
+    """The variables docker-stack.yml is interpolated with: .env, then the shell, then the case."""
+    return {
+        **compose.dotenv(),
+        **env,
+        "LAB_REGISTRY": registry,
+        "CLIENT_ENGINE": case.engine,
+        "CLIENT_LIFETIME": case.lifetime,
+        "LOCUST_WORKERS": str(workers),
+        "GRAFANA_REPLICAS": "1" if grafana else "0",
+    }
+
+
+class Registry:
+    """A registry on this machine (.env's REGISTRY_IMAGE) at 127.0.0.1:PORT, for a swarm whose
+    nodes are this machine; the nodes of a real swarm need one they all reach (--registry)."""
+
+    def __init__(self, stack: str, port: int = REGISTRY_PORT):
+        self.name = f"{stack}-registry"
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
+
+    def start(self) -> None:
+        if docker("ps", "-q", "--filter", f"name=^{self.name}$").strip():
+            return
+        docker("rm", "-f", self.name, check=False)
+        docker(
+            "run", "-d", "--name", self.name, "--label", f"{REGISTRY_LABEL}={self.name}",
+            "-p", f"127.0.0.1:{self.port}:5000", "-v", f"{self.name}:/var/lib/registry",
+            "--label", f"{REGISTRY_LABEL}.volume={self.name}",
+            compose.dotenv()["REGISTRY_IMAGE"],
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = subprocess.run(
+                ["curl", "-fsS", "-o", "/dev/null", f"http://{self.address}/v2/"], capture_output=True
+            )
+            if r.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise LabError(f"the registry {self.name} did not answer at {self.address} within 30 s", code=1)
+
+    def remove(self) -> None:
+        """The registry, its volume, and the tags the lab gave its images for it."""
+        published = docker("port", self.name, "5000/tcp", check=False).split()
+        if published:
+            prefix = f"{published[0]}/ktor-lab/"
+            tags = docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).split()
+            if mine := [t for t in tags if t.startswith(prefix)]:
+                docker("image", "rm", *mine, check=False)
+        docker("rm", "-f", "-v", self.name, check=False)
+        docker("volume", "rm", self.name, check=False)
+
+
+def build_and_push(registry: str, env: dict[str, str], build: bool = True) -> list[str]:
+    """The proxy's and Locust's images built as compose builds them, tagged for `registry` and
+    pushed there; returns the pushed tags."""
+    if build:
+        compose.Project(f"ktor-lab-swarm-build-{os.getpid()}", {}, env=env).build()
+    pushed = []
+    for name in IMAGES:
+        local = "ktor-lab/proxy:ktor-" + env["KTOR_VERSION"] if name == "proxy" else "ktor-lab/locust:local"
+        remote = image(registry, name, env)
+        docker("tag", local, remote)
+        docker("push", remote)
+        pushed.append(remote)
+    return pushed
+
+
+def deploy_argv(stack: str) -> list[str]:
+    # --resolve-image never: the nodes use the tags as they are (the registry's, or images they
+    # already have), and a node that cannot reach Docker Hub is not asked to.
+    return ["docker", "stack", "deploy", "--resolve-image", "never", "--prune", "-c", str(STACK_FILE), stack]
+
+
+def deploy(stack: str, env: dict[str, str]) -> None:
+    r = subprocess.run(deploy_argv(stack), env=env, capture_output=True, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise LabError(f"docker stack deploy failed: {(r.stderr or r.stdout).strip()}", code=1)
+
+
+def services(stack: str) -> dict[str, tuple[int, int]]:
+    """Each service of the stack (short name) with its running and desired task counts."""
+    label = f"label={NAMESPACE}={stack}"
+    out = docker("service", "ls", "--filter", label, "--format", "{{.Name}} {{.Replicas}}")
+    counts = {}
+    for line in out.splitlines():
+        name, replicas = line.split()[:2]
+        running, desired = replicas.split("/")[:2]
+        counts[name.removeprefix(f"{stack}_")] = (int(running), int(desired.split()[0]))
+    return counts
+
+
+def wait_healthy(stack: str, timeout: float = 300) -> dict[str, tuple[int, int]]:
+    """Until every service runs all its tasks (a task with a healthcheck counts once healthy).
+    Raises with the tasks' errors when the time is up."""
+    deadline = time.monotonic() + timeout
+    counts: dict[str, tuple[int, int]] = {}
+    while time.monotonic() < deadline:
+        counts = services(stack)
+        if counts and all(r == d for r, d in counts.values()):
+            return counts
+        time.sleep(2)
+    waiting = {s: f"{r}/{d}" for s, (r, d) in counts.items() if r != d}
+    errors = docker(
+        "stack", "ps", stack, "--no-trunc", "--filter", "desired-state=running",
+        "--format", "{{.Name}} {{.CurrentState}} {{.Error}}", check=False,
+    )  # fmt: skip
+    raise LabError(f"stack {stack} not healthy after {timeout:.0f} s: {waiting}; tasks:\n{errors}", code=1)
+
+
+def placement(stack: str) -> dict[str, list[str]]:
+    """Which node each service's running tasks are on (hostnames)."""
+    out = docker("stack", "ps", stack, "--filter", "desired-state=running", "--format", "{{.Name}} {{.Node}}")
+    where: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        task, node = line.split()[:2]
+        service = task.removeprefix(f"{stack}_").split(".")[0]
+        where.setdefault(service, []).append(node)
+    return {s: sorted(n) for s, n in sorted(where.items())}
+
+
+def leftovers(stack: str) -> list[str]:
+    """Services, containers, networks, configs and volumes still labelled with the stack's name,
+    and the lab's registry of it."""
+    label = f"label={NAMESPACE}={stack}"
+    out = []
+    for kind, argv in (
+        ("service", ("service", "ls", "-q", "--filter", label)),
+        ("container", ("ps", "-aq", "--filter", label)),
+        ("network", ("network", "ls", "-q", "--filter", label)),
+        ("config", ("config", "ls", "-q", "--filter", label)),
+        ("volume", ("volume", "ls", "-q", "--filter", label)),
+        ("registry", ("ps", "-aq", "--filter", f"label={REGISTRY_LABEL}={stack}-registry")),
+        ("volume", ("volume", "ls", "-q", "--filter", f"name=^{stack}-registry$")),
+    ):
+        out += [f"{kind} {x}" for x in docker(*argv, check=False).split()]
+    return out
+
+
+def remove(stack: str, timeout: float = 60) -> list[str]:
+    """`docker stack rm`, the lab's registry of the stack, then what is left after `timeout`
+    seconds (Swarm removes tasks and networks after the command returns)."""
+    docker("stack", "rm", stack, check=False)
+    Registry(stack).remove()
+    deadline = time.monotonic() + timeout
+    while (left := leftovers(stack)) and time.monotonic() < deadline:
+        # Anonymous volumes of the stack's containers go once the containers have.
+        if not any(x.startswith(("service", "container")) for x in left):
+            for x in left:
+                kind, ident = x.split()
+                if kind == "volume":
+                    docker("volume", "rm", ident, check=False)
+        time.sleep(1)
+    return leftovers(stack)
+
+
+def url(service: str, ports: dict[str, str]) -> str:
+    return local_url(int(ports[HOST_PORTS[service]]))

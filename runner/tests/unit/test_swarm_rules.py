@@ -1,0 +1,138 @@
+"""The swarm stack's rules, read from docker-stack.yml and the lab's swarm code, without an engine:
+what a kernel without IPVS needs, placement by role, config files every node gets, bad input.
+test_swarm_stack.py deploys the same stack on a real one-node swarm."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+from ktor_lab.cases import Case
+from ktor_lab.commands import swarm as command
+from ktor_lab.errors import LabError
+from ktor_lab.parts import compose, swarm
+from ktor_lab.paths import REPO
+
+STACK = yaml.safe_load(swarm.STACK_FILE.read_text())
+
+
+def test_every_service_resolves_by_dns_and_publishes_on_its_own_node():
+    """No virtual IP and no routing mesh: both need IPVS, which some kernels (this one) lack."""
+    for name, service in STACK["services"].items():
+        assert service["deploy"]["endpoint_mode"] == "dnsrr", name
+        for port in service.get("ports", []):
+            assert port["mode"] == "host", (name, port)
+
+
+def test_each_service_is_placed_by_its_role_and_the_roles_are_the_documented_ones():
+    for name, service in STACK["services"].items():
+        role = swarm.SERVICES[name]
+        constraints = service["deploy"].get("placement", {}).get("constraints", [])
+        if role:
+            assert constraints == [f"node.labels.lab.{role} == true"], name
+        else:
+            assert service["deploy"]["mode"] == "global" and not constraints, name
+    assert set(STACK["services"]) == set(swarm.SERVICES)
+    text = (REPO / "docs" / "swarm.md").read_text()
+    assert all(f"lab.{role}" in text for role in swarm.ROLES)
+
+
+def test_the_stack_uses_the_compose_config_files_and_the_same_images_and_limits():
+    """The same nginx, Grafana and Prometheus files as compose (every one of them exists), the
+    same pinned images and the same limits for the proxy and nginx."""
+    for name, config in STACK["configs"].items():
+        assert (REPO / config["file"]).is_file(), name
+    base = yaml.safe_load(compose.BASE.read_text())["services"]
+    assert STACK["services"]["nginx"]["image"] == base["nginx"]["image"]
+    assert STACK["services"]["prometheus"]["image"] == base["prometheus"]["image"]
+    assert STACK["services"]["proxy"]["environment"].keys() - {"UPSTREAM_CA_FILE"} >= (
+        base["proxy"]["environment"].keys() - {"UPSTREAM_CA_FILE"}
+    )
+    limits = STACK["services"]["proxy"]["deploy"]["resources"]["limits"]
+    assert (limits["cpus"], limits["memory"]) == (base["proxy"]["cpus"], base["proxy"]["mem_limit"])
+    # every file compose mounts into nginx and Grafana, a folder's files included
+    mounted = set()
+    for service in ("nginx", "grafana"):
+        for volume in base[service]["volumes"]:
+            if volume.startswith("./"):
+                path = REPO / volume.split(":")[0]
+                files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+                mounted |= {str(p.relative_to(REPO)) for p in files}
+    configured = {c["file"].removeprefix("./") for c in STACK["configs"].values()}
+    assert mounted == configured - {"prometheus/swarm.yml"}
+
+
+def test_prometheus_on_swarm_scrapes_the_compose_jobs_and_every_node():
+    compose_jobs = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    swarm_jobs = yaml.safe_load((REPO / "prometheus" / "swarm.yml").read_text())["scrape_configs"]
+    assert [j for j in swarm_jobs if j["job_name"] != "node"] == compose_jobs
+    (node,) = [j for j in swarm_jobs if j["job_name"] == "node"]
+    assert node["dns_sd_configs"][0]["names"] == ["node-stats"]
+
+
+def node(hostname: str, **labels: str) -> swarm.Node:
+    return swarm.Node(id=hostname, hostname=hostname, addr="10.0.0.1", state="ready", labels=labels)
+
+
+def test_a_one_node_swarm_gets_every_role_and_a_labelled_one_is_left_as_it_is(monkeypatch):
+    calls = []
+    monkeypatch.setattr(swarm, "docker", lambda *argv, **_: calls.append(argv) or "")
+    only = node("a")
+    assert swarm.label_nodes([only]) and only.roles() == list(swarm.ROLES)
+    assert calls[0][:2] == ("node", "update") and calls[0][-1] == "a"
+    calls.clear()
+    labelled = [node("a", **{"lab.sut": "true"}), node("b", **{f"lab.{r}": "true" for r in swarm.ROLES})]
+    assert swarm.label_nodes(labelled) == [] and calls == []
+
+
+def test_a_swarm_of_several_nodes_without_a_role_says_which_label_to_add(monkeypatch):
+    monkeypatch.setattr(swarm, "docker", lambda *argv, **_: pytest.fail(f"changed the swarm: {argv}"))
+    nodes = [node("a", **{"lab.sut": "true", "lab.upstream": "true"}), node("b", **{"lab.loadgen": "true"})]
+    with pytest.raises(
+        LabError, match=r"lab\.monitor=true .*docker node update --label-add lab\.monitor=true"
+    ):
+        swarm.label_nodes(nodes)
+    down = node("c", **{"lab.monitor": "true"})
+    down.state = "down"
+    with pytest.raises(LabError, match="lab.monitor"):
+        swarm.label_nodes([*nodes, down])
+
+
+def test_the_case_picks_the_engine_and_lifetime_and_the_image_is_tagged_by_release_only():
+    env = swarm.stack_env(
+        Case.parse("per-call-okhttp"), "127.0.0.1:5000", {"KTOR_VERSION": "3.5.1"}, 3, False
+    )
+    assert (env["CLIENT_ENGINE"], env["CLIENT_LIFETIME"], env["LOCUST_WORKERS"]) == (
+        "okhttp",
+        "per-call",
+        "3",
+    )
+    assert env["GRAFANA_REPLICAS"] == "0"
+    assert swarm.image("127.0.0.1:5000", "proxy", env) == "127.0.0.1:5000/ktor-lab/proxy:ktor-3.5.1"
+    assert "okhttp" not in swarm.image("r:5000", "proxy", env)
+
+
+def test_a_setting_the_stack_does_not_read_is_refused_by_name():
+    assert command.stack_settings(["CLIENT_MAX_CONNECTIONS=200"]) == {"CLIENT_MAX_CONNECTIONS": "200"}
+    with pytest.raises(LabError, match="CLIENT_MAX_CONECTIONS: docker-stack.yml does not read it"):
+        command.stack_settings(["CLIENT_MAX_CONECTIONS=200"])
+
+
+def test_the_node_exporter_reads_a_hosts_proc(tmp_path):
+    sys.path.insert(0, str(REPO / "locust"))
+    try:
+        import lab_node
+    finally:
+        sys.path.remove(str(REPO / "locust"))
+    (tmp_path / "stat").write_text("cpu  100 0 50 850 0 0 0 0 0 0\ncpu0 50 0 25 425\ncpu1 50 0 25 425\n")
+    (tmp_path / "meminfo").write_text("MemTotal:       2048 kB\nMemFree:  1 kB\nMemAvailable:   1024 kB\n")
+    (tmp_path / "loadavg").write_text("0.50 0.40 0.30 1/100 42\n")
+    families = {f.name: f for f in lab_node.HostCollector(tmp_path, "n1").collect()}
+    cpu = {s.labels["mode"]: s.value for s in families["lab_node_cpu_seconds"].samples}
+    assert cpu["idle"] == 850 / lab_node.USER_HZ and cpu["user"] == 100 / lab_node.USER_HZ
+    assert families["lab_node_cpus"].samples[0].value == 2
+    memory = {s.labels["kind"]: s.value for s in families["lab_node_memory_bytes"].samples}
+    assert memory == {"total": 2048 * 1024, "available": 1024 * 1024}
+    assert {s.labels["node"] for f in families.values() for s in f.samples} == {"n1"}
