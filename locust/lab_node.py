@@ -9,13 +9,20 @@ carry the node's name (LAB_NODE, Swarm's {{.Node.Hostname}}):
   lab_node_cpus{node}                     cores online
   lab_node_memory_bytes{node,kind}        total and available memory (/proc/meminfo)
   lab_node_load1{node}                    the 1-minute load average
+  lab_node_tasks{node,stack,service}      the swarm services' containers running on this node,
+                                          from the node's Docker engine (LAB_DOCKER_SOCKET, when
+                                          mounted): which host each part runs on
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import socket
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from prometheus_client import start_http_server
@@ -23,11 +30,44 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 
 MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 USER_HZ = os.sysconf("SC_CLK_TCK")
+STACK_LABEL = "com.docker.stack.namespace"
+
+
+class DockerSocket(http.client.HTTPConnection):
+    """HTTP to a Docker engine's API over its unix socket."""
+
+    def __init__(self, path: str):
+        super().__init__("localhost", timeout=3)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(3)
+        self.sock.connect(self.path)
+
+
+def running_tasks(docker_socket: str) -> dict[tuple[str, str], int]:
+    """(stack, service) -> containers of it running on this engine; {} when the engine does not answer."""
+    filters = urllib.parse.quote(json.dumps({"label": [STACK_LABEL], "status": ["running"]}))
+    try:
+        conn = DockerSocket(docker_socket)
+        conn.request("GET", f"/containers/json?filters={filters}")
+        response = conn.getresponse()
+        containers = json.loads(response.read()) if response.status == 200 else []
+        conn.close()
+    except OSError:
+        return {}
+    counts: dict[tuple[str, str], int] = {}
+    for c in containers:
+        stack = c["Labels"][STACK_LABEL]
+        service = c["Labels"].get("com.docker.swarm.service.name", "").removeprefix(f"{stack}_")
+        counts[stack, service] = counts.get((stack, service), 0) + 1
+    return counts
 
 
 class HostCollector:
-    def __init__(self, proc: Path, node: str):
-        self.proc, self.node = proc, node
+    def __init__(self, proc: Path, node: str, docker_socket: str = ""):
+        self.proc, self.node, self.docker_socket = proc, node, docker_socket
 
     def collect(self):
         lines = (self.proc / "stat").read_text().splitlines()
@@ -48,6 +88,15 @@ class HostCollector:
         yield memory
         load1 = float((self.proc / "loadavg").read_text().split()[0])
         yield _one("lab_node_load1", "Host load average over 1 minute", self.node, load1)
+        if self.docker_socket:
+            tasks = GaugeMetricFamily(
+                "lab_node_tasks",
+                "Containers of swarm services on this node",
+                labels=["node", "stack", "service"],
+            )
+            for (stack, service), count in sorted(running_tasks(self.docker_socket).items()):
+                tasks.add_metric([self.node, stack, service], count)
+            yield tasks
 
 
 def _one(name: str, doc: str, node: str, value: float) -> GaugeMetricFamily:
@@ -63,7 +112,10 @@ def main() -> int:
         return 2
     node = os.environ.get("LAB_NODE") or os.uname().nodename
     port = int(os.environ.get("LAB_NODE_PORT", "9100"))
-    REGISTRY.register(HostCollector(proc, node))
+    docker_socket = os.environ.get("LAB_DOCKER_SOCKET", "")
+    if docker_socket and not Path(docker_socket).exists():
+        docker_socket = ""
+    REGISTRY.register(HostCollector(proc, node, docker_socket))
     start_http_server(port)
     print(f"lab_node: {node}'s CPU and memory at :{port}/metrics", flush=True)
     while True:

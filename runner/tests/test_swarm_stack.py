@@ -20,7 +20,7 @@ import requests
 
 from conftest import scrape, wait_until
 from ktor_lab.metrics import query
-from ktor_lab.parts import compose, swarm
+from ktor_lab.parts import compose, grafana, swarm
 from ktor_lab.processes import free_port, local_url
 
 pytestmark = pytest.mark.compose
@@ -100,6 +100,16 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         ), query(prometheus, "up")
         nodes = {x["metric"]["node"] for x in query(prometheus, "lab_node_cpus")}
         assert nodes == {one_node_swarm}
+        # which host each part runs on, as the dashboard shows it, from the node's own engine
+        tasks = {
+            x["metric"]["service"]: (x["metric"]["node"], float(x["value"][1]))
+            for x in query(prometheus, f'lab_node_tasks{{stack="{name}"}}')
+        }
+        assert tasks == {s: (one_node_swarm, len(w)) for s, w in placement.items()}, tasks
+        # every panel of the dashboard has data, the hosts' row included (the run ended seconds ago)
+        absent = grafana.not_exposed(scrape(proxy).labels("lab_proxy_info"))
+        values = {"engine": "cio", "lifetime": "per-call"}
+        assert not grafana.panels_without_data(prometheus, values, "20s", absent=absent, swarm=True)
         assert requests.get(f"{local_url(ports['nginx'])}/files/tiny.txt", timeout=5).text == "Success!\n"
     finally:
         down = lab("swarm", "down", "--name", name, timeout=180)

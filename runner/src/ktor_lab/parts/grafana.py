@@ -81,6 +81,8 @@ def substitute(expr: str, values: dict[str, str], rate_interval: str) -> str:
 
 # Series only the engines that expose them have (the setting of lab_proxy_info that says so).
 EXPOSED_BY_SOME = {"lab_client_pool_connections": "pool_metrics"}
+# Series of every node of a swarm (docker-stack.yml's node-stats): no other way of running has them.
+SWARM_ONLY = ("lab_node_",)
 
 
 def not_exposed(proxy_settings: dict[str, str]) -> tuple[str, ...]:
@@ -94,14 +96,17 @@ def panels_without_data(
     rate_interval: str,
     at: float | None = None,
     absent: tuple[str, ...] = (),
+    swarm: bool = False,
 ) -> list[str]:
     """Every panel query of every dashboard, as Grafana would send it with `values` for the
     variables, run against Prometheus: the ones with no result or only NaN, as "file: panel refId".
-    Queries of the metrics in `absent` (not_exposed: the engine has none) are not asked for."""
+    Queries of the metrics in `absent` (not_exposed: the engine has none) are not asked for, nor,
+    unless `swarm`, those of the series only the swarm stack has (its hosts)."""
+    skipped = (*absent, *(() if swarm else SWARM_ONLY))
     empty = []
     for path, dashboard in dashboards().items():
         for q in panel_queries(dashboard):
-            if any(metric in q.expr for metric in absent):
+            if any(metric in q.expr for metric in skipped):
                 continue
             result = metrics.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
             if not any(math.isfinite(float(r["value"][1])) for r in result):

@@ -128,9 +128,13 @@ def image(registry: str, name: str, env: dict[str, str]) -> str:
 
 
 def stack_env(case: Case, registry: str, env: dict[str, str], workers: int, grafana: bool) -> dict[str, str]:
-    """The variables docker-stack.yml is interpolated with: .env, then the shell, then the case."""
+    """The variables docker-stack.yml is interpolated with: .env, then the shell, then the case.
+    DOCKER_SOCKET, the engine's socket on every node, is DOCKER_HOST's when that is one."""
+    host = env.get("DOCKER_HOST", "")
+    socket = {"DOCKER_SOCKET": host.removeprefix("unix://")} if host.startswith("unix://") else {}
     return {
         **compose.dotenv(),
+        **socket,
         **env,
         "LAB_REGISTRY": registry,
         "CLIENT_ENGINE": case.engine,
