@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
             "--registry-port", type=int, default=swarm.REGISTRY_PORT, help="of the registry started here"
         )
         v.add_argument("--no-build", action="store_true", help="push the images as they are")
+        v.add_argument("--no-push", action="store_true", help="the images are in --registry already")
         v.add_argument("--no-grafana", action="store_true", help="leave Grafana out (0 replicas)")
         v.add_argument("--timeout", type=float, default=300, help="seconds to wait for health (default 300)")
         options.add_settings(v, " of docker-stack.yml, e.g. LOCUST_HOST_PORT=18089")
@@ -99,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise LabError("--workers must be 1 or more: the swarm's Locust master makes no load itself")
     extra = stack_settings(args.set)
+    if args.no_push and not args.registry:
+        raise LabError("--no-push needs --registry: the registry the images are in")
     if problem := swarm.swarm_problem():
         raise LabError(problem)
     env = up(args, case, extra)
@@ -120,9 +123,12 @@ def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str,
         local = swarm.Registry(args.name, args.registry_port)
         local.start()
         registry = local.address
-    print(f"lab swarm: images to {registry}")
-    for tag in swarm.build_and_push(registry, base, build=not args.no_build):
-        print(f"  pushed {tag}")
+    if args.no_push:
+        print(f"lab swarm: images from {registry}, as they are there")
+    else:
+        print(f"lab swarm: images to {registry}")
+        for tag in swarm.build_and_push(registry, base, build=not args.no_build):
+            print(f"  pushed {tag}")
     env = swarm.stack_env(case, registry, base, args.workers, grafana=not args.no_grafana)
     swarm.deploy(args.name, env)
     print(f"lab swarm: {args.name} deployed ({case.id}); waiting for every service to be healthy")
@@ -132,7 +138,7 @@ def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str,
     for service in ("locust", "grafana", "prometheus", "proxy"):
         if service == "grafana" and args.no_grafana:
             continue
-        print(f"  {service:<10} port {env[swarm.HOST_PORTS[service]]} of the node it runs on")
+        print(f"  {service:<10} {swarm.url(args.name, service, env)}/")
     return env
 
 
@@ -149,8 +155,8 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
     proxy's count of the same requests, where each part ran and each node's CPU and memory."""
     d = args.run_dir or REPO / "results" / f"swarm-{stamp()}-{case.id}"
     d.mkdir(parents=True, exist_ok=True)
-    web = LocustWeb(swarm.url("locust", env))
-    prometheus = swarm.url("prometheus", env)
+    web = LocustWeb(swarm.url(args.name, "locust", env))
+    prometheus = swarm.url(args.name, "prometheus", env)
     deadline = time.monotonic() + 60
     while web.stats().workers < args.workers and time.monotonic() < deadline:
         time.sleep(1)
@@ -163,7 +169,7 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
     custom = {"scenario": "static-small", "lab_case": case.id}
     if args.rate:
         custom |= {"load_model": "rate", "target_rps": args.rate}
-    proxy = swarm.url("proxy", env)
+    proxy = swarm.url(args.name, "proxy", env)
     before = metrics.scrape(proxy).sum(SERVED)
     start = time.time()
     web.swarm("http://proxy:8080", args.users, args.users, **custom)

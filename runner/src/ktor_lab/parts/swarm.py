@@ -127,6 +127,11 @@ def image(registry: str, name: str, env: dict[str, str]) -> str:
     return f"{registry}/ktor-lab/{name}:{tag}"
 
 
+def local_image(name: str, env: dict[str, str]) -> str:
+    """The tag compose gives the lab's image `name` when it builds it."""
+    return image("", name, env).removeprefix("/")
+
+
 def stack_env(case: Case, registry: str, env: dict[str, str], workers: int, grafana: bool) -> dict[str, str]:
     """The variables docker-stack.yml is interpolated with: .env, then the shell, then the case.
     DOCKER_SOCKET, the engine's socket on every node, is DOCKER_HOST's when that is one."""
@@ -192,7 +197,7 @@ def build_and_push(registry: str, env: dict[str, str], build: bool = True) -> li
         compose.Project(f"ktor-lab-swarm-build-{os.getpid()}", {}, env=env).build()
     pushed = []
     for name in IMAGES:
-        local = "ktor-lab/proxy:ktor-" + env["KTOR_VERSION"] if name == "proxy" else "ktor-lab/locust:local"
+        local = local_image(name, env)
         remote = image(registry, name, env)
         docker("tag", local, remote)
         docker("push", remote)
@@ -288,5 +293,11 @@ def remove(stack: str, timeout: float = 60) -> list[str]:
     return leftovers(stack)
 
 
-def url(service: str, ports: dict[str, str]) -> str:
-    return local_url(int(ports[HOST_PORTS[service]]))
+def url(stack: str, service: str, ports: dict[str, str]) -> str:
+    """http://ADDRESS:PORT of `service`'s published port on the node its task runs on (the node's
+    swarm address; 127.0.0.1 for a node that advertises loopback)."""
+    port = int(ports[HOST_PORTS[service]])
+    where = placement(stack).get(service, [])
+    by_name = {n.hostname: n.addr for n in nodes()}
+    addr = by_name.get(where[0], "") if where else ""
+    return local_url(port) if addr in ("", "0.0.0.0", "127.0.0.1") else f"http://{addr}:{port}"
