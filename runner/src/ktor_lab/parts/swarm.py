@@ -15,6 +15,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+import requests
+
 from ..cases import Case
 from ..errors import LabError
 from ..paths import REPO
@@ -170,11 +172,11 @@ class Registry:
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            r = subprocess.run(
-                ["curl", "-fsS", "-o", "/dev/null", f"http://{self.address}/v2/"], capture_output=True
-            )
-            if r.returncode == 0:
-                return
+            try:
+                if requests.get(f"http://{self.address}/v2/", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                pass
             time.sleep(0.5)
         raise LabError(f"the registry {self.name} did not answer at {self.address} within 30 s", code=1)
 
