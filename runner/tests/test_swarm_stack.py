@@ -86,6 +86,9 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         (node,) = result["nodes"]
         assert node["hostname"] == one_node_swarm and sorted(node["roles"]) == sorted(swarm.ROLES)
         assert 0 < node["cpu_busy"] <= 1 and node["memory_available_bytes"] > 0, node
+        # the services' own CPU beside the node's: the proxy's cores, and each Locust process's peak
+        assert 0 < result["proxy_cpu_cores"] <= node["cpu_busy"] * os.cpu_count() + 0.5, result
+        assert len(result["locust_cpu_peak_percent"]) == 3, result  # the master and two workers
 
         # what a user opens: the proxy, Locust's UI, Prometheus with every target up
         proxy = local_url(ports["proxy"])
@@ -123,4 +126,6 @@ def test_lab_swarm_refuses_a_case_it_cannot_run_and_an_unknown_setting(one_node_
     r = lab("swarm", "up", "per-call-okhttp protocol https")
     assert r.returncode == 2 and "HTTP/1.1 without distance" in r.stderr, r.stderr
     r = lab("swarm", "up", "per-call-okhttp", "--set", "PROXY_PORT=1")
-    assert r.returncode == 2 and "--set PROXY_PORT: docker-stack.yml does not read it" in r.stderr, r.stderr
+    assert (
+        r.returncode == 2 and "--set PROXY_PORT: neither docker-stack.yml nor the build reads it" in r.stderr
+    ), r.stderr

@@ -116,7 +116,10 @@ def test_the_case_picks_the_engine_and_lifetime_and_the_image_is_tagged_by_relea
 
 def test_a_setting_the_stack_does_not_read_is_refused_by_name():
     assert command.stack_settings(["CLIENT_MAX_CONNECTIONS=200"]) == {"CLIENT_MAX_CONNECTIONS": "200"}
-    with pytest.raises(LabError, match="CLIENT_MAX_CONECTIONS: docker-stack.yml does not read it"):
+    assert command.stack_settings(["PROXY_RUN_IMAGE=eclipse-temurin:25-jre"])  # the proxy image's build
+    with pytest.raises(
+        LabError, match="CLIENT_MAX_CONECTIONS: neither docker-stack.yml nor the build reads it"
+    ):
         command.stack_settings(["CLIENT_MAX_CONECTIONS=200"])
 
 

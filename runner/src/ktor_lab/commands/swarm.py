@@ -1,4 +1,4 @@
-"""`lab swarm up|run|ps|down`: the lab as a Docker Swarm stack (docker-stack.yml, docs/swarm.md).
+"""`lab swarm up|run|push|ps|down`: the lab as a Docker Swarm stack (docker-stack.yml, docs/swarm.md).
 
 `up` labels a one-node swarm, builds the proxy's and Locust's images and pushes them to a
 registry the nodes share (one it starts on this machine unless --registry names another),
@@ -27,13 +27,15 @@ from . import options
 
 VARIABLE = re.compile(r"\$\{(\w+)")
 # Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
+# What the images' build reads besides (docker-compose.yml's build args): the proxy's JVM image, Locust's.
+BUILD_VARIABLES = {"PROXY_RUN_IMAGE", "LOCUST_IMAGE"}
 # The proxy's count of its exchanges with nginx, read before and after the run.
 SERVED = "lab_upstream_requests_seconds_count"
 IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("swarm", help="the lab on Docker Swarm: up, run, ps, down (docs/swarm.md)")
+    p = sub.add_parser("swarm", help="the lab on Docker Swarm: up, run, push, ps, down (docs/swarm.md)")
     verbs = p.add_subparsers(dest="verb", required=True)
     for verb, text in (
         ("up", "deploy the stack for a case and wait until every service is healthy"),
@@ -62,6 +64,12 @@ def add_parser(sub) -> None:
             v.add_argument(
                 "--run-dir", type=Path, help="where to write (default results/swarm-<time>-<case>)"
             )
+    push = verbs.add_parser(
+        "push", help="build the proxy's and Locust's images and push them (for docker stack deploy)"
+    )
+    push.add_argument("--registry", required=True, help="HOST:PORT every node pulls from")
+    push.add_argument("--no-build", action="store_true", help="push the images as they are")
+    options.add_settings(push, ", e.g. KTOR_VERSION=3.5.1")
     add_name(verbs.add_parser("ps", help="where each service runs, and every node's labels"))
     add_name(verbs.add_parser("down", help="remove the stack and the registry lab swarm started"))
 
@@ -71,16 +79,26 @@ def add_name(p: argparse.ArgumentParser) -> None:
 
 
 def stack_settings(pairs: list[str]) -> dict[str, str]:
-    """--set pairs, each a variable docker-stack.yml reads (LabError naming the first that is not)."""
+    """--set pairs, each a variable docker-stack.yml or the images' build reads (LabError naming
+    the first that is not)."""
     given = options.settings(pairs)
-    known = set(VARIABLE.findall(swarm.STACK_FILE.read_text()))
+    known = set(VARIABLE.findall(swarm.STACK_FILE.read_text())) | BUILD_VARIABLES
     if unknown := sorted(set(given) - known):
         reads = ", ".join(sorted(known))
-        raise LabError(f"--set {unknown[0]}: docker-stack.yml does not read it; it reads {reads}")
+        raise LabError(
+            f"--set {unknown[0]}: neither docker-stack.yml nor the build reads it; they read {reads}"
+        )
     return given
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.verb == "push":
+        base = {**compose.dotenv(), **os.environ, **stack_settings(args.set)}
+        if problem := compose.engine_problem():
+            raise LabError(problem)
+        for tag in swarm.build_and_push(args.registry, base, build=not args.no_build):
+            print(f"lab swarm: pushed {tag}")
+        return 0
     if args.verb in ("down", "ps"):
         if problem := swarm.swarm_problem():
             raise LabError(problem)
@@ -189,6 +207,7 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
         r["metric"]["node"]: r["value"][1]
         for r in metrics.query(prometheus, 'lab_node_memory_bytes{kind="available"}', at=end)
     }
+    proxy_cores = metrics.query(prometheus, f"sum(rate(process_cpu_time_ns_total[{window}])) / 1e9", at=end)
     time.sleep(0.5)  # the last exchanges are counted as their bodies end
     served = metrics.scrape(proxy).sum(SERVED) - before
     stack_text = swarm.STACK_FILE.read_text()
@@ -202,6 +221,9 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
         "failures": stats.failures,
         "errors": stats.errors,
         "proxy_upstream_requests": round(served),
+        # the services' own CPU beside their nodes': the proxy's in cores, each Locust process's peak
+        "proxy_cpu_cores": float(proxy_cores[0]["value"][1]) if proxy_cores else None,
+        "locust_cpu_peak_percent": stats.cpu_peak_percent,
         "placement": swarm.placement(args.name),
         "nodes": [
             {
@@ -219,6 +241,8 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
     print(f"lab swarm run: {stats.requests} requests, {stats.failures} failed; the proxy: {round(served)}")
     for n in result["nodes"]:
         print(f"  node {n['hostname']}: CPU {n['cpu_busy']:.0%} busy, roles {', '.join(n['roles'])}")
+    if result["proxy_cpu_cores"] is not None:
+        print(f"  the proxy used {result['proxy_cpu_cores']:.2f} cores")
     print(f"lab swarm run: {d / 'swarm-run.json'}")
     return 0 if stats.failures == 0 else 1
 
