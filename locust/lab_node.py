@@ -1,6 +1,6 @@
 """The CPU and memory of the host this runs on, for Prometheus: one task per swarm node.
 
-docker-stack.yml runs it as the global service `node` (in the lab's Locust image, which has
+docker-stack.yml runs it as the global service `node-stats` (in the lab's Locust image, which has
 Python and prometheus_client) with the host's /proc mounted at /host/proc, so that a busy
 generator node or a busy node under test shows beside the services' own figures. Its series
 carry the node's name (LAB_NODE, Swarm's {{.Node.Hostname}}):
@@ -49,14 +49,15 @@ class DockerSocket(http.client.HTTPConnection):
 def running_tasks(docker_socket: str) -> dict[tuple[str, str], int]:
     """(stack, service) -> containers of it running on this engine; {} when the engine does not answer."""
     filters = urllib.parse.quote(json.dumps({"label": [STACK_LABEL], "status": ["running"]}))
+    conn = DockerSocket(docker_socket)
     try:
-        conn = DockerSocket(docker_socket)
         conn.request("GET", f"/containers/json?filters={filters}")
         response = conn.getresponse()
         containers = json.loads(response.read()) if response.status == 200 else []
+    except (OSError, http.client.HTTPException, ValueError):
+        return {}  # the host's own figures are still given
+    finally:
         conn.close()
-    except OSError:
-        return {}
     counts: dict[tuple[str, str], int] = {}
     for c in containers:
         stack = c["Labels"][STACK_LABEL]

@@ -7,8 +7,13 @@ see (SOCKET_IN_NODE, as /var/run/docker.sock is on ordinary hosts). Its files ar
 of the test's. The bridge's address is the machine's side, where the registry the nodes pull from
 is published.
 
-`Hosts.up()` makes all of it; `down()` stops the engines by their process groups (each engine's
-containerd with it), removes the namespaces, the bridge, the firewall rule and the folders, and
+Each engine is also the first process of a PID namespace of its own, so that everything it
+starts (containerd, which Docker starts in a session of its own, the shims and the containers)
+lives and dies in that namespace: when the engine ends, the kernel ends the rest.
+
+`Hosts.up()` makes all of it; `down()` stops each engine by its PID (SIGTERM: it stops its
+containers first; SIGKILL after a minute), waits until its namespace holds no process, removes
+the namespaces, the bridge, the firewall rule and the folders, step by step whatever fails, and
 says what it could not remove. Only what `up()` made is touched.
 """
 
@@ -44,6 +49,8 @@ def problem() -> str | None:
         return f"the bridge {BRIDGE} exists already (another run's, or the machine's)"
     if f"{SUBNET}." in run("ip", "-4", "addr").stdout:
         return f"{SUBNET}.0/24 is in use on this machine"
+    if taken := [n for n in run("ip", "netns", "list").stdout.split() if n.startswith("klab-n")]:
+        return f"the network namespace {taken[0]} exists already (another run's)"
     return None
 
 
@@ -52,7 +59,9 @@ class Node:
     name: str
     address: str
     root: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | None = None  # unshare, which waits for the engine
+    engine_pid: int = 0  # the engine's PID here (1 in its own PID namespace)
+    pid_namespace: str = ""  # e.g. pid:[4026532871]
 
     @property
     def socket(self) -> Path:
@@ -100,7 +109,8 @@ class Hosts:
             self.made.append("mountpoint")
         for i in range(1, self.count + 1):
             node = Node(f"klab-n{i}", f"{SUBNET}.{10 + i}", self.work / f"n{i}")
-            self.nodes.append(node)
+            run("ip", "netns", "add", node.name)
+            self.nodes.append(node)  # from here on, down() removes its namespace
             self._namespace(node, i)
             self._engine(node)
         deadline = time.monotonic() + timeout
@@ -112,7 +122,6 @@ class Hosts:
                 time.sleep(0.5)
 
     def _namespace(self, node: Node, i: int) -> None:
-        run("ip", "netns", "add", node.name)
         run("ip", "link", "add", f"klab-v{i}", "type", "veth", "peer", "name", "eth0", "netns", node.name)
         run("ip", "link", "set", f"klab-v{i}", "master", BRIDGE, "up")
         for argv in (
@@ -133,13 +142,23 @@ class Hosts:
             f"--insecure-registry {self.insecure_registry}"
         )
         log = (node.root / "dockerd.log").open("w")
-        # nsenter, unshare and sh each exec the next: the engine is the session's leader, and its
-        # containerd is in its process group.
+        # nsenter execs unshare, which forks the namespace's first process: sh, which execs the engine.
         node.process = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{node.name}", "unshare", "-m", "-u", "--propagation", "private",
-             "sh", "-c", inside],
+            ["nsenter", f"--net=/run/netns/{node.name}", "unshare", "-m", "-u", "-p", "--fork",
+             "--mount-proc", "--propagation", "private", "sh", "-c", inside],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        log.close()
+        children = Path(f"/proc/{node.process.pid}/task/{node.process.pid}/children")
+        deadline = time.monotonic() + 10
+        while not (pids := children.read_text().split()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pids:
+            raise RuntimeError(
+                f"{node.name}: unshare started no engine: {(node.root / 'dockerd.log').read_text()}"
+            )
+        node.engine_pid = int(pids[0])
+        node.pid_namespace = os.readlink(f"/proc/{node.engine_pid}/ns/pid")
 
     def swarm(self) -> None:
         """The first node initialises a swarm, the others join it as workers."""
@@ -150,72 +169,70 @@ class Hosts:
             node.docker("swarm", "join", "--token", token, f"{manager.address}:2377")
 
     def down(self, timeout: float = 60) -> list[str]:
-        """Everything up() made, gone; returns what is still there."""
+        """Everything up() made, gone, each step whatever the others did; returns what is left."""
         for node in self.nodes:
-            if node.process and node.process.poll() is None:
-                os.killpg(node.process.pid, signal.SIGTERM)
+            _signal(node.engine_pid, signal.SIGTERM)  # the engine stops its containers, then itself
         deadline = time.monotonic() + timeout
         for node in self.nodes:
-            if node.process is None:
-                continue
-            try:
-                node.process.wait(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                os.killpg(node.process.pid, signal.SIGKILL)
-                node.process.wait(timeout=10)
-            # its containerd and shims are in its group: wait until none is left
-            while _group_alive(node.process.pid) and time.monotonic() < deadline:
+            while _in_namespace(node.pid_namespace) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _group_alive(node.process.pid):
-                os.killpg(node.process.pid, signal.SIGKILL)
-        # what an engine's containerd started in sessions of their own (shims), found by its folder
-        for pid in _processes_under(self.work):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for node in self.nodes:
-            run("ip", "netns", "del", node.name, check=False)
-        if "mountpoint" in self.made:
-            Path(SOCKET_IN_NODE).parent.rmdir()
+            if _in_namespace(node.pid_namespace):
+                _signal(node.engine_pid, signal.SIGKILL)  # the kernel then ends the whole namespace
+            if node.process:
+                try:
+                    node.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    _signal(node.process.pid, signal.SIGKILL)
+        steps = [lambda n=n: run("ip", "netns", "del", n.name, check=False) for n in self.nodes]
         if "rule" in self.made:
-            run("iptables", "-D", *FORWARD_RULE, check=False)
+            steps.append(lambda: run("iptables", "-D", *FORWARD_RULE, check=False))
         if "bridge" in self.made:
-            run("ip", "link", "del", BRIDGE, check=False)
-        shutil.rmtree(self.work, ignore_errors=True)
+            steps.append(lambda: run("ip", "link", "del", BRIDGE, check=False))
+        if "mountpoint" in self.made:
+            steps.append(lambda: Path(SOCKET_IN_NODE).parent.rmdir())
+        steps.append(lambda: shutil.rmtree(self.work, ignore_errors=True))
+        for step in steps:
+            try:
+                step()
+            except OSError:
+                pass  # leftovers() names it
         return self.leftovers()
 
     def leftovers(self) -> list[str]:
-        left = [
-            f"namespace {n.name}" for n in self.nodes if n.name in run("ip", "netns", "list").stdout.split()
-        ]
+        netns = run("ip", "netns", "list").stdout.split()
+        left = [f"namespace {n.name}" for n in self.nodes if n.name in netns]
         if run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
             left.append(f"bridge {BRIDGE}")
         if run("iptables", "-C", *FORWARD_RULE, check=False).returncode == 0:
             left.append("firewall rule")
-        left += [f"engine {n.name}" for n in self.nodes if n.process and _group_alive(n.process.pid)]
-        left += [f"process {pid}" for pid in _processes_under(self.work)]
+        if "mountpoint" in self.made and Path(SOCKET_IN_NODE).parent.exists():
+            left.append(str(Path(SOCKET_IN_NODE).parent))
+        for node in self.nodes:
+            left += [f"{node.name}'s process {pid}" for pid in _in_namespace(node.pid_namespace)]
+            if node.process and node.process.poll() is None:
+                left.append(f"{node.name}'s unshare {node.process.pid}")
         if self.work.exists():
             left.append(str(self.work))
         return left
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _signal(pid: int, sig: int) -> None:
+    if pid:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
-def _processes_under(folder: Path) -> list[int]:
-    """PIDs of the processes whose command line names `folder` (an engine's, its containerd's, shims')."""
-    needle = str(folder).encode()
+def _in_namespace(pid_namespace: str) -> list[int]:
+    """The PIDs of the processes in that PID namespace (none for "")."""
+    if not pid_namespace:
+        return []
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if needle in (entry / "cmdline").read_bytes():
+                if os.readlink(entry / "ns" / "pid") == pid_namespace:
                     found.append(int(entry.name))
             except OSError:
                 continue

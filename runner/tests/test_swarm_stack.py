@@ -66,6 +66,7 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
     settings = [a for s, p in ports.items() for a in ("--set", f"{compose.HOST_PORTS[s]}={p}")]
     out = tmp_path / "run"
     registry_port = free_port()
+    labels_before = {n.id: n.labels for n in swarm.nodes()}
     try:
         r = lab(
             "swarm", "run", "per-call-cio", "--name", name, "--workers", "2", "--no-build", "--no-grafana",
@@ -114,10 +115,22 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         values = {"engine": "cio", "lifetime": "per-call"}
         assert not grafana.panels_without_data(prometheus, values, "20s", absent=absent, swarm=True)
         assert requests.get(f"{local_url(ports['nginx'])}/files/tiny.txt", timeout=5).text == "Success!\n"
+
+        # another case on the running stack: what answers is the new case, not the old one's tasks
+        r = lab(
+            "swarm", "up", "singleton-okhttp", "--name", name, "--workers", "1", "--no-build", "--no-grafana",
+            "--registry-port", str(registry_port), *settings,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert requests.get(f"{proxy}/health", timeout=5).text == "ok singleton-okhttp\n"
+        assert scrape(proxy).label_values("lab_proxy_info", "case") == {"singleton-okhttp"}
+        assert swarm.placement(name)["locust-worker"] == [one_node_swarm]
     finally:
         down = lab("swarm", "down", "--name", name, timeout=180)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not swarm.leftovers(name)
+    # the roles lab swarm gave the node are taken back
+    assert {n.id: n.labels for n in swarm.nodes()} == labels_before
     tags = subprocess.run(["docker", "images", "--format", "{{.Repository}}"], capture_output=True, text=True)
     assert not [t for t in tags.stdout.split() if t.startswith(f"127.0.0.1:{registry_port}/")]
 

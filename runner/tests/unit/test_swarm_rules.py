@@ -139,3 +139,27 @@ def test_the_node_exporter_reads_a_hosts_proc(tmp_path):
     memory = {s.labels["kind"]: s.value for s in families["lab_node_memory_bytes"].samples}
     assert memory == {"total": 2048 * 1024, "available": 1024 * 1024}
     assert {s.labels["node"] for f in families.values() for s in f.samples} == {"n1"}
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--set", "CLIENT_ENGINE=okhttp"], "--set CLIENT_ENGINE: the case sets it"),
+        (["--set", "LOCUST_WORKERS=4"], "--set LOCUST_WORKERS: --workers sets it"),
+        (["--set", "KTOR_VERSION=9.9.9"], "--set KTOR_VERSION: Ktor '9.9.9' is not in ktor-releases.tsv"),
+        (["--registry", "registry example:5000"], "--registry 'registry example:5000': give HOST:PORT"),
+        (["--name", "my stack"], "--name 'my stack': a stack name is"),
+        (["--workers", "0"], "--workers must be 1 or more"),
+        (["--no-push"], "--no-push needs --registry"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_anything_is_asked_of_docker(
+    argv, message, capsys, monkeypatch
+):
+    from ktor_lab import cli
+
+    monkeypatch.setattr(swarm, "docker", lambda *a, **_: pytest.fail(f"asked docker {a}"))
+    monkeypatch.setattr(swarm, "swarm_problem", lambda: pytest.fail("asked whether this is a swarm"))
+    assert cli.main(["swarm", "up", "per-call-cio", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
-from .. import metrics
+from .. import metrics, versions
 from ..cases import CASES, Case
 from ..errors import LabError
 from ..parts import compose, swarm
@@ -26,11 +28,21 @@ from ..rundirs import stamp
 from . import options
 
 VARIABLE = re.compile(r"\$\{(\w+)")
-# Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
+# Variables lab swarm sets from its own options.
+BY_OPTION = {
+    "CLIENT_ENGINE": "the case",
+    "CLIENT_LIFETIME": "the case",
+    "LAB_REGISTRY": "--registry",
+    "LOCUST_WORKERS": "--workers",
+    "GRAFANA_REPLICAS": "--no-grafana",
+}
+STACK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+REGISTRY = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:\d{1,5})?")
 # What the images' build reads besides (docker-compose.yml's build args): the proxy's JVM image, Locust's.
 BUILD_VARIABLES = {"PROXY_RUN_IMAGE", "LOCUST_IMAGE"}
 # The proxy's count of its exchanges with nginx, read before and after the run.
 SERVED = "lab_upstream_requests_seconds_count"
+# Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
 IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
 
 
@@ -80,18 +92,34 @@ def add_name(p: argparse.ArgumentParser) -> None:
 
 def stack_settings(pairs: list[str]) -> dict[str, str]:
     """--set pairs, each a variable docker-stack.yml or the images' build reads (LabError naming
-    the first that is not)."""
+    the first that is not, or the option that sets it)."""
     given = options.settings(pairs)
+    if flagged := sorted(set(given) & set(BY_OPTION)):
+        raise LabError(f"--set {flagged[0]}: {BY_OPTION[flagged[0]]} sets it")
     known = set(VARIABLE.findall(swarm.STACK_FILE.read_text())) | BUILD_VARIABLES
     if unknown := sorted(set(given) - known):
-        reads = ", ".join(sorted(known))
+        reads = ", ".join(sorted(known - set(BY_OPTION)))
         raise LabError(
             f"--set {unknown[0]}: neither docker-stack.yml nor the build reads it; they read {reads}"
         )
+    if "KTOR_VERSION" in given:
+        try:
+            versions.release(given["KTOR_VERSION"])
+        except ValueError as e:
+            raise LabError(f"--set KTOR_VERSION: {e}") from None
     return given
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """The stack's name and the registry's address, as Docker takes them."""
+    if not STACK_NAME.fullmatch(getattr(args, "name", "ktor-lab")):
+        raise LabError(f"--name {args.name!r}: a stack name is letters, digits, '_', '.' and '-'")
+    if getattr(args, "registry", None) and not REGISTRY.fullmatch(args.registry):
+        raise LabError(f"--registry {args.registry!r}: give HOST:PORT (or HOST), e.g. registry.example:5000")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_names(args)
     if args.verb == "push":
         base = {**compose.dotenv(), **os.environ, **stack_settings(args.set)}
         if problem := compose.engine_problem():
@@ -115,24 +143,48 @@ def run(args: argparse.Namespace) -> int:
             f"{args.case}: the swarm stack runs a case over HTTP/1.1 without distance; set the Ktor "
             "release and JDK with --set KTOR_VERSION=... and PROXY_RUN_IMAGE=... (docs/swarm.md)"
         )
-    if args.workers < 1:
-        raise LabError("--workers must be 1 or more: the swarm's Locust master makes no load itself")
+    for option, low in (("workers", 1), ("timeout", 1), *((("users", 1), ("seconds", 1), ("rate", 0)))):
+        if getattr(args, option, low) < low:
+            raise LabError(f"--{option} must be {low} or more")
     extra = stack_settings(args.set)
     if args.no_push and not args.registry:
         raise LabError("--no-push needs --registry: the registry the images are in")
     if problem := swarm.swarm_problem():
         raise LabError(problem)
-    env = up(args, case, extra)
-    if args.verb == "up":
-        return 0
+    ready = [n for n in swarm.nodes() if n.state == "ready"]
+    if len(ready) > 1 and not args.registry:
+        raise LabError(
+            f"a swarm of {len(ready)} nodes needs --registry HOST:PORT that every node pulls from: "
+            "the one lab swarm starts here answers on this machine's loopback only"
+        )
+    release = versions.release({**compose.dotenv(), **os.environ, **extra}["KTOR_VERSION"])
     try:
+        versions.check_cases(release, [case])
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    options.handle_signals()
+    try:
+        env = up(args, case, extra)
+        if args.verb == "up":
+            return 0
         return headless(args, case, env)
+    except BaseException:
+        if args.verb == "run" and not args.keep:
+            print(f"lab swarm: removing {args.name} after the failure", file=sys.stderr)
+        elif args.verb == "up":
+            print(f"lab swarm: {args.name} is left as it is: `lab swarm down` removes it", file=sys.stderr)
+        raise
     finally:
-        if not args.keep:
+        if args.verb == "run" and not args.keep:
             down(args.name)
 
 
 def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str, str]:
+    if swarm.services(args.name):
+        # A redeploy of changed services keeps their old tasks running for a while, and they
+        # would look healthy: a fresh stack is the sure way to measure the case asked for.
+        print(f"lab swarm: removing the running stack {args.name} first")
+        swarm.remove_stack(args.name)
     for line in swarm.label_nodes(swarm.nodes()):
         print(f"lab swarm: {line}")
     base = {**compose.dotenv(), **os.environ, **extra}
@@ -181,9 +233,11 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
     if (have := web.stats().workers) < args.workers:
         raise LabError(f"only {have} of {args.workers} Locust workers joined the master in 60 s", code=1)
     # Prometheus finds each node's exporter by DNS (every 15 s): every node in it before the run.
-    count = len(swarm.nodes())
+    count = len([n for n in swarm.nodes() if n.state == "ready" and n.availability == "active"])
     while len(metrics.query(prometheus, "lab_node_cpus")) < count and time.monotonic() < deadline + 60:
         time.sleep(1)
+    if (seen := len(metrics.query(prometheus, "lab_node_cpus"))) < count:
+        print(f"lab swarm run: Prometheus has {seen} of {count} nodes' figures; the others' are null")
     custom = {"scenario": "static-small", "lab_case": case.id}
     if args.rate:
         custom |= {"load_model": "rate", "target_rps": args.rate}
@@ -230,21 +284,34 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
                 "hostname": n.hostname,
                 "address": n.addr,
                 "roles": n.roles(),
-                "cpu_busy": float(nodes.get(n.hostname, "nan")),
-                "memory_available_bytes": float(memory.get(n.hostname, "nan")),
+                "cpu_busy": _number(nodes.get(n.hostname)),
+                "memory_available_bytes": _number(memory.get(n.hostname)),
             }
             for n in swarm.nodes()
         ],
-        "settings": {k: env[k] for k in sorted(set(VARIABLE.findall(stack_text))) if k in env},
+        # what the stack was deployed with, and what the images were built with
+        "settings": {
+            k: env[k] for k in sorted(set(VARIABLE.findall(stack_text)) | BUILD_VARIABLES) if k in env
+        },
     }
     (d / "swarm-run.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"lab swarm run: {stats.requests} requests, {stats.failures} failed; the proxy: {round(served)}")
     for n in result["nodes"]:
-        print(f"  node {n['hostname']}: CPU {n['cpu_busy']:.0%} busy, roles {', '.join(n['roles'])}")
+        busy = "no figure" if n["cpu_busy"] is None else f"{n['cpu_busy']:.0%} busy"
+        print(f"  node {n['hostname']}: CPU {busy}, roles {', '.join(n['roles'])}")
     if result["proxy_cpu_cores"] is not None:
         print(f"  the proxy used {result['proxy_cpu_cores']:.2f} cores")
     print(f"lab swarm run: {d / 'swarm-run.json'}")
     return 0 if stats.failures == 0 else 1
+
+
+def _number(value: str | None) -> float | None:
+    """A Prometheus value as a number for JSON: None when missing or not a number."""
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def down(name: str) -> int:

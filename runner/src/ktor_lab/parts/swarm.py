@@ -45,6 +45,8 @@ SERVICES = {
 HOST_PORTS = {k: v for k, v in compose.HOST_PORTS.items() if k in SERVICES}
 NAMESPACE = "com.docker.stack.namespace"
 REGISTRY_LABEL = "ktor-lab.registry"
+# On the nodes lab swarm gave their roles (a swarm of one node): `down` takes them back.
+MARKER = "lab.labelled-by-lab-swarm"
 REGISTRY_PORT = 5000
 IMAGES = ("proxy", "locust")
 
@@ -78,6 +80,7 @@ class Node:
     addr: str
     state: str
     labels: dict[str, str] = field(default_factory=dict)
+    availability: str = "active"
 
     def roles(self) -> list[str]:
         return [r for r in ROLES if self.labels.get(f"lab.{r}") == "true"]
@@ -94,6 +97,7 @@ def nodes() -> list[Node]:
                 addr=n["Status"].get("Addr", ""),
                 state=n["Status"]["State"],
                 labels=n["Spec"].get("Labels") or {},
+                availability=n["Spec"].get("Availability", "active"),
             )
         )
     return out
@@ -113,14 +117,26 @@ def label_nodes(all_nodes: list[Node]) -> list[str]:
         return []
     if len(all_nodes) == 1 and not all_nodes[0].roles():
         node = all_nodes[0]
-        docker("node", "update", *[a for r in ROLES for a in ("--label-add", f"lab.{r}=true")], node.id)
-        node.labels.update({f"lab.{r}": "true" for r in ROLES})
+        labels = [f"lab.{r}=true" for r in ROLES] + [f"{MARKER}=true"]
+        docker("node", "update", *[a for label in labels for a in ("--label-add", label)], node.id)
+        node.labels.update(dict(label.split("=") for label in labels))
         return [f"labelled the only node, {node.hostname}, with every role: {', '.join(ROLES)}"]
     first = missing[0]
     raise LabError(
         f"no ready node has the label lab.{first}=true ({ROLES[first]} run there): "
         f"docker node update --label-add lab.{first}=true NODE (docs/swarm.md)"
     )
+
+
+def unlabel_nodes() -> list[str]:
+    """The roles label_nodes gave (the nodes it marked), taken back; returns the nodes' names."""
+    done = []
+    for node in nodes():
+        if node.labels.get(MARKER) == "true":
+            keys = [f"lab.{r}" for r in ROLES if f"lab.{r}" in node.labels] + [MARKER]
+            docker("node", "update", *[a for k in keys for a in ("--label-rm", k)], node.id, check=False)
+            done.append(node.hostname)
+    return done
 
 
 def image(registry: str, name: str, env: dict[str, str]) -> str:
@@ -167,7 +183,7 @@ class Registry:
         docker(
             "run", "-d", "--name", self.name, "--label", f"{REGISTRY_LABEL}={self.name}",
             "-p", f"127.0.0.1:{self.port}:5000", "-v", f"{self.name}:/var/lib/registry",
-            "--label", f"{REGISTRY_LABEL}.volume={self.name}",
+            "--label", f"{REGISTRY_LABEL}.address={self.address}",
             compose.dotenv()["REGISTRY_IMAGE"],
         )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -182,9 +198,12 @@ class Registry:
 
     def remove(self) -> None:
         """The registry, its volume, and the tags the lab gave its images for it."""
-        published = docker("port", self.name, "5000/tcp", check=False).split()
-        if published:
-            prefix = f"{published[0]}/ktor-lab/"
+        address = docker(
+            "inspect", "--format", f'{{{{index .Config.Labels "{REGISTRY_LABEL}.address"}}}}', self.name,
+            check=False,
+        ).strip()  # fmt: skip
+        if address:
+            prefix = f"{address}/ktor-lab/"
             tags = docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).split()
             if mine := [t for t in tags if t.startswith(prefix)]:
                 docker("image", "rm", *mine, check=False)
@@ -202,7 +221,10 @@ def build_and_push(registry: str, env: dict[str, str], build: bool = True) -> li
         local = local_image(name, env)
         remote = image(registry, name, env)
         docker("tag", local, remote)
-        docker("push", remote)
+        try:
+            docker("push", remote)
+        finally:
+            docker("image", "rm", remote, check=False)  # the tag only served the push
         pushed.append(remote)
     return pushed
 
@@ -260,9 +282,10 @@ def placement(stack: str) -> dict[str, list[str]]:
     return {s: sorted(n) for s, n in sorted(where.items())}
 
 
-def leftovers(stack: str) -> list[str]:
+def leftovers(stack: str, registry: bool = True) -> list[str]:
     """Services, containers, networks, configs and volumes still labelled with the stack's name,
-    and the lab's registry of it."""
+    and the lab's registry of it, on this engine (a manager): services and configs are the
+    swarm's, containers and volumes this node's only."""
     label = f"label={NAMESPACE}={stack}"
     out = []
     for kind, argv in (
@@ -271,20 +294,34 @@ def leftovers(stack: str) -> list[str]:
         ("network", ("network", "ls", "-q", "--filter", label)),
         ("config", ("config", "ls", "-q", "--filter", label)),
         ("volume", ("volume", "ls", "-q", "--filter", label)),
-        ("registry", ("ps", "-aq", "--filter", f"label={REGISTRY_LABEL}={stack}-registry")),
-        ("volume", ("volume", "ls", "-q", "--filter", f"name=^{stack}-registry$")),
+        *(
+            (
+                ("registry", ("ps", "-aq", "--filter", f"label={REGISTRY_LABEL}={stack}-registry")),
+                ("volume", ("volume", "ls", "-q", "--filter", f"name=^{stack}-registry$")),
+            )
+            if registry
+            else ()
+        ),
     ):
         out += [f"{kind} {x}" for x in docker(*argv, check=False).split()]
     return out
 
 
 def remove(stack: str, timeout: float = 60) -> list[str]:
-    """`docker stack rm`, the lab's registry of the stack, then what is left after `timeout`
-    seconds (Swarm removes tasks and networks after the command returns)."""
-    docker("stack", "rm", stack, check=False)
+    """The stack, the lab's registry of it and the roles lab swarm gave; what is left after
+    `timeout` seconds, as the manager sees it."""
+    remove_stack(stack, timeout)
     Registry(stack).remove()
+    unlabel_nodes()
+    return leftovers(stack)
+
+
+def remove_stack(stack: str, timeout: float = 60) -> None:
+    """`docker stack rm`, then up to `timeout` seconds until nothing of it is left (Swarm removes
+    tasks and networks after the command returns)."""
+    docker("stack", "rm", stack, check=False)
     deadline = time.monotonic() + timeout
-    while (left := leftovers(stack)) and time.monotonic() < deadline:
+    while (left := leftovers(stack, registry=False)) and time.monotonic() < deadline:
         # Anonymous volumes of the stack's containers go once the containers have.
         if not any(x.startswith(("service", "container")) for x in left):
             for x in left:
@@ -292,7 +329,6 @@ def remove(stack: str, timeout: float = 60) -> list[str]:
                 if kind == "volume":
                     docker("volume", "rm", ident, check=False)
         time.sleep(1)
-    return leftovers(stack)
 
 
 def url(stack: str, service: str, ports: dict[str, str]) -> str:
