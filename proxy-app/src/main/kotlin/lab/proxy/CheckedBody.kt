@@ -39,6 +39,12 @@ class CheckedBody(
     private var waiting = false
     private var received = 0L
 
+    /**
+     * A wait saw the source end and its verdict was whole. The end is then [WHOLE] once the bytes
+     * the source still held are pulled, and the verdict is not asked twice.
+     */
+    private var judgedWhole = false
+
     /** Set once the source has ended: [WHOLE], or the error every read throws from then on. */
     @Volatile
     private var end: Throwable? = null
@@ -106,6 +112,7 @@ class CheckedBody(
         synchronized(lock) {
             waiting = false
             if (judged != null && end == null) end = judged
+            if (!more && judged == null) judgedWhole = true
         }
         judged?.let { throw it }
         return more
@@ -136,7 +143,9 @@ class CheckedBody(
      * holds none), its end judged once; nothing while a wait holds the source.
      */
     private fun judge() {
-        if (end == null && !waiting && source.isClosedForRead) end = source.closedCause ?: verdict(received) ?: WHOLE
+        if (end == null && !waiting && source.isClosedForRead) {
+            end = source.closedCause ?: (if (judgedWhole) null else verdict(received)) ?: WHOLE
+        }
     }
 
     private fun failure(): Throwable? = end?.takeIf { it !== WHOLE }
