@@ -10,8 +10,8 @@ DEPS := tools/install-deps.sh
 # The JVM modules share ./pom.xml (versions, plugins); each jar is rebuilt only when a source
 # of its module (or the shared POM) is newer than it. Unit tests run in `make test`.
 PROXY_JAR := proxy-app/target/proxy-app.jar
-PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main proxy-app/src/apache -type f 2>/dev/null)
-PLAIN_SOURCES := plain-client/pom.xml $(shell find plain-client/src/main plain-client/src/apache -type f 2>/dev/null)
+PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main proxy-app/src/engines -type f 2>/dev/null)
+PLAIN_SOURCES := plain-client/pom.xml $(shell find plain-client/src/main plain-client/src/engines -type f 2>/dev/null)
 ENGINEBENCH_JAR := engine-bench/target/engine-bench.jar
 ENGINEBENCH_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) engine-bench/pom.xml $(shell find engine-bench/src/main -type f 2>/dev/null)
 LEAN_JAR := lean-proxy/target/lean-proxy.jar

@@ -22,6 +22,7 @@ import psutil
 import pytest
 import requests
 
+from ktor_lab import versions
 from ktor_lab.cases import Case
 from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
@@ -256,7 +257,9 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory):
         """`case_id` as a user names it (singleton-cio, 'per-call-java jdk 25', ...)."""
         case = Case.parse(case_id)
         port = free_port()
-        service = proxy.start(run, proxy.case_env(case, upstream_url, port, **settings), PROXY_JAVA_OPTS)
+        jar, java_bin = versions.program(case)  # its release's jar (apache: 3.4.1) and its JDK
+        env = proxy.case_env(case, upstream_url, port, **settings)
+        service = proxy.start(run, env, PROXY_JAVA_OPTS, jar=jar, java_bin=java_bin)
         try:
             yield Proxy(case_id, f"http://127.0.0.1:{port}", service)
         finally:

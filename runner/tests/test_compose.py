@@ -81,12 +81,22 @@ def test_case_overlay_sets_the_proxy_engine_and_lifetime(case):
     text = compose.overlay(case).read_text()
     assert text.startswith(f"# {case}: ")
     raw = yaml.safe_load(text)
+    proxy = {"environment": {"CLIENT_ENGINE": engine, "CLIENT_LIFETIME": lifetime}}
     assert raw == {
-        "services": {
-            "proxy": {"environment": {"CLIENT_ENGINE": engine, "CLIENT_LIFETIME": lifetime}},
-            "locust": {"environment": {"LAB_CASE": case}},
-        }
+        "services": {"proxy": raw["services"]["proxy"], "locust": {"environment": {"LAB_CASE": case}}}
     }
+    release = versions.release_of(c)
+    if release == versions.default_release():
+        assert raw["services"]["proxy"] == proxy
+        assert services["proxy"]["build"]["args"]["KTOR_VERSION"] == DOTENV["KTOR_VERSION"]
+    else:
+        # An engine the default release lacks: the image is built on its last release, and says so.
+        assert services["proxy"]["build"]["args"]["KTOR_VERSION"] == release.name
+        assert services["proxy"]["image"] == f"ktor-lab/proxy:ktor-{release.name}"
+        assert text.splitlines()[1] == (
+            f"# {versions.note(c)}. Its image is built on {compose.release_variable(engine)} (.env): "
+            f"KTOR_VERSION's {versions.default_release().name} does not publish it."
+        )
 
 
 def test_base_alone_runs_singleton_cio_with_every_part():
@@ -328,19 +338,21 @@ def test_dockerfile_builds_with_the_commands_the_tests_use():
 
 
 def test_the_image_builds_a_release_with_the_flags_the_runner_uses(tmp_path):
-    """The Dockerfile's release step, run by sh over ktor-releases.tsv: the same Maven flags as
-    versions.py gives a native build of that release, and an unknown release stopped by name."""
+    """The Dockerfile's release step, run by sh over ktor-releases.tsv and proxy-app/maven-flags.awk
+    as the image has them: the same Maven flags as versions.py gives a native build of that release
+    (in any order), and an unknown release stopped by name."""
     dockerfile = (REPO / "proxy-app" / "Dockerfile").read_text()
-    step = re.search(r"^RUN (line=.*?)\n(?=COPY)", dockerfile, re.M | re.S)[1].replace("\\\n", "\n")
-    (tmp_path / "ktor-releases.tsv").write_text((REPO / "ktor-releases.tsv").read_text())
+    step = re.search(r"^RUN (awk .*?)\n", dockerfile, re.M)[1]
+    for name in ("ktor-releases.tsv", "proxy-app/maven-flags.awk"):
+        (tmp_path / Path(name).name).write_text((REPO / name).read_text())
     for release in versions.releases():
         r = subprocess.run(
             ["sh", "-c", step], cwd=tmp_path, env={"KTOR_VERSION": release.name, "PATH": "/usr/bin:/bin"}
         )
         assert r.returncode == 0
         flags = (tmp_path / "maven-flags").read_text().split()
-        assert flags == [f for f in release.maven_args(default=False) if not f.startswith("-Dlab.build.dir")]
-    assert "-Dno.apache" in [*versions.release("3.5.1").maven_args(default=False)]
+        assert sorted(flags) == sorted(release.maven_flags())
+    assert "-Dno.apache=true" in versions.default_release().maven_flags()
     bad = subprocess.run(
         ["sh", "-c", step],
         cwd=tmp_path,
@@ -348,9 +360,10 @@ def test_the_image_builds_a_release_with_the_flags_the_runner_uses(tmp_path):
         capture_output=True,
         text=True,
     )
+    known = " ".join(r.name for r in versions.releases())
     assert (
         bad.returncode != 0
-        and "KTOR_VERSION=9.9.9 is not in ktor-releases.tsv (known: 3.4.0 3.5.1" in bad.stderr
+        and f"KTOR_VERSION=9.9.9 is not in ktor-releases.tsv (known: {known}" in bad.stderr
     )
 
 
@@ -360,19 +373,29 @@ def test_the_proxy_image_context_sends_what_its_dockerfile_copies_and_no_more():
     build = render("singleton-cio")["services"]["proxy"]["build"]
     assert Path(build["context"]) == REPO and build["dockerfile"] == "proxy-app/Dockerfile"
     copied = {
-        line.split()[1]
+        source
         for line in (REPO / "proxy-app" / "Dockerfile").read_text().splitlines()
         if line.startswith("COPY ") and "--from" not in line
+        for source in line.split()[1:-1]
     }
     allowed = [ln[1:] for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")]
     assert "*" in (REPO / ".dockerignore").read_text().splitlines()
-    top = {"pom.xml", "ktor-releases.tsv", "proxy-app/pom.xml", "proxy-app/start.sh"}
+    top = {
+        "pom.xml",
+        "ktor-releases.tsv",
+        ".mvn",
+        "proxy-app/pom.xml",
+        "proxy-app/start.sh",
+        "proxy-app/maven-flags.awk",
+    }
     assert copied == top | {"proxy-app/src"}, copied
     for path in copied:
         assert any(a == path or a.startswith(path + "/") for a in allowed), path
-    # Every source root the Maven build can use (src/apache for releases with that engine).
+    # Every source root the Maven build can use (src/engines: one per engine, for the releases with it).
     roots = {f"proxy-app/src/{p.name}" for p in (REPO / "proxy-app" / "src").iterdir()}
-    assert set(allowed) - top == roots == {"proxy-app/src/main", "proxy-app/src/apache", "proxy-app/src/test"}
+    assert (
+        set(allowed) - top == roots == {"proxy-app/src/main", "proxy-app/src/engines", "proxy-app/src/test"}
+    )
     # Locust's image installs the same pinned requirements the venv does (pins kept equal in test_locust).
     assert "-r /tmp/lab-requirements.txt" in (REPO / "locust" / "Dockerfile").read_text()
 

@@ -246,35 +246,42 @@ def test_proxy_open_files_limit_comes_from_the_environment(lab):
         lab.up(case)
 
 
-def test_the_proxy_image_of_another_ktor_release_serves_and_refuses_the_engine_it_lacks(compose_engine):
-    """KTOR_VERSION as a user sets it: its own image tag, the release in lab_proxy_info, and the
-    apache overlay stopped with the release named (3.5.1 does not publish that engine)."""
-    newer = versions.releases()[-1]
-    project = new_project("release", env={"KTOR_VERSION": newer.name})
+def test_the_apache_overlay_runs_on_its_last_release_by_itself_and_a_release_without_it_is_refused(
+    compose_engine,
+):
+    """The README's command for the apache case, with .env as it is: the proxy's image is built on
+    3.4.1 (APACHE_KTOR_VERSION) under its own tag, lab_proxy_info says so, and it serves; the same
+    overlay on a release without the engine stops the proxy naming the release."""
+    last = versions.last_release("apache")
+    default = versions.default_release()
+    project = new_project("release")
+    apache = Case.parse("singleton-apache")
     try:
-        project.compose(
-            Case.parse("singleton-okhttp"), "up", "-d", "--wait", "--wait-timeout", "300", "proxy", "nginx"
-        )
-        project.case = Case.parse("singleton-okhttp")
+        project.compose(apache, "up", "-d", "--wait", "--wait-timeout", "300", "proxy", "nginx")
+        project.case = apache
         info = scrape(project.url("proxy")).labels("lab_proxy_info")
-        assert (info["ktor_version"], info["case"]) == (newer.name, "singleton-okhttp")
+        assert (info["ktor_version"], info["case"]) == (last.name, "singleton-apache")
+        assert info["engine_note"] == "apache: Ktor 3.4.1, its last release; deprecated"
         assert requests.get(f"{project.url('proxy')}/files/tiny.txt", timeout=10).text.strip() == "Success!"
         images = subprocess.run(
-            ["docker", "images", "-q", f"ktor-lab/proxy:ktor-{newer.name}"], capture_output=True, text=True
+            ["docker", "images", "-q", f"ktor-lab/proxy:ktor-{last.name}"], capture_output=True, text=True
         )
         assert images.stdout.strip()
+        # The default release's image (built for the other cases) has no apache engine.
+        project.env[compose.release_variable("apache")] = default.name
         refused = project.compose(
-            Case.parse("singleton-apache"),
+            apache,
             "run",
             "--rm",
             "--no-deps",
+            "--build",
             "proxy",
             check=False,
             capture_output=True,
             text=True,
         )
-        assert refused.returncode == 2
-        assert f"Ktor {newer.name} does not publish the apache engine" in refused.stderr
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert f"Ktor {default.name} does not publish the apache engine" in refused.stderr
     finally:
         project.down()
         assert not compose.wait_gone(project), f"left behind: {project.leftovers()}"

@@ -18,7 +18,8 @@ from ktor_lab.paths import REPO
 from ktor_lab.results import Results
 
 LAB = str(Path(sys.executable).with_name("lab"))
-NEWER = versions.releases()[-1]
+NEWER = versions.default_release()  # the newest; the versions study compares 3.4.0 with it
+OTHER = versions.release("3.4.1")  # built on request: it has apache, and no java engine
 
 
 def test_jdks_are_found_by_major_version_and_by_folder(tmp_path):
@@ -32,11 +33,11 @@ def test_jdks_are_found_by_major_version_and_by_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_newer_release_builds_with_its_unit_tests_and_its_jar_refuses_what_it_lacks(tmp_path):
-    """The Maven build of the newer release, unit tests included (they check the build holds
-    exactly the engines the release publishes), in a folder of its own."""
-    build = f"target/ktor-{NEWER.name}-test"
-    args = [a for a in NEWER.maven_args(default=False) if not a.startswith("-Dlab.build.dir")]
+def test_another_release_builds_with_its_unit_tests_and_its_jar_refuses_what_it_lacks(tmp_path):
+    """The Maven build of a release other than the default, unit tests included (they check the
+    build holds exactly the engines the release publishes), in a folder of its own."""
+    build = f"target/ktor-{OTHER.name}-test"
+    args = OTHER.maven_flags()
     try:
         r = subprocess.run(
             ["mvn", "-B", "-ntp", "-q", "-pl", "proxy-app", "package", *args, f"-Dlab.build.dir={build}"],
@@ -53,15 +54,15 @@ def test_the_newer_release_builds_with_its_unit_tests_and_its_jar_refuses_what_i
         jar = REPO / "proxy-app" / build / "proxy-app.jar"
         r = subprocess.run(
             ["java", "-jar", str(jar)],
-            env={"CLIENT_ENGINE": "apache", "PORT": "1", "PATH": "/usr/bin:/bin"},
+            env={"CLIENT_ENGINE": "java", "PORT": "1", "PATH": "/usr/bin:/bin"},
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert r.returncode == 2
         assert r.stderr.strip() == (
-            f"proxy: configuration error: CLIENT_ENGINE='apache' is not in this build: Ktor {NEWER.name} "
-            f"does not publish the apache engine; use one of {', '.join(NEWER.engines)}, or a build of a "
+            f"proxy: configuration error: CLIENT_ENGINE='java' is not in this build: Ktor {OTHER.name} "
+            f"does not publish the java engine; use one of {', '.join(OTHER.engines)}, or a build of a "
             "release that has it (see ktor-releases.tsv)"
         )
     finally:
@@ -129,6 +130,7 @@ def test_study_versions_tiny_writes_both_comparisons_and_io_per_release(tmp_path
                 "study",
                 "versions",
                 *("--cases", "singleton-okhttp", "--load", "rate/20", "--warmup", "0", "--duration", "3"),
+                *("--ktor", f"3.4.0,{NEWER.name}"),
                 *(
                     "--repeats",
                     "1",

@@ -122,7 +122,7 @@ class NativeBackend:
         """Builds the jars of the plan's releases first (about 30 s each, once), then nginx, its
         exporter, Prometheus, Locust (and Grafana when asked for)."""
         cases = plan.cases_to_run()
-        releases = {versions.release(c.ktor) if c.ktor else versions.default_release() for c in cases}
+        releases = {versions.release_of(c) for c in cases}
         versions.ensure_jars(sorted(releases, key=lambda r: r.name))
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts
@@ -185,7 +185,8 @@ class ComposeBackend:
         self.name = name or f"ktor-lab-run-{os.getpid()}"
         self.project: compose.Project | None = None
         self.workers = 0
-        self.default_ktor = ""
+        # The release of a case that names none: the shell's KTOR_VERSION, else .env's.
+        self.default_ktor = os.environ.get("KTOR_VERSION") or compose.dotenv()["KTOR_VERSION"]
 
     @property
     def _project(self) -> compose.Project:
@@ -218,6 +219,11 @@ class ComposeBackend:
                 f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
             )
         refuse_incapable(plan.cases_to_run())
+        try:
+            for case in plan.cases_to_run():
+                self.release_of(case)
+        except ValueError as e:
+            raise LabError(str(e)) from None
         if problem := compose.engine_problem():
             raise LabError(f"cannot start: {problem} (--backend compose)")
 
@@ -235,11 +241,15 @@ class ComposeBackend:
             self.name, {s: free_port() for s in services}, workers=plan.workers, grafana=self.grafana
         )
         self.project.env["PROXY_JAVA_OPTS"] = plan.java_opts
-        self.default_ktor = self.project.env.get("KTOR_VERSION") or compose.dotenv()["KTOR_VERSION"]
         if removed := compose.remove_orphans():
             print(f"lab run: removed what killed runs left on the engine: {', '.join(removed)}", flush=True)
-        for release in sorted({c.ktor for c in plan.cases_to_run()}):
-            self.project.build(**({"KTOR_VERSION": release} if release else {}))
+        for release in sorted({self.release_of(c) for c in plan.cases_to_run()}):
+            self.project.build(KTOR_VERSION=release)
+
+    def release_of(self, case: Case) -> str:
+        """The release of the case's image: its own, else KTOR_VERSION's (the shell's or .env's), or
+        the engine's last release when that one does not publish it (apache: 3.4.1)."""
+        return versions.release_of(case, versions.release(self.default_ktor)).name
 
     def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
         """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
@@ -249,7 +259,9 @@ class ComposeBackend:
         project = self._project
         project.env.update(env)
         project.env.update(network.env())
-        project.env["KTOR_VERSION"] = case.ktor or self.default_ktor
+        release = self.release_of(case)
+        # The case's overlay builds an engine the default release lacks on its own variable (.env).
+        project.env.update({"KTOR_VERSION": release, compose.release_variable(case.engine): release})
         project.up(case, fresh_proxy=True, network=network.on)
         return project.container_pid("proxy")
 

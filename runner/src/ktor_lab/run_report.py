@@ -531,7 +531,14 @@ def settings(results: Results) -> list[str]:
 def engine_notes(results: Results) -> list[str]:
     """What users should know of each engine in the report, beside its rows (cases.ENGINE_FACTS)."""
     engines = [e for e in ENGINE_FACTS if any(r.engine == e for r in results.runs)]
-    return [f"{ENGINE_TITLES[e]}: {ENGINE_FACTS[e]}." for e in engines]
+    # What the proxy says of an engine it ran on another release than the default (lab_proxy_info).
+    said = {
+        r.engine: r.proxy.settings["engine_note"] for r in results.runs if "engine_note" in r.proxy.settings
+    }
+    return [
+        f"{ENGINE_TITLES[e]}: {ENGINE_FACTS[e]}." + (f" Here: {said[e]}." if e in said else "")
+        for e in engines
+    ]
 
 
 def markdown(results: Results) -> str:

@@ -250,10 +250,9 @@ class Stack:
         and nginx, `network` (default: the case's round trip, nothing else): Toxiproxy when it is
         on, and the proxy is told its values (lab_network_info)."""
         if jar is None:  # the default release too: a jar older than its sources is rebuilt, not run
-            release = versions.release(case.ktor) if case.ktor else versions.default_release()
-            versions.ensure_jars([release])
-            jar = versions.jar("proxy-app", release)
-        if java is None and case.java:
+            jar, case_java = versions.program(case)
+            java = java or case_java
+        elif java is None and case.java:
             java = versions.jdk(case.java).java
         self.stop_proxy()
         port = port or self.ports.proxy

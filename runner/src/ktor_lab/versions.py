@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import Case
+from .cases import ENGINES, Case
 from .paths import REPO
 
 RELEASES_FILE = REPO / "ktor-releases.tsv"
@@ -33,22 +33,34 @@ class Release:
     name: str
     kotlin: str
     engines: tuple[str, ...]
+    # The Maven properties its build sets (ktor-releases.tsv: netty.version, ktor.micrometer.version).
+    properties: tuple[tuple[str, str], ...] = ()
 
     def maven_args(self, default: bool) -> list[str]:
-        """What `mvn` needs to build this release (nothing for the default one, built into target/)."""
+        """What `mvn` needs to build this release (nothing for the default one, built into target/
+        with ./pom.xml's and .mvn/maven.config's values)."""
         if default:
             return []
-        args = [f"-Dktor.version={self.name}", f"-Dkotlin.version={self.kotlin}"]
-        args += [] if "apache" in self.engines else ["-Dno.apache"]
-        return args + [f"-Dlab.build.dir=target/ktor-{self.name}"]
+        return [*self.maven_flags(), f"-Dlab.build.dir=target/ktor-{self.name}"]
+
+    def maven_flags(self) -> list[str]:
+        """The release, its Kotlin, `-Dno.<engine>=true` for each engine it does not publish (`=false`
+        for the others, over .mvn/maven.config's), and its properties: pom.xml's properties and profiles."""
+        return [
+            f"-Dktor.version={self.name}",
+            f"-Dkotlin.version={self.kotlin}",
+            *(f"-Dno.{e}={'false' if e in self.engines else 'true'}" for e in ENGINES),
+            *(f"-D{name}={value}" for name, value in self.properties),
+        ]
 
 
 def releases(path: Path = RELEASES_FILE) -> list[Release]:
     out = []
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
-            name, kotlin, engines = line.split()
-            out.append(Release(name, kotlin, tuple(engines.split(","))))
+            name, kotlin, engines, properties = line.split()
+            pairs = tuple(tuple(p.split("=", 1)) for p in properties.split(","))
+            out.append(Release(name, kotlin, tuple(engines.split(",")), pairs))  # type: ignore[arg-type]
     return out
 
 
@@ -68,6 +80,50 @@ def release(name: str) -> Release:
     )
 
 
+def version_key(name: str) -> tuple:
+    """3.10.0 after 3.5.2: a release's numbers compared as numbers."""
+    return tuple(int(p) if p.isdigit() else 0 for p in name.split("."))
+
+
+def publishing(engine: str) -> list[Release]:
+    """The releases of ktor-releases.tsv that publish `engine`, oldest first."""
+    return sorted((r for r in releases() if engine in r.engines), key=lambda r: version_key(r.name))
+
+
+def last_release(engine: str) -> Release | None:
+    """The newest release of the list that publishes `engine` (apache: 3.4.1), None for none."""
+    return (publishing(engine) or [None])[-1]
+
+
+def release_of(case: Case, default: Release | None = None) -> Release:
+    """The release `case` runs on: the one it names; else `default` (the list's first unless given:
+    compose's KTOR_VERSION), or, for an engine it does not publish, the newest release that does
+    (apache: its last, 3.4.1). ValueError naming the releases with the engine when none will do."""
+    rel = release(case.ktor) if case.ktor else default or default_release()
+    if case.engine in rel.engines:
+        return rel
+    have = ", ".join(r.name for r in publishing(case.engine)) or "none"
+    if case.ktor:
+        raise ValueError(
+            f"Ktor {rel.name} does not publish the {case.engine} engine (case {case.name}); "
+            f"releases with it: {have}. Drop the release, or name one of those"
+        )
+    last = last_release(case.engine)
+    if last is None:
+        raise ValueError(
+            f"no release of ktor-releases.tsv publishes the {case.engine} engine (case {case.id})"
+        )
+    return last
+
+
+def note(case: Case) -> str | None:
+    """What a report and an overlay say of a case that runs on another release than the default by
+    itself: `apache: Ktor 3.4.1, its last release; deprecated` (None for the others)."""
+    if case.ktor or case.engine in default_release().engines:
+        return None
+    return f"{case.engine}: Ktor {release_of(case).name}, its last release; deprecated"
+
+
 def check_cases(rel: Release, cases: list[Case]) -> None:
     """ValueError naming the first case whose engine `rel` does not publish (never swapped)."""
     for case in cases:
@@ -81,15 +137,9 @@ def check_cases(rel: Release, cases: list[Case]) -> None:
 def check_dimensions(case: Case) -> None:
     """ValueError when the case's Ktor release is unknown or lacks its engine, or its JDK is not
     on this machine: what a command checks before any part starts."""
-    if case.ktor:
-        check_cases(release(case.ktor), [case])
+    release_of(case)
     if case.java:
         jdk(case.java)
-
-
-def publishing(engine: str) -> list[Release]:
-    """The releases of ktor-releases.tsv that publish `engine`."""
-    return [r for r in releases() if engine in r.engines]
 
 
 def build_dir(module: str, rel: Release) -> Path:
@@ -106,7 +156,7 @@ def _sources(module: str) -> list[Path]:
     if module in ("lean-proxy", "engine-bench"):
         roots += [
             REPO / "proxy-app" / "src" / "main",
-            REPO / "proxy-app" / "src" / "apache",
+            REPO / "proxy-app" / "src" / "engines",
             REPO / "proxy-app" / "pom.xml",
             REPO / "plain-client" / "src",
             REPO / "plain-client" / "pom.xml",
@@ -154,6 +204,14 @@ def ensure_jars(releases: list[Release], modules: tuple[str, ...] = ("proxy-app"
     for rel in releases:
         for module in modules:
             ensure_jar(module, rel)
+
+
+def program(case: Case) -> tuple[Path, str | None]:
+    """What runs the proxy for `case`: the jar of its release (built first when missing or older
+    than its sources; an engine the default release lacks on its last release), and its JDK's
+    java (None: the default java)."""
+    path = ensure_jar("proxy-app", release_of(case))
+    return path, (jdk(case.java).java if case.java else None)
 
 
 def names(text: str) -> list[str]:

@@ -86,19 +86,19 @@ def test_lab_run_has_no_branch_on_the_backend():
 
 
 def test_a_plan_applies_its_dimensions_to_every_case_and_refuses_them_twice():
-    p = plan("singleton-cio", "per-call-okhttp", ktor=["3.4.0", "3.5.1"])
+    p = plan("singleton-cio", "per-call-okhttp", ktor=["3.4.0", "3.5.2"])
     assert [c.name for c in p.cases_to_run()] == [
         "singleton-cio ktor 3.4.0",
         "per-call-okhttp ktor 3.4.0",
-        "singleton-cio ktor 3.5.1",
-        "per-call-okhttp ktor 3.5.1",
+        "singleton-cio ktor 3.5.2",
+        "per-call-okhttp ktor 3.5.2",
     ]
     assert p.has_dimensions and not plan().has_dimensions
     assert p.to_json()["cases"] == ["singleton-cio", "per-call-okhttp"]
     with pytest.raises(ValueError, match="names its ktor; give it there or with --ktor, not both"):
-        plan("singleton-cio ktor 3.5.1", ktor=["3.4.0"])
+        plan("singleton-cio ktor 3.5.2", ktor=["3.4.0"])
     with pytest.raises(ValueError, match="does not publish the apache engine"):
-        plan("singleton-apache ktor 3.5.1")
+        plan("singleton-apache ktor 3.5.2")
 
 
 def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_once():
@@ -132,7 +132,12 @@ def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, 
     from ktor_lab.paths import LEAN_PROXY_JAR, PROXY_JAR
 
     built, started = [], []
-    monkeypatch.setattr(versions, "ensure_jars", lambda releases: built.extend(r.name for r in releases))
+
+    def ensure_jar(module, release):
+        built.append(release.name)
+        return versions.jar(module, release)
+
+    monkeypatch.setattr(versions, "ensure_jar", ensure_jar)
 
     class Started:
         pid = 1
@@ -145,18 +150,21 @@ def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, 
         return Started()
 
     monkeypatch.setattr(stack_module.proxy, "start", start)
-    newer = versions.releases()[-1]
+    older = versions.release("3.4.0")
     lab = stack_module.Stack(tmp_path)
-    lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name} jdk 25"))
+    lab.proxy(Case.parse(f"singleton-okhttp ktor {older.name} jdk 25"))
     lab.proxy(Case.parse("singleton-okhttp"))
-    lab.proxy(Case.parse(f"singleton-okhttp ktor {newer.name}"), jar=LEAN_PROXY_JAR)
+    lab.proxy(Case.parse(f"singleton-okhttp ktor {older.name}"), jar=LEAN_PROXY_JAR)
+    # An engine the default release lacks: its last release's jar, without being asked.
+    lab.proxy(Case.parse("per-call-apache"))
     # The default release's jar goes through the same check: one older than its sources is rebuilt.
-    assert built == [newer.name, versions.default_release().name]
+    assert built == [older.name, versions.default_release().name, "3.4.1"]
     assert versions.jar("proxy-app", versions.default_release()) == PROXY_JAR
     assert started == [
-        (versions.jar("proxy-app", newer), versions.jdk("25").java),
+        (versions.jar("proxy-app", older), versions.jdk("25").java),
         (PROXY_JAR, None),
         (LEAN_PROXY_JAR, None),
+        (versions.jar("proxy-app", versions.release("3.4.1")), None),
     ]
 
 

@@ -102,34 +102,49 @@ def test_no_overlay_names_a_case_the_lab_does_not_know():
 
 def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     """proxy-app's ProxyConfig.kt: its Engine and Lifetime enums (what CLIENT_ENGINE and
-    CLIENT_LIFETIME accept), and one EngineSetup file per engine."""
+    CLIENT_LIFETIME accept), and each engine's setup in its own source root, named as the enum says
+    (src/engines/<id>/kotlin: built only for the releases that publish the engine)."""
     text = (PROXY_DIR / "src" / "main" / "kotlin" / "lab" / "proxy" / "ProxyConfig.kt").read_text()
 
-    def ids(enum: str) -> tuple[str, ...]:
+    def entries(enum: str) -> list[tuple[str, ...]]:
         body = re.search(rf"enum class {enum}\(.*?\{{(.*?)\}}", text, re.S)[1]
-        return tuple(re.findall(r'\w+\("([\w-]+)"\)', body))
+        return [
+            tuple(re.findall(r'"([\w-]+)"', args)) for args in re.findall(r"^\s+\w+\((.*?)\),", body, re.M)
+        ]
 
-    assert ids("Engine") == ENGINES
-    assert ids("Lifetime") == LIFETIMES
-    setups = {p.stem.removesuffix("Setup").lower() for p in (PROXY_DIR / "src").rglob("engines/*Setup.kt")}
-    assert set(ENGINES) <= setups, (
-        f"no proxy-app/src/*/kotlin/lab/proxy/engines/<Engine>Setup.kt for {set(ENGINES) - setups}"
-    )
+    engines = entries("Engine")
+    assert tuple(e[0] for e in engines) == ENGINES
+    assert tuple(e[0] for e in entries("Lifetime")) == LIFETIMES
+    for engine, setup in engines:
+        path = PROXY_DIR / "src" / "engines" / engine / "kotlin" / "lab" / "proxy" / "engines" / f"{setup}.kt"
+        assert path.exists(), f"{path.relative_to(REPO)} is missing"
+    assert {p.name for p in (PROXY_DIR / "src" / "engines").iterdir()} == set(ENGINES)
 
 
 def test_the_plain_clients_are_built_for_exactly_the_lab_s_engines():
-    """plain-client's PlainClients.kt (the reference of lab bench and the engines study) lists the
-    engines and builds each in two `when`s: all of them must be the registry's."""
-    text = (
-        REPO / "plain-client" / "src" / "main" / "kotlin" / "lab" / "plain" / "PlainClients.kt"
-    ).read_text()
-    listed = re.search(r"val engines: List<String> get\(\) = listOf\((.*?)\)", text)[1]
-    assert tuple(re.findall(r'"([\w-]+)"', listed)) == ENGINES
-    for fun in ("plain", "withLimits"):
-        body = re.search(
-            rf"fun {fun}\(engine: String.*?\n    fun |fun {fun}\(engine: String.*\Z", text, re.S
-        )[0]
-        assert set(re.findall(r'^        "([\w-]+)" ->', body, re.M)) == set(ENGINES), fun
+    """plain-client's PlainClients.kt (the reference of lab bench and the engines study) names one
+    object per engine, each in the engine's own source root."""
+    plain = REPO / "plain-client" / "src"
+    text = (plain / "main" / "kotlin" / "lab" / "plain" / "PlainClients.kt").read_text()
+    listed = re.findall(r'^        "([\w-]+)" to "(\w+)",', text, re.M)
+    assert tuple(engine for engine, _ in listed) == ENGINES
+    for engine, name in listed:
+        path = plain / "engines" / engine / "kotlin" / "lab" / "plain" / f"{name}.kt"
+        assert path.exists() and f"object {name} : PlainEngine" in path.read_text(), path
+    assert {p.name for p in (plain / "engines").iterdir()} == set(ENGINES)
+
+
+def test_each_engine_has_one_maven_profile_per_module_that_builds_it():
+    """proxy-app's and plain-client's pom.xml: a profile per engine, on unless -Dno.<engine>=true,
+    with its Ktor artifact and its source root."""
+    for module in ("proxy-app", "plain-client"):
+        pom = (REPO / module / "pom.xml").read_text()
+        ids = re.findall(r"<id>engine-([\w-]+)</id>\s*<activation>", pom)
+        assert tuple(ids) == ENGINES, module
+        for engine in ENGINES:
+            assert f"<name>no.{engine}</name><value>!true</value>" in pom, (module, engine)
+            assert f"<artifactId>ktor-client-{engine}-jvm</artifactId>" in pom, (module, engine)
+            assert f"<source>src/engines/{engine}/kotlin</source>" in pom, (module, engine)
 
 
 def test_the_engines_without_http2_are_those_the_proxy_refuses_it_through():
@@ -143,10 +158,9 @@ def test_the_engines_without_http2_are_those_the_proxy_refuses_it_through():
     assert refusing == set(HTTP1_ONLY)
 
 
-def test_every_release_publishes_engines_of_the_list_and_the_default_all():
+def test_every_release_publishes_engines_of_the_list_and_each_engine_has_a_release():
     for release in versions.releases():
         assert set(release.engines) <= set(ENGINES), (release.name, release.engines)
-    assert versions.default_release().engines == ENGINES
     for engine in ENGINES:
         assert versions.publishing(engine), f"no release of ktor-releases.tsv publishes {engine}"
 

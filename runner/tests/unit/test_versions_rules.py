@@ -3,21 +3,84 @@ what is refused before anything starts."""
 
 from __future__ import annotations
 
+import subprocess
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from ktor_lab import cli, versions
+from ktor_lab.cases import Case
+from ktor_lab.parts import compose
 from ktor_lab.paths import REPO
 
-NEWER = versions.releases()[-1]
+NEWER = versions.releases()[0]  # the default, and newest: it has no apache engine
+OLDER = versions.release("3.4.0")
 
 
 def test_the_releases_list_and_the_pom_agree_on_the_default():
+    """./pom.xml builds the list's first release (its Kotlin, its properties) and .mvn/maven.config holds
+    its -Dno.<engine> flags, so that a plain `mvn package` builds what the runner calls the default."""
     pom = ET.parse(REPO / "pom.xml").getroot()
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    assert pom.find("m:properties/m:ktor.version", ns).text == versions.default_release().name
-    assert pom.find("m:properties/m:kotlin.version", ns).text == versions.default_release().kotlin
-    assert versions.default_release().engines == ("cio", "apache", "apache5", "okhttp", "java")
-    assert "apache" not in NEWER.engines  # ktor-client-apache ends at 3.4.1
+    default = versions.default_release()
+    assert pom.find("m:properties/m:ktor.version", ns).text == default.name
+    assert pom.find("m:properties/m:kotlin.version", ns).text == default.kotlin
+    for name, value in default.properties:
+        assert pom.find(f"m:properties/m:{name}", ns).text == value, name
+    # Every release sets the same properties (a build of one must not inherit another's).
+    assert {tuple(n for n, _ in r.properties) for r in versions.releases()} == {
+        tuple(n for n, _ in default.properties)
+    }
+    lacking = {f for f in default.maven_flags() if f.startswith("-Dno.") and f.endswith("=true")}
+    assert set((REPO / ".mvn" / "maven.config").read_text().split()) == lacking
+    assert "apache" not in default.engines  # ktor-client-apache ends at 3.4.1
+
+
+@pytest.mark.parametrize("release", versions.releases(), ids=lambda r: r.name)
+def test_the_proxy_image_builds_a_release_with_the_runner_s_flags(release):
+    """proxy-app/Dockerfile reads its Maven flags from proxy-app/maven-flags.awk: the same as the
+    runner's for every release (engines it lacks, properties), in any order."""
+    r = subprocess.run(
+        ["awk", "-v", f"r={release.name}", "-f", "proxy-app/maven-flags.awk", "ktor-releases.tsv"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert set(r.stdout.split()) == set(release.maven_flags())
+    bad = subprocess.run(
+        ["awk", "-v", "r=9.9.9", "-f", "proxy-app/maven-flags.awk", "ktor-releases.tsv"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert (
+        bad.returncode == 1
+        and f"KTOR_VERSION=9.9.9 is not in ktor-releases.tsv (known: {NEWER.name} " in bad.stderr
+    )
+
+
+def test_an_engine_the_default_lacks_runs_on_its_last_release_by_itself():
+    """apache: not in the default release, so a case of it without a release of its own runs on
+    the newest release that publishes it (3.4.1), and says so; named releases are kept, or refused."""
+    apache = Case.parse("singleton-apache")
+    last = versions.last_release("apache")
+    assert last.name == "3.4.1" and versions.release_of(apache) == last
+    assert versions.note(apache) == "apache: Ktor 3.4.1, its last release; deprecated"
+    assert versions.release_of(Case.parse("singleton-apache ktor 3.4.0")) == OLDER
+    assert (
+        versions.release_of(Case.parse("singleton-okhttp")) == NEWER
+        and versions.note(Case.parse("singleton-okhttp")) is None
+    )
+    with pytest.raises(ValueError) as e:
+        versions.release_of(Case.parse(f"per-call-apache ktor {NEWER.name}"))
+    assert str(e.value) == (
+        f"Ktor {NEWER.name} does not publish the apache engine (case per-call-apache ktor {NEWER.name}); "
+        "releases with it: 3.4.0, 3.4.1. Drop the release, or name one of those"
+    )
+    with pytest.raises(ValueError, match="releases with it: 3.4.0, 3.5.1, 3.5.2"):
+        versions.release_of(Case.parse("singleton-java ktor 3.4.1"))
+    # What the proxy's apache engine says of its release (lab_proxy_info) is this list's last.
+    kotlin = next((REPO / "proxy-app" / "src" / "engines" / "apache").rglob("ApacheSetup.kt")).read_text()
+    assert f'const val LAST_RELEASE = "{last.name}"' in kotlin
+    # And compose builds its overlays' image on the same release.
+    assert compose.dotenv()[compose.release_variable("apache")] == last.name
+    assert compose.dotenv()["KTOR_VERSION"] == NEWER.name
 
 
 def test_an_engine_a_release_lacks_and_an_unknown_jdk_are_refused_before_anything_starts(capsys):
@@ -28,7 +91,7 @@ def test_an_engine_a_release_lacks_and_an_unknown_jdk_are_refused_before_anythin
         f"its engines: {', '.join(NEWER.engines)}. Drop the case or the release"
     )
     assert cli.main(["run", "--ktor", "9.9.9", "--cases", "singleton-cio"]) == 2
-    assert "Ktor '9.9.9' is not in ktor-releases.tsv (known: 3.4.0" in capsys.readouterr().err
+    assert f"Ktor '9.9.9' is not in ktor-releases.tsv (known: {NEWER.name}" in capsys.readouterr().err
     assert cli.main(["run", "--java", "8", "--cases", "singleton-cio"]) == 2
     err = capsys.readouterr().err
     assert "--java 8: no JDK 8 on this machine (found: 17" in err and err.count("\n") == 1

@@ -110,6 +110,17 @@ def stack_settings(pairs: list[str]) -> dict[str, str]:
     return given
 
 
+def release_for(case: Case, extra: dict[str, str]) -> str:
+    """The release the proxy's image is built with: KTOR_VERSION when given (--set, the shell),
+    else the case's own (.env's default, or the engine's last release: apache on 3.4.1).
+    LabError when the release given does not publish the case's engine."""
+    given = extra.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION")
+    try:
+        return versions.release_of(case.with_dimensions(ktor=given or "")).name
+    except ValueError as e:
+        raise LabError(str(e)) from None
+
+
 def check_names(args: argparse.Namespace) -> None:
     """The stack's name and the registry's address, as Docker takes them."""
     if not STACK_NAME.fullmatch(getattr(args, "name", "ktor-lab")):
@@ -157,11 +168,7 @@ def run(args: argparse.Namespace) -> int:
             f"a swarm of {len(ready)} nodes needs --registry HOST:PORT that every node pulls from: "
             "the one lab swarm starts here answers on this machine's loopback only"
         )
-    release = versions.release({**compose.dotenv(), **os.environ, **extra}["KTOR_VERSION"])
-    try:
-        versions.check_cases(release, [case])
-    except ValueError as e:
-        raise LabError(str(e)) from None
+    extra = {**extra, "KTOR_VERSION": release_for(case, extra)}
     options.handle_signals()
     try:
         env = up(args, case, extra)

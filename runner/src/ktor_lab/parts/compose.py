@@ -22,6 +22,7 @@ import psutil
 import yaml
 from dotenv import dotenv_values
 
+from .. import versions
 from ..cases import ALL, ENGINE_TITLES, LIFETIME_TITLES, Case
 from ..errors import LabError
 from ..paths import REPO
@@ -64,19 +65,35 @@ def case_overlays() -> dict[str, Path]:
     return {case.id: overlay(case.id) for case in ALL}
 
 
+def release_variable(engine: str) -> str:
+    """The variable of .env that names the release an engine the default release lacks is built
+    on (APACHE_KTOR_VERSION=3.4.1): its overlays build the proxy's image with it."""
+    return f"{engine.upper()}_KTOR_VERSION"
+
+
 def overlay_text(case: Case) -> str:
     """What compose/<case>.yml holds: its first lines say what it changes, then only the delta,
-    the proxy's environment for the case (Case.proxy_env) and Locust's label of it."""
-    delta = {
-        "services": {
-            "proxy": {"environment": case.base.proxy_env()},
-            "locust": {"environment": {"LAB_CASE": case.id}},
+    the proxy's environment for the case (Case.proxy_env) and Locust's label of it; for an engine
+    the default release does not publish, the release its image is built on."""
+    proxy: dict = {"environment": case.base.proxy_env()}
+    note = versions.note(case.base)
+    if note:
+        variable = f"${{{release_variable(case.engine)}:?set in .env}}"
+        proxy = {
+            "build": {"args": {"KTOR_VERSION": variable}},
+            "image": f"ktor-lab/proxy:ktor-{variable}",
+            **proxy,
         }
-    }
+        note = (
+            f"# {note}. Its image is built on {release_variable(case.engine)} (.env): KTOR_VERSION's "
+            f"{versions.default_release().name} does not publish it.\n"
+        )
+    delta = {"services": {"proxy": proxy, "locust": {"environment": {"LAB_CASE": case.id}}}}
     return (
         f"# {case.id}: the proxy forwards through {ENGINE_TITLES[case.engine]}, "
         f"{LIFETIME_TITLES[case.lifetime]}.\n"
-        f"# docker compose -f docker-compose.yml -f compose/{case.id}.yml up\n"
+        + (note or "")
+        + f"# docker compose -f docker-compose.yml -f compose/{case.id}.yml up\n"
         + yaml.safe_dump(delta, sort_keys=False)
     )
 

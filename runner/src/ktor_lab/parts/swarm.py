@@ -160,8 +160,7 @@ def stack_env(case: Case, registry: str, env: dict[str, str], workers: int, graf
         **socket,
         **env,
         "LAB_REGISTRY": registry,
-        "CLIENT_ENGINE": case.engine,
-        "CLIENT_LIFETIME": case.lifetime,
+        **case.proxy_env(),
         "LOCUST_WORKERS": str(workers),
         "GRAFANA_REPLICAS": "1" if grafana else "0",
     }

@@ -282,7 +282,7 @@ def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    releases = [r.name for r in versions.releases()]
+    releases = sorted((r.name for r in versions.releases()), key=versions.version_key)
     p.add_argument("--ktor", default=",".join(releases), help="releases, oldest first (default: %(default)s)")
     p.add_argument("--java", default="17,25", help="JDKs, the first is the base (default: %(default)s)")
     p.add_argument(

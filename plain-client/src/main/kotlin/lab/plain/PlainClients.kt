@@ -3,23 +3,20 @@
  * engine, in two forms, written here without any code of the lab's (this module does not depend
  * on the proxy), so that a cost of the lab's setup cannot hide in its own reference.
  *
- * - [plain]: `HttpClient(Engine) { expectSuccess = false }`: the engine's defaults, whatever they
- *   are (OkHttp: 5 requests per host; CIO: 100 connections per route; Java: HTTP/2 first).
- * - [withLimits]: the same, with only the connection limit the lab applies to every engine
- *   (`CLIENT_MAX_CONNECTIONS`) set on the engine's own knob, as its documentation shows. The JDK's
- *   client has none: it is [plain] there.
+ * - [PlainEngine.plain]: `HttpClient(Engine) { expectSuccess = false }`: the engine's defaults,
+ *   whatever they are (OkHttp: 5 requests per host; CIO: 100 connections per route; Java: HTTP/2 first).
+ * - [PlainEngine.withLimits]: the same, with only the connection limit the lab applies to every
+ *   engine (`CLIENT_MAX_CONNECTIONS`) set on the engine's own knob, as its documentation shows.
+ *   The JDK's client has none: it is the plain one there.
+ *
+ * Each engine's two clients live in its own source root (`src/engines/<engine>/kotlin`), compiled
+ * only for a Ktor release that publishes the engine (pom.xml), and are found here by name.
  */
 package lab.plain
 
 import io.ktor.client.HttpClient
-import io.ktor.client.engine.apache5.Apache5
-import io.ktor.client.engine.cio.CIO
-import io.ktor.client.engine.cio.endpoint
-import io.ktor.client.engine.java.Java
-import io.ktor.client.engine.okhttp.OkHttp
-import okhttp3.Dispatcher
 
-/** How a reference client is built: [plain] or [withLimits]. */
+/** How a reference client is built: plain or with the lab's limits. */
 enum class PlainForm(val id: String) {
     DEFAULTS("plain"),
     LIMITS("plain-limits"),
@@ -30,67 +27,44 @@ enum class PlainForm(val id: String) {
     }
 }
 
+/** One engine's two reference clients. */
+interface PlainEngine {
+    fun plain(): HttpClient
+
+    fun withLimits(n: Int): HttpClient
+}
+
 object PlainClients {
-    /** The engines a reference can be built for in this build (the apache one only where the release has it). */
-    val engines: List<String> get() = listOf("cio", "apache", "apache5", "okhttp", "java").filter { it != "apache" || apache != null }
+    /** Every engine, by the name of its object in src/engines/<engine>/kotlin. */
+    private val objects = linkedMapOf(
+        "cio" to "PlainCio",
+        "apache" to "PlainApache",
+        "apache5" to "PlainApache5",
+        "okhttp" to "PlainOkHttp",
+        "java" to "PlainJava",
+    )
+
+    private val built: Map<String, PlainEngine> by lazy {
+        objects.mapNotNull { (engine, name) ->
+            runCatching { Class.forName("lab.plain.$name").getField("INSTANCE").get(null) as PlainEngine }
+                .getOrNull()?.let { engine to it }
+        }.toMap()
+    }
+
+    /** The engines a reference can be built for in this build (those its Ktor release publishes). */
+    val engines: List<String> get() = built.keys.toList()
 
     fun create(engine: String, form: PlainForm, maxConnections: Int): HttpClient = when (form) {
         PlainForm.DEFAULTS -> plain(engine)
         PlainForm.LIMITS -> withLimits(engine, maxConnections)
     }
 
-    fun plain(engine: String): HttpClient = when (engine) {
-        "cio" -> HttpClient(CIO) { expectSuccess = false }
-        "apache" -> apacheOrFail().plain()
-        "apache5" -> HttpClient(Apache5) { expectSuccess = false }
-        "okhttp" -> HttpClient(OkHttp) { expectSuccess = false }
-        "java" -> HttpClient(Java) { expectSuccess = false }
-        else -> throw IllegalArgumentException("no engine '$engine'; one of ${engines.joinToString(", ")}")
-    }
+    fun plain(engine: String): HttpClient = of(engine).plain()
 
-    fun withLimits(engine: String, n: Int): HttpClient = when (engine) {
-        "cio" -> HttpClient(CIO) {
-            expectSuccess = false
-            engine {
-                maxConnectionsCount = n
-                endpoint { maxConnectionsPerRoute = n }
-            }
-        }
-        "apache" -> apacheOrFail().withLimits(n)
-        "apache5" -> HttpClient(Apache5) {
-            expectSuccess = false
-            engine {
-                configureConnectionManager {
-                    setMaxConnTotal(n)
-                    setMaxConnPerRoute(n)
-                }
-            }
-        }
-        "okhttp" -> HttpClient(OkHttp) {
-            expectSuccess = false
-            engine {
-                config {
-                    dispatcher(Dispatcher().apply {
-                        maxRequests = n
-                        maxRequestsPerHost = n
-                    })
-                }
-            }
-        }
-        "java" -> plain(engine) // the JDK's client cannot limit connections
-        else -> throw IllegalArgumentException("no engine '$engine'; one of ${engines.joinToString(", ")}")
-    }
+    fun withLimits(engine: String, n: Int): HttpClient = of(engine).withLimits(n)
 
-    /** Built only for releases that publish the apache engine (src/apache). */
-    interface ApacheClients {
-        fun plain(): HttpClient
-        fun withLimits(n: Int): HttpClient
-    }
-
-    private val apache: ApacheClients? by lazy {
-        runCatching { Class.forName("lab.plain.PlainApache").getField("INSTANCE").get(null) as ApacheClients }.getOrNull()
-    }
-
-    private fun apacheOrFail(): ApacheClients =
-        apache ?: throw IllegalArgumentException("this build's Ktor release has no apache engine")
+    private fun of(engine: String): PlainEngine = built[engine] ?: throw IllegalArgumentException(
+        if (engine in objects) "this build's Ktor release has no $engine engine; engines here: ${engines.joinToString(", ")}"
+        else "no engine '$engine'; one of ${engines.joinToString(", ")}",
+    )
 }

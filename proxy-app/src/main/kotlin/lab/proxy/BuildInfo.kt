@@ -11,6 +11,12 @@ object BuildInfo {
         BuildInfo::class.java.getResourceAsStream("/lab-build.properties")?.use { load(it) }
     }
 
-    /** The Ktor release on the classpath, e.g. 3.4.0. */
+    /** The Ktor release on the classpath, e.g. 3.5.2. */
     val ktorVersion: String = properties.getProperty("ktor.version") ?: "unknown"
+
+    /**
+     * The release of Ktor's Micrometer plugin (ktor-server-metrics-micrometer): the build's own,
+     * or the release ktor-releases.tsv pins where the registry does not serve the build's.
+     */
+    val micrometerPluginVersion: String = properties.getProperty("ktor.micrometer.version") ?: "unknown"
 }

@@ -19,12 +19,12 @@ interface Choice {
 fun <E : Choice> List<E>.byId(value: String): E? = firstOrNull { it.id == value.lowercase() }
 
 /** The HTTP client engines under test. [id] is the value of `CLIENT_ENGINE`. */
-enum class Engine(override val id: String) : Choice {
-    CIO("cio"),
-    APACHE("apache"),
-    APACHE5("apache5"),
-    OKHTTP("okhttp"),
-    JAVA("java"),
+enum class Engine(override val id: String, val setupName: String) : Choice {
+    CIO("cio", "CioSetup"),
+    APACHE("apache", "ApacheSetup"),
+    APACHE5("apache5", "Apache5Setup"),
+    OKHTTP("okhttp", "OkHttpSetup"),
+    JAVA("java", "JavaSetup"),
 }
 
 /** How long one `HttpClient` lives. [id] is the value of `CLIENT_LIFETIME`. */

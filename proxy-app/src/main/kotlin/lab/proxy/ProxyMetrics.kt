@@ -179,6 +179,7 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
             .description("The case and the effective client settings; value is always 1")
             .tag("case", config.caseName)
             .tag("ktor_version", KTOR_VERSION)
+            .tag("ktor_micrometer_version", BuildInfo.micrometerPluginVersion)
             .tag("java_version", System.getProperty("java.version"))
             .tag("upstream", config.upstreamUrl)
         settings.forEach { (k, v) -> builder.tag(k, v) }

@@ -79,7 +79,7 @@ interface EngineSetup {
     fun refusal(config: ProxyConfig): String? = null
 
     companion object {
-        /** The engine's setup; a [ConfigException] naming the release when this build lacks it. */
+        /** The engine's setup; a [ConfigException] naming the release and the engines it has when this build lacks it. */
         fun of(engine: Engine): EngineSetup = builtOrNull(engine) ?: throw ConfigException(
             "CLIENT_ENGINE='${engine.id}' is not in this build: Ktor ${BuildInfo.ktorVersion} does not publish " +
                 "the ${engine.id} engine; use one of ${built().joinToString(", ") { it.id }}, " +
@@ -89,17 +89,14 @@ interface EngineSetup {
         /** The engines this jar holds, in [Engine] order. */
         fun built(): List<Engine> = Engine.entries.filter { builtOrNull(it) != null }
 
-        private fun builtOrNull(engine: Engine): EngineSetup? = when (engine) {
-            Engine.CIO -> CioSetup
-            // ktor-client-apache ends at 3.4.1; its setup is compiled only for releases that have it.
-            Engine.APACHE -> optional("lab.proxy.engines.ApacheSetup")
-            Engine.APACHE5 -> Apache5Setup
-            Engine.OKHTTP -> OkHttpSetup
-            Engine.JAVA -> JavaSetup
-        }
-
-        private fun optional(className: String): EngineSetup? =
-            runCatching { Class.forName(className).getField("INSTANCE").get(null) as EngineSetup }.getOrNull()
+        /**
+         * Each engine's setup is compiled only into builds of a release that publishes the engine
+         * (its source root `src/engines/<id>/kotlin`, a profile of pom.xml: ktor-releases.tsv says
+         * which), so it is found by name: `lab.proxy.engines.CioSetup` for [Engine.CIO].
+         */
+        private fun builtOrNull(engine: Engine): EngineSetup? = runCatching {
+            Class.forName("lab.proxy.engines.${engine.setupName}").getField("INSTANCE").get(null) as EngineSetup
+        }.getOrNull()
 
         /** Idle keep-alive for pooled connections, the same for every engine that lets us set it. */
         const val KEEP_ALIVE_MS = 5_000L

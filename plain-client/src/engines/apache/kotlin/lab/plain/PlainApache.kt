@@ -1,4 +1,4 @@
-/** The apache engine's plain clients (HttpClient 4; Ktor publishes it up to 3.4.1). */
+/** The apache engine's reference clients (HttpClient 4; Ktor publishes it up to 3.4.1). */
 @file:Suppress("DEPRECATION") // ktor-client-apache is deprecated in favour of apache5, and under test
 
 package lab.plain
@@ -6,7 +6,7 @@ package lab.plain
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache.Apache
 
-object PlainApache : PlainClients.ApacheClients {
+object PlainApache : PlainEngine {
     override fun plain(): HttpClient = HttpClient(Apache) { expectSuccess = false }
 
     override fun withLimits(n: Int): HttpClient = HttpClient(Apache) {

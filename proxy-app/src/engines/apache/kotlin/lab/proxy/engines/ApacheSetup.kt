@@ -9,12 +9,23 @@ package lab.proxy.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache.Apache
 import io.ktor.client.engine.apache.ApacheEngineConfig
+import lab.proxy.BuildInfo
 import lab.proxy.ProxyConfig
 import lab.proxy.UpstreamTls
 import org.apache.http.nio.conn.ssl.SSLIOSessionStrategy
 import org.apache.http.impl.nio.reactor.IOReactorConfig
 
 object ApacheSetup : EngineSetup {
+    /** ktor-client-apache's last release (ktor-releases.tsv; a test of the runner keeps them equal). */
+    const val LAST_RELEASE = "3.4.1"
+
+    /** What `lab_proxy_info` says of the engine: deprecated, and on which release. */
+    val note: String
+        get() = BuildInfo.ktorVersion.let { built ->
+            if (built == LAST_RELEASE) "apache: Ktor $built, its last release; deprecated"
+            else "apache: Ktor $built (its last release is $LAST_RELEASE); deprecated"
+        }
+
     override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Apache) {
         engine { configure(config, parts) }
         labCommon(config, parts)
@@ -57,6 +68,7 @@ object ApacheSetup : EngineSetup {
                 "max_connections_per_route" to "engine_default",
                 "retry_on_stale" to "none", // the engine has no retry
                 "pool_metrics" to "not exposed", // its connection manager is built inside Ktor's engine
+                "engine_note" to note,
             )
         }
         val apache = ApacheEngineConfig().apply { configure(config) }
@@ -67,6 +79,7 @@ object ApacheSetup : EngineSetup {
             "io_threads" to EngineSetup.IO_THREADS.toString(),
             "retry_on_stale" to "none", // the engine has no retry
             "pool_metrics" to "not exposed", // its connection manager is built inside Ktor's engine
+            "engine_note" to note,
         )
     }
 }

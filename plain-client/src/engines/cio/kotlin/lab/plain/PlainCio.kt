@@ -1,0 +1,18 @@
+/** CIO's reference clients. */
+package lab.plain
+
+import io.ktor.client.HttpClient
+import io.ktor.client.engine.cio.CIO
+import io.ktor.client.engine.cio.endpoint
+
+object PlainCio : PlainEngine {
+    override fun plain(): HttpClient = HttpClient(CIO) { expectSuccess = false }
+
+    override fun withLimits(n: Int): HttpClient = HttpClient(CIO) {
+        expectSuccess = false
+        engine {
+            maxConnectionsCount = n
+            endpoint { maxConnectionsPerRoute = n }
+        }
+    }
+}
