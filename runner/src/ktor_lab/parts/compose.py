@@ -131,13 +131,21 @@ def render(*overlays: str, env: dict[str, str] | None = None, inherit_env: bool 
     return json.loads(r.stdout)
 
 
-# What docker-compose.yml passes to the proxy from the shell or .env (a test keeps it equal).
+# What docker-compose.yml passes to the proxy from the shell or .env: every variable of
+# ProxyConfig.kt but the case's (its overlay's), where the stack has nginx and the proxy's own
+# address (UPSTREAM_URL, HOST, PORT), and those of the https and network overlays; plus the
+# container's JVM options and open-files limit. Tests keep it equal to the file
+# (tests/unit/test_compose_variables.py, tests/test_compose.py).
 PROXY_VARIABLES = (
     "CLIENT_MAX_CONNECTIONS",
     "CLIENT_LIMITS",
     "CLIENT_CONNECT_TIMEOUT_MS",
     "CLIENT_REQUEST_TIMEOUT_MS",
+    "CLIENT_RETRY_ON_STALE",
     "CLIENT_PIPELINING",
+    "SERVER_HEADER_TIMEOUT_MS",
+    "SERVER_IDLE_TIMEOUT_MS",
+    "ACCESS_LOG",
     "PROXY_JAVA_OPTS",
     "PROXY_NOFILE",
 )
