@@ -32,3 +32,30 @@ def test_every_docs_page_is_in_the_index():
     for page in (REPO / "docs").glob("*.md"):
         if page.name != "README.md":
             assert f"({page.name})" in index, page.name
+
+
+# What a reader of the repository meets: the pages, and the comments of the compose files, .env
+# and the Makefile.
+REFERRING = [
+    *PAGES,
+    *sorted((REPO / "compose").glob("*.yml")),
+    REPO / ".env",
+    REPO / "Makefile",
+]
+
+
+def test_no_link_or_file_reference_leaves_the_repository():
+    """A clone has nothing above its root: no relative path may climb out of it (a Markdown link
+    or a path in text, from the file's own folder), no link may be absolute, and nothing may
+    name the `../shared` folder of the machine the lab was built on."""
+    root = REPO.resolve()
+    bad = set()
+    for path in REFERRING:
+        text, name = path.read_text(), path.relative_to(REPO)
+        bad |= {f"{name}: {m}" for m in re.findall(r"(?:\.\./)+shared\b[\w./-]*", text)}
+        for ref in re.findall(r"(?<![\w./-])((?:\.\./)+[\w./-]*)", text):
+            if not (path.parent / ref).resolve().is_relative_to(root):
+                bad.add(f"{name}: {ref} (outside the repository)")
+        for link in re.findall(r"\]\(\s*((?:/|file:)[^)\s]*)", text):
+            bad.add(f"{name}: {link} (an absolute link)")
+    assert not bad, sorted(bad)
