@@ -10,11 +10,12 @@ argument in compose) and what it refuses. `BACKENDS` names them for `lab run --b
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
 from . import versions
-from .cases import ENGINE_TITLES, HTTP1_ONLY, HTTP2_ENGINES, Case
+from .cases import Case
 from .errors import LabError
 from .network import Network, read
 from .parts import compose, nginx, toxiproxy
@@ -23,19 +24,31 @@ from .results import NetworkRecord, Plan
 from .stack import Ports, Stack, grafana_binary, missing, require
 
 
+@dataclass
+class ProxyHandle:
+    """A proxy a backend started: where its /metrics answer, its host PID (None: not visible),
+    Prometheus' instance label of it, and the network between it and nginx."""
+
+    url: str
+    pid: int | None
+    instance: str
+    network: Network
+    handle: object = None  # the backend's own (natively the Stack's Proxy)
+
+
 class Backend(Protocol):
     kind: ClassVar[str]
     # How often Prometheus scrapes: the measurement waits for the window's last scrape.
     scrape_seconds: ClassVar[int]
+    # Whether several proxies can be up at once, each warmed once and measured in windows
+    # interleaved with the others' (natively); otherwise a fresh proxy per window (compose).
+    keeps_proxies: ClassVar[bool]
 
     @property
     def locust_url(self) -> str: ...  # Locust's web API, from this process
 
-    @property
-    def locust_host(self) -> str: ...  # the proxy, as Locust reaches it
-
-    @property
-    def proxy_metrics_url(self) -> str: ...  # the proxy's /metrics, from this process
+    def locust_host(self, proxy: ProxyHandle) -> str:
+        """`proxy` as Locust reaches it."""
 
     @property
     def prometheus_url(self) -> str: ...
@@ -46,9 +59,19 @@ class Backend(Protocol):
     def open(self, plan: Plan, out_dir: Path) -> None:
         """The parts every run shares; logs under `out_dir`."""
 
-    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
+    def start_case(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+    ) -> ProxyHandle:
         """A fresh proxy for `case` with the extra variables `env`, `network` between it and nginx
-        (Toxiproxy when it is on, nothing otherwise); its host PID when visible."""
+        (Toxiproxy when it is on, nothing otherwise). With `keep` (only where `keeps_proxies`), the
+        proxies started before stay up beside it; otherwise it replaces them."""
+
+    def use(self, proxy: ProxyHandle) -> None:
+        """Makes `proxy` the one under load: the network between it and nginx is its own, and
+        Prometheus scrapes it alone (the idle ones are left alone)."""
+
+    def stop_case(self, proxy: ProxyHandle) -> None:
+        """Stops `proxy` (`close` stops every one left)."""
 
     def network_record(self, network: Network) -> NetworkRecord:
         """What lies between the proxy and nginx now: `network`, and Toxiproxy's toxics as it reports them."""
@@ -66,23 +89,13 @@ class Backend(Protocol):
         """What results.json records of the backend."""
 
 
-def refuse_incapable(cases: list[Case]) -> None:
-    """What an engine cannot do, refused before anything starts as the proxy would at its start:
-    HTTP/2 through CIO or Apache (HttpClient 4)."""
-    for case in cases:
-        if case.protocol == "h2" and case.engine in HTTP1_ONLY:
-            raise LabError(
-                f"case {case.name!r}: {ENGINE_TITLES[case.engine]} speaks HTTP/1.1 only; "
-                f"use protocol https, or another engine ({', '.join(sorted(HTTP2_ENGINES))}) for h2"
-            )
-
-
 class NativeBackend:
     """Every part a child process of this one on 127.0.0.1 (stack.Stack), on free ports."""
 
     kind = "native"
     # Every 2 s (timeout 2 s): an overloaded proxy can take over a second to answer /metrics.
     scrape_seconds = 2
+    keeps_proxies = True
 
     def __init__(self, grafana: bool = False):
         self.grafana = grafana
@@ -99,20 +112,14 @@ class NativeBackend:
     def locust_url(self) -> str:
         return self._stack.locust_url
 
-    @property
-    def locust_host(self) -> str:
-        return self._stack.proxy_url
-
-    @property
-    def proxy_metrics_url(self) -> str:
-        return self._stack.proxy_url
+    def locust_host(self, proxy: ProxyHandle) -> str:
+        return proxy.url
 
     @property
     def prometheus_url(self) -> str:
         return self._stack.prometheus_url
 
     def check(self, plan: Plan) -> None:
-        refuse_incapable(plan.cases_to_run())
         problems = missing(network=any(plan.network_for(c).on for c in plan.cases_to_run()))
         if self.grafana and grafana_binary() is None:
             problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
@@ -135,10 +142,22 @@ class NativeBackend:
         if self.grafana:
             self.stack.grafana()
 
-    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
+    def start_case(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+    ) -> ProxyHandle:
         """A fresh proxy for `case`: the jar of its Ktor release, on its JDK (Stack.proxy),
-        through Toxiproxy on loopback when `network` is on."""
-        return self._stack.proxy(case, network=network, **env).service.pid
+        through Toxiproxy on loopback when `network` is on; with `keep`, on a port of its own."""
+        started = self._stack.proxy(case, network=network, keep=keep, **env)
+        instance = started.url.removeprefix("http://")
+        return ProxyHandle(started.url, started.service.pid, instance, network, started)
+
+    def use(self, proxy: ProxyHandle) -> None:
+        self._stack.toxics = self._stack.network(proxy.network)
+        if len(self._stack.kept) > 1:
+            self._stack.scrape_only(proxy.handle)  # type: ignore[arg-type]
+
+    def stop_case(self, proxy: ProxyHandle) -> None:
+        self._stack.stop_proxy(proxy.handle)  # type: ignore[arg-type]
 
     def network_record(self, network: Network) -> NetworkRecord:
         t = self._stack.toxiproxy
@@ -179,6 +198,7 @@ class ComposeBackend:
 
     kind = "compose"
     scrape_seconds = 5  # prometheus/prometheus.yml, used as is
+    keeps_proxies = False  # one proxy service per project
 
     def __init__(self, grafana: bool = False, name: str | None = None):
         self.grafana = grafana
@@ -197,11 +217,8 @@ class ComposeBackend:
     def locust_url(self) -> str:
         return self._project.url("locust")
 
-    locust_host = "http://proxy:8080"
-
-    @property
-    def proxy_metrics_url(self) -> str:
-        return self._project.url("proxy")
+    def locust_host(self, proxy: ProxyHandle) -> str:
+        return "http://proxy:8080"
 
     @property
     def prometheus_url(self) -> str:
@@ -218,7 +235,6 @@ class ComposeBackend:
                 f"--set {bad[0]}: docker-compose.yml does not pass it to the proxy; "
                 f"with --backend compose use one of {', '.join(compose.PROXY_VARIABLES)}"
             )
-        refuse_incapable(plan.cases_to_run())
         try:
             for case in plan.cases_to_run():
                 self.release_of(case)
@@ -251,7 +267,9 @@ class ComposeBackend:
         the engine's last release when that one does not publish it (apache: 3.4.1)."""
         return versions.release_of(case, versions.release(self.default_ktor)).name
 
-    def start_case(self, case: Case, env: dict[str, str], network: Network) -> int | None:
+    def start_case(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+    ) -> ProxyHandle:
         """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
         release), and compose/network.yml stacked on it when `network` is on (its values in the
         project's environment); the proxy's host PID when it can be seen (the engine on this
@@ -262,8 +280,16 @@ class ComposeBackend:
         release = self.release_of(case)
         # The case's overlay builds an engine the default release lacks on its own variable (.env).
         project.env.update({"KTOR_VERSION": release, compose.release_variable(case.engine): release})
+        if keep:
+            raise LabError("the compose stack runs one proxy at a time: a fresh one per window")
         project.up(case, fresh_proxy=True, network=network.on)
-        return project.container_pid("proxy")
+        return ProxyHandle(project.url("proxy"), project.container_pid("proxy"), "proxy:8080", network)
+
+    def use(self, proxy: ProxyHandle) -> None:
+        pass  # the only proxy up, its network set when it started
+
+    def stop_case(self, proxy: ProxyHandle) -> None:
+        pass  # replaced by the next window's, removed by close()
 
     def network_record(self, network: Network) -> NetworkRecord:
         if not network.on:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import versions
 from .paths import LOCUST_DIR
 
 # The engines, in the order tables list them, each with what it is (the overlays' first line).
@@ -64,9 +66,96 @@ PROTOCOL_TITLES = {
     "h2": "HTTP/2 over TLS",
 }
 PROTOCOLS = tuple(PROTOCOL_TITLES)
-# The dimensions beyond lifetime and engine: the field of Case, and the word that names it in a
-# case's name ("singleton-cio ktor 3.5.1 jdk 25"), in the order names write them.
-DIMENSIONS = {"ktor": "ktor", "java": "jdk", "protocol": "protocol", "rtt_ms": "rtt"}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """What a case may vary beyond its lifetime and engine, declared once: the rest of the lab
+    (parsing a case, a plan's matrix, lab run's options, a report's rows and its "one dimension
+    changed" lines) reads it from here.
+
+    `field` is the Case field (its default: the dimension's default, left out of names); `word`
+    names it in a case's name (`singleton-cio ktor 3.5.2 jdk 25`); `plan` is the Plan field and
+    `option` lab run's option that list several values; `title` is how a report names it, `show`
+    how it writes a value, `run_field` where a Run keeps the value it ran with. `parse` reads a value
+    (ValueError naming what is valid); `refuse` says why a case cannot take its value (None: it
+    can), so a matrix skips that combination and names it; `env` is the proxy's variables for it."""
+
+    field: str
+    word: str
+    plan: str
+    option: str
+    title: str
+    help: str
+    run_field: str
+    parse: Callable[[str], object] = str
+    show: Callable[[object], str] = str
+    refuse: Callable[[Case], str | None] = lambda case: None
+    env: Callable[[object], dict[str, str]] = lambda value: {}
+
+    def of(self, case: Case) -> object:
+        return getattr(case, self.field)
+
+    @property
+    def default(self) -> object:
+        return next(f.default for f in dataclasses.fields(Case) if f.name == self.field)
+
+
+def _release(text: str) -> str:
+    return versions.release(text).name
+
+
+def _ktor_refusal(case: Case) -> str | None:
+    try:
+        versions.release_of(case)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _protocol(text: str) -> str:
+    if text not in PROTOCOLS:
+        raise ValueError(f"protocol {text!r}: give one of {', '.join(PROTOCOLS)}")
+    return text
+
+
+def _http2_refusal(case: Case) -> str | None:
+    if case.protocol == "h2" and case.engine in HTTP1_ONLY:
+        return (
+            f"{ENGINE_TITLES[case.engine]} speaks HTTP/1.1 only; use protocol https, or another engine "
+            f"({', '.join(sorted(HTTP2_ENGINES))}) for h2"
+        )
+    return None
+
+
+def _milliseconds(text: str) -> int:
+    text = str(text).strip().removesuffix("ms")
+    if not text.isdigit():
+        raise ValueError(f"rtt {text!r}: give whole milliseconds, 0 or more")
+    return int(text)
+
+
+DIMENSIONS = (
+    Dimension(
+        "ktor", "ktor", "ktor", "--ktor", "Ktor", "the Ktor release the proxy is built with", "ktor",
+        parse=_release, refuse=_ktor_refusal,
+    ),
+    Dimension(
+        "java", "jdk", "java", "--java", "JDK", "the JDK the proxy runs on", "java_major",
+        show=lambda v: str(v).split(".")[0],
+    ),
+    Dimension(
+        "protocol", "protocol", "protocols", "--protocols", "protocol", "between the proxy and nginx",
+        "protocol",
+        parse=_protocol, refuse=_http2_refusal,
+        env=lambda v: {} if v == "http" else {"CLIENT_HTTP_VERSION": "2" if v == "h2" else "1.1"},
+    ),
+    Dimension(
+        "rtt_ms", "rtt", "rtt", "--rtt", "RTT", "round trip added between the proxy and nginx", "rtt_ms",
+        parse=_milliseconds, show=lambda v: f"{v} ms",
+    ),
+)  # fmt: skip
+BY_WORD = {d.word: d for d in DIMENSIONS}
 
 
 @dataclass(frozen=True)
@@ -84,8 +173,7 @@ class Case:
     def __post_init__(self) -> None:
         if self.lifetime not in LIFETIMES or self.engine not in ENGINES:
             raise ValueError(f"unknown case {self.id!r}; valid cases: {', '.join(CASES)}")
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol {self.protocol!r}: give one of {', '.join(PROTOCOLS)}")
+        _protocol(self.protocol)
         if not isinstance(self.rtt_ms, int) or self.rtt_ms < 0:
             raise ValueError(f"rtt {self.rtt_ms!r}: give whole milliseconds, 0 or more")
 
@@ -97,21 +185,17 @@ class Case:
         if not words:
             raise ValueError(f"unknown case {text!r}; valid cases: {', '.join(CASES)}")
         lifetime, engine = _split(words[0])
-        by_word = {word: field for field, word in DIMENSIONS.items()}
         dims: dict[str, object] = {}
         pairs = words[1:]
         if len(pairs) % 2:
             raise ValueError(f"case {text!r}: each dimension is a word and a value ({_dimension_help()})")
         for word, value in zip(pairs[::2], pairs[1::2], strict=True):
-            if word not in by_word:
+            if word not in BY_WORD:
                 raise ValueError(f"case {text!r}: unknown dimension {word!r} ({_dimension_help()})")
-            field = by_word[word]
-            if field == "rtt_ms":
-                if not value.removesuffix("ms").isdigit():
-                    raise ValueError(f"case {text!r}: rtt {value!r}: give whole milliseconds, 0 or more")
-                dims[field] = int(value.removesuffix("ms"))
-            else:
-                dims[field] = value
+            d = BY_WORD[word]
+            # A name as reports write it is read back as is (a release a report marks "?", a JDK
+            # by its major version); only the round trip's milliseconds must be a number.
+            dims[d.field] = _milliseconds(value) if d.field == "rtt_ms" else value
         return cls(lifetime, engine, **dims)  # type: ignore[arg-type]
 
     @property
@@ -126,11 +210,11 @@ class Case:
 
     def dimensions(self) -> dict[str, str]:
         """The dimensions not at their defaults, by the word that names them."""
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name in DIMENSIONS and getattr(self, f.name) != f.default:
-                out[DIMENSIONS[f.name]] = str(getattr(self, f.name))
-        return out
+        return {d.word: str(d.of(self)) for d in DIMENSIONS if d.of(self) != d.default}
+
+    def refusal(self) -> str | None:
+        """Why this case cannot run as it is (the first of its dimensions that says so), or None."""
+        return next((why for d in DIMENSIONS if (why := d.refuse(self))), None)
 
     @property
     def base(self) -> Case:
@@ -152,8 +236,8 @@ class Case:
         (the upstream's URL and CA are where the backend serves TLS: Stack.upstream_for,
         compose/https.yml)."""
         env = {"CLIENT_ENGINE": self.engine, "CLIENT_LIFETIME": self.lifetime}
-        if self.protocol != "http":
-            env["CLIENT_HTTP_VERSION"] = "2" if self.protocol == "h2" else "1.1"
+        for d in DIMENSIONS:
+            env.update(d.env(d.of(self)))
         return env
 
     @property
@@ -173,7 +257,7 @@ def _split(case_id: str) -> tuple[str, str]:
 
 
 def _dimension_help() -> str:
-    return "dimensions: " + ", ".join(f"{word} VALUE" for word in DIMENSIONS.values())
+    return "dimensions: " + ", ".join(f"{d.word} VALUE" for d in DIMENSIONS)
 
 
 CASES = tuple(f"{lifetime}-{engine}" for lifetime in LIFETIMES for engine in ENGINES)

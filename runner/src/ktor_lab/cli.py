@@ -56,7 +56,24 @@ def main_parser() -> argparse.ArgumentParser:
     for command in COMMANDS.values():
         command.add_parser(sub)
     studies.add_parser(sub)
+    for p in commands_of(parser):
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="check the command and say what it would do (its runs, what it skips, how long it "
+            "takes), without starting anything",
+        )
     return parser
+
+
+def commands_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser, `lab study NAME`'s and `lab swarm VERB`'s included."""
+    out = []
+    for action in parser._subparsers._group_actions if parser._subparsers else []:  # noqa: SLF001
+        for child in action.choices.values():
+            nested = commands_of(child)
+            out += nested or [child]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

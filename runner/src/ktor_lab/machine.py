@@ -91,6 +91,18 @@ def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
     return CpuSample(busy, t.steal, lab)
 
 
+def processes_cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of the processes `pids` so far (an ended one counts 0)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def _lab_cpu_seconds(container_ids: tuple[str, ...]) -> dict[int, float]:
     """CPU seconds (its own and its waited-for children's) of this process, its descendants, and
     the processes in the given containers' cgroups (and theirs), by PID."""

@@ -1,10 +1,14 @@
-"""How `lab run` measures: a plan of runs, each on a fresh proxy, into results.json.
+"""How `lab run` measures: a plan of windows, on proxies warmed once, into results.json.
 
-Per run: a fresh proxy process for the case; Locust (one process for the whole matrix,
-driven through its web API) loads it for an unmeasured warm-up (warmup.py), then its stats
-are reset and a fixed window is measured. Repeats are interleaved (A B A B, not A A B B) so
-that drift of the machine hits every case alike. results.json is rewritten after every run,
-so Ctrl-C keeps what finished.
+Natively every proxy of the plan (a case, its forks, an A/A pair's two copies) is started first
+and stays up. Locust (one process for the whole matrix, driven through its web API) loads one
+proxy at a time: the first time a proxy meets a scenario and load, for an unmeasured warm-up
+(warmup.py); after that, a warm proxy that idled while the others were measured gets a short
+settle. Then Locust's stats are reset and a fixed window is measured. Windows are interleaved
+round by round (A B C A B C, not A A B B), so that drift of the machine hits every row alike;
+a proxy's leak check is taken when it has idled after its window. With a fresh proxy per window
+(`--fresh`, and the compose backend) each window warms its own proxy again. results.json is
+rewritten after every window, so Ctrl-C keeps what finished.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,10 +24,10 @@ from typing import TYPE_CHECKING
 import requests
 
 from . import machine, metrics, verdict
-from .cases import Case
 from .machine import environment
 from .parts import nginx
 from .parts.loadgen import LocustWeb, WindowStats
+from .processes import wait_until
 from .results import (
     ConnectionFigures,
     Leak,
@@ -32,28 +36,36 @@ from .results import (
     Plan,
     PrometheusFigures,
     ProxyFigures,
+    ProxySpec,
     Results,
     Run,
     Spec,
     Window,
 )
-from .warmup import JitClock, warm_up
+from .warmup import JitClock, Warmup, warm_up
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from .backends import Backend, ProxyHandle
 
 # Seconds after the load stops before threads and open files are compared with the idle proxy's.
 LEAK_SETTLE_S = 6
 # Seconds a run takes beyond its warm-up and window (a fresh proxy, the last scrape, the leak check).
 RUN_OVERHEAD_S = 8
+# Seconds a window on a warm proxy takes beyond its settle and its measured seconds (Locust's
+# start and stop, the window's last scrape, Prometheus' queries).
+WINDOW_OVERHEAD_S = 5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
 PROXY_SCRAPE_S = 30
+# Seconds a window waits for Prometheus to scrape the proxy it was switched to (its file-based
+# discovery applies a change within 5 s, then the next scrape).
+SCRAPE_WAIT_S = 20
 
 
-def window_queries(engine: str, lifetime: str, seconds: int) -> dict[str, str]:
-    """What `lab run` reads from Prometheus over a window of `seconds` ending at its end: the
-    highest gauges, and the counters as Prometheus saw them (beside the exact ones)."""
-    sel = f'engine="{engine}", lifetime="{lifetime}"'
+def window_queries(instance: str, seconds: int) -> dict[str, str]:
+    """What `lab run` reads from Prometheus over a window of `seconds` ending at its end, of the
+    proxy at `instance` (host:port: several proxies of one case may be up): the highest gauges,
+    and the counters as Prometheus saw them (beside the exact ones)."""
+    sel = f'job="proxy", instance="{instance}"'
     w = f"{seconds}s"
     return {
         "cpu_seconds": f"sum(increase(process_cpu_time_ns_total{{{sel}}}[{w}])) / 1e9",
@@ -150,41 +162,85 @@ class ProxyScraper:
             return None
 
 
-def measure(backend: Backend, spec: Spec, plan: Plan) -> Run:
-    """One run: a fresh proxy, warm-up, reset, window, then the window's figures."""
+@dataclass
+class Live:
+    """A proxy of the plan while it is up: the row it measures for, where it answers, what it held
+    idle before any load, its warm-up per scenario and load, and its last window, whose leak check
+    waits until the proxy has idled at least LEAK_SETTLE_S (natively while the others are measured)."""
+
+    spec: ProxySpec
+    proxy: ProxyHandle
+    idle: metrics.Samples
+    warmups: dict[tuple[str, str], Warmup] = field(default_factory=dict)
+    pending: Run | None = None
+    stopped: float = 0.0  # time.monotonic() when its last window's load stopped
+
+
+def start_live(backend: Backend, p: ProxySpec, plan: Plan, keep: bool) -> Live:
+    """A proxy for `p`, and its /metrics idle (it has just answered its health check)."""
+    proxy = backend.start_case(p.case, plan.proxy_env, plan.network_for(p.case), keep=keep)
+    return Live(p, proxy, metrics.scrape(proxy.url))
+
+
+def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[Live] = ()) -> Run:
+    """One window on `live`: its warm-up the first time it meets this scenario and load (else a
+    short settle after its idle), a reset, the window, then the window's figures. `others` are the
+    proxies idle meanwhile (their CPU in the window is recorded)."""
     case = spec.case
-    network = plan.network_for(case)
-    jvm_pid = backend.start_case(case, plan.proxy_env, network)
-    idle = metrics.scrape(backend.proxy_metrics_url)  # it has just answered its health check
+    backend.use(live.proxy)
+    switched = time.time()
+    finish_leak_check(live)  # its previous window's, now that it has idled
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
+    run.copy, run.fork = spec.copy, spec.fork
     run.dimensions = plan.has_dimensions
     run.protocol, run.rtt_ms = case.protocol, case.rtt_ms
-    run.network = backend.network_record(network)
-    scrape_proxy = ProxyScraper(backend.proxy_metrics_url, run)
-    edges = load_and_measure(backend, spec, plan, run, jvm_pid, scrape_proxy)
-    record_window(run, edges, idle)
+    run.network = backend.network_record(live.proxy.network)
+    scrape_proxy = ProxyScraper(live.proxy.url, run)
+    edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)
+    record_window(run, edges, live.idle)
     time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape (and nginx's log, within 1 s)
-    run.prometheus = prometheus_figures(backend.prometheus_url, case, edges)
+    run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges)
     run.connections = connection_figures(
         backend.connections(edges.started, edges.ended), run.proxy.upstream_requests, over_tls=case.tls
     )
-    time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - edges.stopped)))
-    run.leak = leak_check(idle, scrape_proxy("leak check"))
-    explain_connections(run, idle.get("lab_threads_active_unparked"))
+    explain_connections(run, live.idle.get("lab_threads_active_unparked"))
     run.verdict = verdict.judge(run)
+    live.pending, live.stopped = run, edges.stopped
     return run
 
 
+def finish_leak_check(live: Live) -> None:
+    """The leak check of `live`'s last window: its threads and open files once it has idled at
+    least LEAK_SETTLE_S (waiting for the rest), against the proxy's before any load."""
+    run, live.pending = live.pending, None
+    if run is None:
+        return
+    time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - live.stopped)))
+    settled = ProxyScraper(live.proxy.url, run)("leak check")
+    run.leak = leak_check(live.idle, settled, time.monotonic() - live.stopped)
+    run.verdict = verdict.judge(run)
+
+
 def load_and_measure(
-    backend: Backend, spec: Spec, plan: Plan, run: Run, jvm_pid: int | None, scrape_proxy: ProxyScraper
+    backend: Backend,
+    live: Live,
+    spec: Spec,
+    plan: Plan,
+    run: Run,
+    scrape_proxy: ProxyScraper,
+    others: list[Live] = (),
+    switched: float = 0.0,
 ) -> WindowEdges:
-    """Locust's load on the proxy: the warm-up (recorded in `run`), a reset, the window; the load
-    is stopped whatever happens."""
+    """Locust's load on the proxy: the warm-up or settle (recorded in `run`), a reset, the window;
+    the load is stopped whatever happens. The window starts once Prometheus has scraped this proxy
+    since `switched` (when it was made the one scraped), so its figures cover the whole window."""
     web = LocustWeb(backend.locust_url)
     load = spec.load
+    pid = live.proxy.pid
+    idle_pids = [o.proxy.pid for o in others if o.proxy.pid]
     try:
         web.swarm(
-            backend.locust_host,
+            backend.locust_host(live.proxy),
             load.users,
             load.users,
             scenario=spec.scenario,
@@ -194,10 +250,30 @@ def load_and_measure(
             target_rps=load.target_rps,
             lab_case=spec.case.id,
         )
-        run.warmup = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, jvm_pid)
-        jit = JitClock(jvm_pid) if jvm_pid else None
+        cell = (spec.scenario, load.label)
+        if cell not in live.warmups:
+            live.warmups[cell] = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
+            run.after = "warm-up" if backend.keeps_proxies and not plan.fresh else "fresh"
+        else:
+            run.after, run.idle_s = "idle", round(time.monotonic() - live.stopped, 1)
+            if plan.settle_s:
+                run.settle_rps = round(web.rate_over(plan.settle_s), 1)
+        run.warmup = live.warmups[cell]
+        waited = time.monotonic()
+        seen = wait_until(
+            lambda: metrics.scraped_since(backend.prometheus_url, live.proxy.instance, switched),
+            timeout=SCRAPE_WAIT_S,
+            interval=0.5,
+        )
+        run.scrape_wait_s = round(time.monotonic() - waited, 1)
+        if not seen:
+            run.unanswered.append(
+                f"Prometheus had not scraped the proxy {SCRAPE_WAIT_S} s after it was asked to"
+            )
+        jit = JitClock(pid) if pid else None
         containers = backend.container_ids()
         cpu_before = machine.cpu_sample(containers)
+        idle_before = machine.processes_cpu_seconds(idle_pids)
         edge = cpu_from = time.monotonic()
         web.reset()
         before = scrape_proxy("window start")
@@ -210,6 +286,10 @@ def load_and_measure(
         edges_s += time.monotonic() - edge
         cpu_after = machine.cpu_sample(containers)
         cpu_span_s = time.monotonic() - cpu_from
+        if idle_pids:
+            run.idle_proxies = len(idle_pids)
+            used = machine.processes_cpu_seconds(idle_pids) - idle_before
+            run.idle_proxies_cores = round(used / max(cpu_span_s, 1e-3), 3)
         jit_s = jit.lap() if jit else None
         ended = time.time()
     finally:
@@ -239,12 +319,12 @@ def record_window(run: Run, edges: WindowEdges, idle: metrics.Samples) -> None:
     run.machine = machine_figures(edges.cpu_before, edges.cpu_after, edges.cpu_span_s)
 
 
-def prometheus_figures(prometheus_url: str, case: Case, edges: WindowEdges) -> PrometheusFigures:
+def prometheus_figures(prometheus_url: str, instance: str, edges: WindowEdges) -> PrometheusFigures:
     window_s = max(1, round(edges.ended - edges.started))
     return PrometheusFigures(
         **{
             name: metrics.scalar(prometheus_url, q, edges.ended)
-            for name, q in window_queries(case.engine, case.lifetime, window_s).items()
+            for name, q in window_queries(instance, window_s).items()
         }
     )
 
@@ -299,12 +379,14 @@ def explain_connections(run: Run, unparked_idle: float | None) -> None:
         c.connect_rtt_ms_per_request = round(c.per_1000_requests / 1000 * run.rtt_ms, 2)
 
 
-def leak_check(idle: metrics.Samples, settled: metrics.Samples | None) -> Leak:
-    """The proxy's threads and open files idle before the load and LEAK_SETTLE_S after it."""
+def leak_check(
+    idle: metrics.Samples, settled: metrics.Samples | None, settle_s: float = LEAK_SETTLE_S
+) -> Leak:
+    """The proxy's threads and open files idle before any load and `settle_s` after the load stopped."""
     threads_idle, files_idle = resources(idle)
     threads_after, files_after = resources(settled) if settled is not None else (None, None)
     callers = idle.get(CALLERS_OPEN), settled.get(CALLERS_OPEN) if settled is not None else None
-    return Leak(LEAK_SETTLE_S, threads_idle, threads_after, files_idle, files_after, *callers)
+    return Leak(round(settle_s, 1), threads_idle, threads_after, files_idle, files_after, *callers)
 
 
 def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigures:
@@ -361,9 +443,14 @@ def format_seconds(s: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def planned_seconds(plan: Plan) -> float:
-    """The most a plan takes: every run's warm-up limit, window and overhead."""
-    return len(plan.runs()) * (plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
+def planned_seconds(plan: Plan, keeps_proxies: bool = True) -> float:
+    """The most a plan takes: natively, every proxy's warm-up limit once per scenario and load and
+    every window with its settle; with a fresh proxy per window, each window's warm-up too."""
+    windows = len(plan.runs())
+    if plan.fresh or not keeps_proxies:
+        return windows * (plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
+    warmups = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads)
+    return warmups * plan.warmup_s + windows * (plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S)
 
 
 def summary_line(run: Run) -> str:
@@ -383,7 +470,12 @@ def fmt(v) -> str:
 
 
 def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
-    """Runs the plan, writing out_dir/results.json after each run; returns the results."""
+    """Runs the plan, writing out_dir/results.json after each window; returns the results.
+
+    Natively every proxy of the plan is started first and stays up: each is warmed once per
+    scenario and load, then measured in windows interleaved with the others' (round by round).
+    With `plan.fresh`, or a backend that runs one proxy at a time, each window gets a fresh proxy,
+    warmed again."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = Results(
         plan=plan,
@@ -391,18 +483,30 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
         environment=environment(),
         started=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+    keep = backend.keeps_proxies and not plan.fresh
     specs = plan.runs()
-    progress = Progress(len(specs), plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
+    progress = Progress(len(specs), planned_seconds(plan, backend.keeps_proxies) / max(1, len(specs)))
+    lives: dict[ProxySpec, Live] = {}
     try:
+        if keep:
+            for p in plan.proxies():
+                progress.show(f"starting {p.title}")
+                lives[p] = start_live(backend, p, plan, keep=True)
         for spec in specs:
             progress.show(spec.title())
-            run = measure(backend, spec, plan)
+            live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
+            run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
+            if not keep:
+                finish_leak_check(live)
+                backend.stop_case(live.proxy)
             results.runs.append(run)
             results.write(out_dir)
             progress.finish_one(summary_line(run))
+        for live in lives.values():
+            finish_leak_check(live)
     except KeyboardInterrupt:
         results.interrupted = True
-        print("\nlab run: interrupted; keeping the runs that finished", file=sys.stderr)
+        print("\nlab run: interrupted; keeping the windows that finished", file=sys.stderr)
     finally:
         results.finished = datetime.now(UTC).isoformat(timespec="seconds")
         results.wall_seconds = round(time.monotonic() - progress.started, 1)

@@ -7,6 +7,7 @@ and one client for Prometheus' query API.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,6 +66,23 @@ def scalar(prometheus_url: str, expr: str, at: float | None = None) -> float | N
         return None
     v = float(result[0]["value"][1])
     return v if math.isfinite(v) else None
+
+
+def scraped_since(prometheus_url: str, instance: str, since: float) -> bool:
+    """True once Prometheus has scraped `instance` (host:port) successfully after `since` (seconds
+    since the epoch): a target it was just told of is in its view."""
+    try:
+        r = requests.get(f"{prometheus_url}/api/v1/targets", params={"state": "active"}, timeout=5)
+        r.raise_for_status()
+        targets = r.json()["data"]["activeTargets"]
+    except (requests.RequestException, ValueError, KeyError):
+        return False
+    for t in targets:
+        if t.get("labels", {}).get("instance") == instance and t.get("health") == "up":
+            last = datetime.fromisoformat(t["lastScrape"].replace("Z", "+00:00"))
+            if last.timestamp() > since:
+                return True
+    return False
 
 
 def buckets(samples: Samples, name: str, /, **labels: str) -> dict[float, float]:

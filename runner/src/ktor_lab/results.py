@@ -7,15 +7,17 @@ and leaving figures it does not find at None.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import types
 import typing
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from . import versions
-from .cases import PROTOCOLS, SCENARIOS, Case
+from .cases import DIMENSIONS, SCENARIOS, Case
 from .network import Network
 from .warmup import Warmup
 
@@ -73,16 +75,42 @@ def parse_load(text: str) -> Load:
 
 
 @dataclass(frozen=True)
+class ProxySpec:
+    """One proxy of the plan: its case, which copy of the case it is (0: the case has one; 1, 2: an
+    A/A pair, two rows of the same case) and which fork of that row (1..forks)."""
+
+    case: Case
+    copy: int = 0
+    fork: int = 1
+
+    @property
+    def row(self) -> str:
+        """The row it measures for: the case's name, `#copy` when the case has two rows."""
+        return self.case.name + (f" #{self.copy}" if self.copy else "")
+
+    @property
+    def title(self) -> str:
+        return self.row + (f" fork {self.fork}" if self.fork > 1 else "")
+
+
+@dataclass(frozen=True)
 class Spec:
-    """One run of the plan, before it is made: the case with its dimensions, the scenario, the load."""
+    """One window of the plan, before it is measured: the proxy (its case with its dimensions),
+    the scenario, the load, and which window of its row it is (`repeat`, from 1)."""
 
     repeat: int
     case: Case
     scenario: str
     load: Load
+    copy: int = 0
+    fork: int = 1
+
+    @property
+    def proxy(self) -> ProxySpec:
+        return ProxySpec(self.case, self.copy, self.fork)
 
     def title(self) -> str:
-        return f"{self.case.name} {self.scenario} {self.load.label} #{self.repeat}"
+        return f"{self.proxy.title} {self.scenario} {self.load.label} #{self.repeat}"
 
 
 @dataclass
@@ -90,9 +118,10 @@ class Plan:
     cases: list[Case]
     scenarios: list[str]
     loads: list[Load]
+    # Measured windows per row (and proxy): interleaved across the proxies, A B C A B C.
     repeats: int = 1
     warmup_s: int = 150  # lab run's defaults (commands/run.py reads them from here)
-    duration_s: int = 20
+    duration_s: int = 10
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)
@@ -105,18 +134,37 @@ class Plan:
     # The network's other values, the same for every run (lab run --jitter, --bandwidth).
     jitter_ms: int = 0
     bandwidth_kbps: int = 0
+    # Proxies per row: each warmed once, its windows pooled into the row (JMH's forks).
+    forks: int = 1
+    # The case measured by two proxies as two rows, the A/A pair that gives the noise floor
+    # ("": none, unless --cases names a case twice).
+    aa: str = ""
+    # A fresh proxy for every window, warmed again each time (the compose backend always).
+    fresh: bool = False
+    # Seconds of unmeasured load before a window on a warm proxy that has idled (its pools refill).
+    settle_s: int = 3
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
-        for name in self.protocols:
-            if name not in PROTOCOLS:
-                raise ValueError(f"protocol {name!r}: give one of {', '.join(PROTOCOLS)}")
-        if self.protocols and (named := [c for c in self.cases if c.protocol != "http"]):
+        for d in DIMENSIONS:
+            given = getattr(self, d.plan)
+            setattr(self, d.plan, [d.parse(v) for v in given])  # a ValueError naming what is valid
+            if given and (named := [c for c in self.cases if d.of(c) != d.default]):
+                raise ValueError(
+                    f"case {named[0].name!r} names its {d.word}; give it there or with {d.option}, not both"
+                )
+        for case in self.cases:  # what a case names itself is asked for: refused, never skipped
+            if why := case.refusal():
+                raise ValueError(f"case {case.name!r}: {why}")
+            if case.java:
+                versions.jdk(case.java)
+        for name in self.java:
+            versions.jdk(name)
+        if not self.cases_to_run():
             raise ValueError(
-                f"case {named[0].name!r} names its protocol; give it there or with --protocols, not both"
+                "no combination of these cases and dimensions can run: "
+                + "; ".join(why for _, why in self.skipped())
             )
-        if self.rtt and (named := [c for c in self.cases if c.rtt_ms]):
-            raise ValueError(f"case {named[0].name!r} names its rtt; give it there or with --rtt, not both")
         for case in self.cases_to_run():
             self.network_for(case)  # a NetworkError (ValueError) naming the variable
         if self.jitter_ms and not any(c.rtt_ms for c in self.cases_to_run()):
@@ -124,62 +172,73 @@ class Plan:
                 f"UPSTREAM_JITTER_MS={self.jitter_ms} varies a round trip, and no run here has one: "
                 "give --rtt above 0, or no --jitter"
             )
-        for dim, given in (("ktor", self.ktor), ("java", self.java)):
-            if given and (named := [c for c in self.cases if getattr(c, dim)]):
-                raise ValueError(
-                    f"case {named[0].name!r} names its {dim}; give it there or with --{dim}, not both"
-                )
-        for name in self.ktor:
-            versions.check_cases(versions.release(name), self.cases)
-        for case in self.cases:
-            versions.check_dimensions(case)
-        for name in self.java:
-            versions.jdk(name)
         if bad := [s for s in self.scenarios if s not in SCENARIOS]:
             raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
         if self.repeats < 1 or self.duration_s < 1 or self.warmup_s < 0 or self.workers < 0:
-            raise ValueError("repeats and duration must be at least 1; warm-up and workers at least 0")
+            raise ValueError("windows and duration must be at least 1; warm-up and workers at least 0")
+        if self.forks < 1 or self.settle_s < 0:
+            raise ValueError("forks must be at least 1 and the settle at least 0")
+        if self.aa and Case.parse(self.aa).id not in {c.id for c in self.cases}:
+            raise ValueError(f"the A/A case {self.aa!r} is not one of the cases; give one of them, or none")
         if not (self.cases and self.scenarios and self.loads):
             raise ValueError("the matrix is empty: give at least one case, scenario and load level")
 
-    def cases_to_run(self) -> list[Case]:
-        """The cases with the plan's dimensions applied, releases, JDKs, protocols and round trips
-        outermost."""
+    def combinations(self) -> list[Case]:
+        """Every case with the plan's dimensions applied (each dimension's values, in the order they
+        were given, outermost in the order of cases.DIMENSIONS; the cases innermost)."""
+        lists = [[(d.field, v) for v in getattr(self, d.plan)] or [None] for d in DIMENSIONS]
         return [
-            case.with_dimensions(
-                **({"ktor": ktor} if ktor else {}),
-                **({"java": java} if java else {}),
-                **({"protocol": protocol} if protocol else {}),
-                **({"rtt_ms": rtt} if rtt is not None else {}),
-            )
-            for ktor in self.ktor or [""]
-            for java in self.java or [""]
-            for protocol in self.protocols or [""]
-            for rtt in self.rtt or [None]
+            case.with_dimensions(**dict(pair for pair in combo if pair is not None))
+            for combo in itertools.product(*lists)
             for case in self.cases
         ]
+
+    def cases_to_run(self) -> list[Case]:
+        """The combinations that can run: one a case cannot take (a release without its engine, h2
+        through an HTTP/1.1-only engine) is skipped, and named by `skipped`."""
+        return [c for c in self.combinations() if c.refusal() is None]
+
+    def skipped(self) -> list[tuple[Case, str]]:
+        """The combinations left out, each with why."""
+        return [(c, why) for c in self.combinations() if (why := c.refusal())]
 
     def network_for(self, case: Case) -> Network:
         """Between the proxy and nginx for `case`: its round trip, the plan's jitter and bandwidth. A
         round trip of 0 has nothing to vary: its runs get no jitter (--rtt 0,20 --jitter 2)."""
         return Network(case.rtt_ms, self.jitter_ms if case.rtt_ms else 0, self.bandwidth_kbps)
 
+    def proxies(self) -> list[ProxySpec]:
+        """Every proxy the plan measures, in order: each case to run (its forks), a case the plan
+        names twice as two rows (copies 1 and 2), and the A/A case's second copy when the plan has
+        no pair of its own."""
+        cases = self.cases_to_run()
+        count = Counter(cases)
+        pair = None
+        if self.aa and max(count.values()) == 1:
+            pair = next((c for c in cases if c.id == Case.parse(self.aa).id), None)
+        out, seen = [], Counter()
+        for case in cases:
+            seen[case] += 1
+            copies = [seen[case]] if count[case] > 1 else ([1, 2] if case == pair else [0])
+            out += [ProxySpec(case, copy, fork) for copy in copies for fork in range(1, self.forks + 1)]
+        return out
+
     def runs(self) -> list[Spec]:
-        """Every run in the order it is made: each repeat goes through all cases before the next."""
+        """Every window in the order it is measured: each round goes through every scenario, load
+        and proxy before the next (A B C A B C: drift hits every row alike)."""
         return [
-            Spec(r + 1, case, scenario, load)
+            Spec(r + 1, p.case, scenario, load, p.copy, p.fork)
             for r in range(self.repeats)
-            for case in self.cases_to_run()
             for scenario in self.scenarios
             for load in self.loads
+            for p in self.proxies()
         ]
 
     @property
     def has_dimensions(self) -> bool:
-        """True when a run's rows must name the release and the JDK (--ktor, --java, or a case's own)."""
-        return bool(
-            self.ktor or self.java or self.protocols or self.rtt or any(c.dimensions() for c in self.cases)
-        )
+        """True when a run's rows must name the release and the JDK (a dimension of the plan, or a
+        case's own)."""
+        return any(getattr(self, d.plan) for d in DIMENSIONS) or any(c.dimensions() for c in self.cases)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -382,6 +441,26 @@ class Run:
     rtt_ms: int = 0
     connections: ConnectionFigures | None = None
     network: NetworkRecord | None = None
+    # Which proxy measured it: the copy of its case (0: the case's only row; 1, 2: an A/A pair) and
+    # the fork of that row.
+    copy: int = 0
+    fork: int = 1
+    # What came before the window on that proxy: "warm-up" (its first window in this scenario and
+    # load), "idle" (a warm proxy that idled `idle_s` while the others were measured, then
+    # `settle_s` of load), or "fresh" (a proxy started and warmed for this window alone).
+    after: str = "fresh"
+    idle_s: float | None = None
+    settle_rps: float | None = None
+    # Seconds the load ran on after the warm-up or settle until Prometheus scraped this proxy.
+    scrape_wait_s: float | None = None
+    # CPU cores the other proxies (up and idle) used during the window (None: no other was up).
+    idle_proxies: int = 0
+    idle_proxies_cores: float | None = None
+
+    @property
+    def row(self) -> str:
+        """The report's row: the variant, `#copy` for a case measured as two rows (an A/A pair)."""
+        return self.variant + (f" #{self.copy}" if self.copy else "")
 
     @property
     def java_major(self) -> str:
@@ -389,16 +468,18 @@ class Run:
 
     @property
     def variant(self) -> str:
-        """The case, and with dimensions the release and JDK it ran on: what a report row stands for."""
-        network = {"protocol": self.protocol, "rtt_ms": self.rtt_ms}
+        """The case with its dimensions as it ran: what a report row stands for. The release and the
+        JDK are named only in a run of a plan with dimensions (as the proxy reported them)."""
+        values = {d.field: getattr(self, d.run_field) for d in DIMENSIONS}
         if not self.dimensions:
-            return Case.parse(self.case).with_dimensions(**network).name
-        return (
-            Case.parse(self.case).with_dimensions(ktor=self.ktor or "?", java=self.java_major, **network).name
-        )
+            values.update(ktor="", java="")
+        elif not values["ktor"]:
+            values["ktor"] = "?"
+        return Case.parse(self.case).with_dimensions(**values).name
 
     def title(self) -> str:
-        return f"{self.variant} {self.scenario} {self.load.label} #{self.repeat}"
+        fork = f" fork {self.fork}" if self.fork > 1 else ""
+        return f"{self.row}{fork} {self.scenario} {self.load.label} #{self.repeat}"
 
 
 @dataclass

@@ -132,6 +132,11 @@ class Stack:
         self.scrape_interval = scrape_interval
         self.services: list[Service] = []
         self.current_proxy: Proxy | None = None
+        # Proxies kept up beside each other (`proxy(keep=True)`: lab run's warm proxies).
+        self.kept: list[Proxy] = []
+        # Prometheus finds the proxies in this file, rewritten as they come and go.
+        self.proxy_targets = run_dir / "proxy-targets.json"
+        self.scraped: Proxy | None = None
         self.locust_services: list[Service] = []
         self.toxiproxy: toxiproxy.Toxiproxy | None = None
         # The toxics Toxiproxy reported when the current proxy's network was set ({}: none).
@@ -240,6 +245,7 @@ class Stack:
         jar: Path | None = None,
         java: str | None = None,
         network: Network | None = None,
+        keep: bool = False,
         **settings: str,
     ) -> Proxy:
         """A fresh proxy process for `case` (the previous one is stopped), on the proxy port unless
@@ -248,14 +254,16 @@ class Stack:
         sources) on the case's JDK, the defaults when it names none; `jar` runs another program
         instead (LEAN_PROXY_JAR: the minimal reference proxy), `java` another JDK's java. Between it
         and nginx, `network` (default: the case's round trip, nothing else): Toxiproxy when it is
-        on, and the proxy is told its values (lab_network_info)."""
+        on, and the proxy is told its values (lab_network_info). With `keep`, the others stay up
+        and it listens on a free port (`stop_proxy` ends the current one, `stop` all of them)."""
         if jar is None:  # the default release too: a jar older than its sources is rebuilt, not run
             jar, case_java = versions.program(case)
             java = java or case_java
         elif java is None and case.java:
             java = versions.jdk(case.java).java
-        self.stop_proxy()
-        port = port or self.ports.proxy
+        if not keep:
+            self.stop_proxy()
+        port = port or (free_port() if keep else self.ports.proxy)
         if upstream_url:
             upstream = {"UPSTREAM_URL": upstream_url}
         else:
@@ -264,13 +272,40 @@ class Stack:
             upstream = {**self.upstream_for(case, network), **(network.env() if network.on else {})}
         env = proxy.case_env(case, upstream.pop("UPSTREAM_URL"), port, **upstream, **settings)
         service = proxy.start(self.run_dir, env, self.java_opts, jar=jar or PROXY_JAR, java_bin=java)
-        self.current_proxy = Proxy(case, local_url(port), service)
-        return self.current_proxy
+        started = Proxy(case, local_url(port), service)
+        if keep:
+            self.kept.append(started)
+        else:
+            self.current_proxy = started
+        self.write_proxy_targets()
+        return started
 
-    def stop_proxy(self) -> None:
-        if self.current_proxy is not None:
-            self.current_proxy.service.stop()
+    def scrape_only(self, which: Proxy | None) -> None:
+        """Prometheus scrapes `which` alone from now on (None: every proxy up)."""
+        self.scraped = which
+        self.write_proxy_targets()
+
+    def stop_proxy(self, which: Proxy | None = None) -> None:
+        """Stops `which` (default: the current proxy)."""
+        which = which or self.current_proxy
+        if which is None:
+            return
+        which.service.stop()
+        if which is self.current_proxy:
             self.current_proxy = None
+        if which in self.kept:
+            self.kept.remove(which)
+        self.write_proxy_targets()
+
+    def write_proxy_targets(self) -> None:
+        """The proxies up now for Prometheus (its proxy job reads them from `proxy_targets`), or only
+        the one `scrape_only` named: a scrape costs an idle proxy about 50 ms of CPU (its thread
+        gauges), which lab run's idle proxies must not spend during another's window."""
+        up = [*([self.current_proxy] if self.current_proxy else []), *self.kept]
+        if self.scraped is not None and self.scraped in up:
+            up = [self.scraped]
+        if self.run_dir.exists():
+            prometheus.write_targets(self.proxy_targets, [p.url.removeprefix("http://") for p in up])
 
     def proxy_pass(self) -> tuple[Service, str]:
         """nginx `proxy_pass` to the lab's nginx (`lab bench`'s reference) on a free port: the
@@ -281,14 +316,17 @@ class Stack:
         return s, local_url(port)
 
     def prometheus(self, targets: dict[str, str] | None = None) -> Service:
-        """Prometheus scraping the proxy, Locust and the exporter (or `targets`, job to host:port)."""
+        """Prometheus scraping the proxies up (however many: `proxy_targets`), Locust and the
+        exporter (or `targets`, job to host:port)."""
+        files = {} if targets else {"proxy": self.proxy_targets}
         targets = targets or {
-            "proxy": f"127.0.0.1:{self.ports.proxy}",
             "locust": f"127.0.0.1:{self.ports.locust}",
             "nginx": f"127.0.0.1:{self.ports.exporter}",
         }
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.write_proxy_targets()
         s = prometheus.start(
-            self.run_dir, self.ports.prometheus, targets, scrape_interval=self.scrape_interval
+            self.run_dir, self.ports.prometheus, targets, scrape_interval=self.scrape_interval, files=files
         )
         self.services.append(s)
         return s
@@ -358,12 +396,15 @@ class Stack:
             *self.services,
             *self.locust_services,
             *([self.current_proxy.service] if self.current_proxy else []),
+            *(p.service for p in self.kept),
         ]
         return [s for s in running if not s.alive()]
 
     def stop(self) -> None:
         self.stop_locust()
         self.stop_proxy()
+        for kept in reversed(self.kept):
+            self.stop_proxy(kept)
         for s in reversed(self.services):
             s.stop()
         self.services = []

@@ -11,7 +11,8 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `target`: the rate model reached its target (within 5%). The engine kept up; its
   capacity is higher than the rate shown. Latency, CPU and threads at that rate still count.
 - `errors`: more than 1% of the requests failed.
-- `not-warm`: the warm-up ended before the rate was stable and the JIT quiet; the
+- `not-warm`: the warm-up ended before the rate was stable and the JIT quiet, or the JIT
+  compiler threads used more than JIT_WINDOW_SHARE of a core during the window itself; the
   figures may still climb.
 - `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
   threads or LEAK_FILES open files (and one of each per user: a pool may keep a connection and
@@ -54,6 +55,8 @@ LEAK_FILES = 200
 BUSY_SHARE = 0.10
 STEAL_SHARE = 0.05
 GENERATOR_ADDED_MS = 5.0
+# The JIT's compiler threads busy for more than this share of a core in a window: still compiling.
+JIT_WINDOW_SHARE = 0.10
 GENERATOR_ADDED_SHARE = 0.5
 # Flags that say something else than the engine set the rate.
 RATE_FLAGS = (
@@ -94,9 +97,16 @@ def judge(run: Run) -> Verdict:
     if locust.requests and (locust.failures or 0) / locust.requests > ERROR_RATIO_LIMIT:
         flags.append("errors")
         reasons.append(f"{locust.failures} of {locust.requests} requests failed")
+    jit = run.proxy.jit_cpu_seconds_in_window
     if not run.warmup.settled:
         flags.append("not-warm")
         reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
+    elif jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds:
+        flags.append("not-warm")
+        reasons.append(
+            f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "
+            f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb"
+        )
     if run.unanswered:
         flags.append("unresponsive")
         reasons.append(f"the proxy did not answer its /metrics ({'; '.join(run.unanswered)}): it collapsed")

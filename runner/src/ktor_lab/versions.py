@@ -13,8 +13,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from .cases import ENGINES, Case
 from .paths import REPO
 
 RELEASES_FILE = REPO / "ktor-releases.tsv"
@@ -26,6 +26,21 @@ JARS = {
     "engine-bench": "engine-bench.jar",
     "io-bench": "benchmarks.jar",
 }
+
+
+class CaseLike(Protocol):
+    """What this module reads of a case (cases.Case), without importing it: cases.py reads this
+    module for a case's release (its Ktor dimension's checks)."""
+
+    engine: str
+    ktor: str
+    java: str
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ class Release:
         return [
             f"-Dktor.version={self.name}",
             f"-Dkotlin.version={self.kotlin}",
-            *(f"-Dno.{e}={'false' if e in self.engines else 'true'}" for e in ENGINES),
+            *(f"-Dno.{e}={'false' if e in self.engines else 'true'}" for e in all_engines()),
             *(f"-D{name}={value}" for name, value in self.properties),
         ]
 
@@ -62,6 +77,11 @@ def releases(path: Path = RELEASES_FILE) -> list[Release]:
             pairs = tuple(tuple(p.split("=", 1)) for p in properties.split(","))
             out.append(Release(name, kotlin, tuple(engines.split(",")), pairs))  # type: ignore[arg-type]
     return out
+
+
+def all_engines() -> list[str]:
+    """Every engine some release of the list publishes, in the order the list first names them."""
+    return list(dict.fromkeys(e for r in releases() for e in r.engines))
 
 
 def default_release() -> Release:
@@ -95,7 +115,7 @@ def last_release(engine: str) -> Release | None:
     return (publishing(engine) or [None])[-1]
 
 
-def release_of(case: Case, default: Release | None = None) -> Release:
+def release_of(case: CaseLike, default: Release | None = None) -> Release:
     """The release `case` runs on: the one it names; else `default` (the list's first unless given:
     compose's KTOR_VERSION), or, for an engine it does not publish, the newest release that does
     (apache: its last, 3.4.1). ValueError naming the releases with the engine when none will do."""
@@ -116,7 +136,7 @@ def release_of(case: Case, default: Release | None = None) -> Release:
     return last
 
 
-def note(case: Case) -> str | None:
+def note(case: CaseLike) -> str | None:
     """What a report and an overlay say of a case that runs on another release than the default by
     itself: `apache: Ktor 3.4.1, its last release; deprecated` (None for the others)."""
     if case.ktor or case.engine in default_release().engines:
@@ -124,7 +144,7 @@ def note(case: Case) -> str | None:
     return f"{case.engine}: Ktor {release_of(case).name}, its last release; deprecated"
 
 
-def check_cases(rel: Release, cases: list[Case]) -> None:
+def check_cases(rel: Release, cases: list[CaseLike]) -> None:
     """ValueError naming the first case whose engine `rel` does not publish (never swapped)."""
     for case in cases:
         if case.engine not in rel.engines:
@@ -134,7 +154,7 @@ def check_cases(rel: Release, cases: list[Case]) -> None:
             )
 
 
-def check_dimensions(case: Case) -> None:
+def check_dimensions(case: CaseLike) -> None:
     """ValueError when the case's Ktor release is unknown or lacks its engine, or its JDK is not
     on this machine: what a command checks before any part starts."""
     release_of(case)
@@ -206,7 +226,7 @@ def ensure_jars(releases: list[Release], modules: tuple[str, ...] = ("proxy-app"
             ensure_jar(module, rel)
 
 
-def program(case: Case) -> tuple[Path, str | None]:
+def program(case: CaseLike) -> tuple[Path, str | None]:
     """What runs the proxy for `case`: the jar of its release (built first when missing or older
     than its sources; an engine the default release lacks on its last release), and its JDK's
     java (None: the default java)."""

@@ -4,6 +4,7 @@ without branching on it."""
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -24,9 +25,13 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
     for kind, cls in backends.BACKENDS.items():
         backend = backends.make(kind)
         assert backend.kind == kind and isinstance(backend.scrape_seconds, int)
-        for name in ("check", "open", "start_case", "network_record", "container_ids", "close", "describe"):
+        assert isinstance(backend.keeps_proxies, bool)
+        for name in (
+            *("check", "open", "start_case", "use", "stop_case", "locust_host"),
+            *("network_record", "container_ids", "close", "describe"),
+        ):
             assert callable(getattr(cls, name)), (kind, name)
-        for name in ("locust_url", "locust_host", "proxy_metrics_url", "prometheus_url"):
+        for name in ("locust_url", "prometheus_url"):
             assert hasattr(cls, name), (kind, name)
 
 
@@ -35,11 +40,12 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
     [
         (plan(java=["17"]), "--java with --backend compose: the proxy's JDK is its image's"),
         (plan("singleton-cio jdk 17"), "--java with --backend compose"),
-        (plan(proxy_env={"ACCESS_LOG": "on"}), "--set ACCESS_LOG: docker-compose.yml does not pass it"),
-        (plan("singleton-cio protocol h2"), "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
-        (plan("per-call-apache protocol h2"), "use protocol https, or another engine"),
+        (
+            plan(proxy_env={"NOT_A_VARIABLE": "on"}),
+            "--set NOT_A_VARIABLE: docker-compose.yml does not pass it",
+        ),
     ],
-    ids=["java", "a-case-s-jdk", "unknown-set", "cio-h2", "apache-h2"],
+    ids=["java", "a-case-s-jdk", "unknown-set"],
 )
 def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
     with pytest.raises(LabError) as e:
@@ -47,13 +53,38 @@ def test_compose_refuses_what_it_cannot_apply_in_one_line(the_plan, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_native_refuses_what_an_engine_cannot_do_and_applies_the_network(monkeypatch):
+def test_a_case_that_names_what_it_cannot_do_is_refused_and_a_matrix_skips_it_by_name():
+    """HTTP/2 through CIO or Apache, a release without the engine: refused in one line when a case
+    names it itself; a combination of the plan's dimensions skipped, and named with why."""
+    for case, message in (
+        ("singleton-cio protocol h2", "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
+        ("per-call-apache protocol h2", "use protocol https, or another engine"),
+        ("singleton-java ktor 3.4.1", "Ktor 3.4.1 does not publish the java engine"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            plan(case)
+    matrix = plan("singleton-cio", "singleton-okhttp", protocols=["http", "h2"], ktor=["3.4.1", "3.5.2"])
+    assert [c.name for c in matrix.cases_to_run()] == [
+        "singleton-cio ktor 3.4.1",
+        "singleton-okhttp ktor 3.4.1",
+        "singleton-okhttp ktor 3.4.1 protocol h2",
+        "singleton-cio ktor 3.5.2",
+        "singleton-okhttp ktor 3.5.2",
+        "singleton-okhttp ktor 3.5.2 protocol h2",
+    ]
+    assert [(c.name, why.split(";")[0]) for c, why in matrix.skipped()] == [
+        ("singleton-cio ktor 3.4.1 protocol h2", "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
+        ("singleton-cio ktor 3.5.2 protocol h2", "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
+    ]
+    with pytest.raises(ValueError, match="no combination of these cases and dimensions can run"):
+        plan("singleton-cio", protocols=["h2"])
+
+
+def test_native_applies_the_network(monkeypatch):
     asked = []
     monkeypatch.setattr(backends, "missing", lambda network=False: asked.append(network) or [])
     backends.make("native").check(plan())
     backends.make("native").check(plan("per-call-okhttp protocol h2"))  # TLS and HTTP/2 are applied
-    with pytest.raises(LabError, match="speaks HTTP/1.1 only"):
-        backends.make("native").check(plan("singleton-cio protocol h2"))
     backends.make("native").check(plan("per-call-cio rtt 40"))  # the round trip is applied: Toxiproxy
     assert asked == [False, False, True]
     monkeypatch.setattr(backends, "grafana_binary", lambda: None)

@@ -27,7 +27,17 @@ BASE = {
     "warmup",
     "versions",
 }
-MACHINERY = {"stack", "results", "verdict", "render", "measure", "run_report", "backends"}
+MACHINERY = {
+    "stack",
+    "results",
+    "verdict",
+    "render",
+    "confidence",
+    "measure",
+    "conclusions",
+    "run_report",
+    "backends",
+}
 
 
 def module_name(path: Path) -> str:

@@ -83,13 +83,27 @@ def test_an_engine_the_default_lacks_runs_on_its_last_release_by_itself():
     assert compose.dotenv()["KTOR_VERSION"] == NEWER.name
 
 
-def test_an_engine_a_release_lacks_and_an_unknown_jdk_are_refused_before_anything_starts(capsys):
-    assert cli.main(["run", "--ktor", f"3.4.0,{NEWER.name}", "--cases", "singleton-cio,per-call-apache"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        f"lab: Ktor {NEWER.name} does not publish the apache engine (case per-call-apache); "
-        f"its engines: {', '.join(NEWER.engines)}. Drop the case or the release"
+def test_an_engine_a_release_lacks_is_skipped_by_name_and_refused_where_a_case_names_it(capsys):
+    argv = ["run", "--ktor", f"3.4.0,{NEWER.name}", "--cases", "singleton-cio,per-call-apache", "--dry-run"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"lab run: skips per-call-apache ktor {NEWER.name}: Ktor {NEWER.name} does not publish the apache "
+        f"engine (case per-call-apache ktor {NEWER.name})" in out
     )
+    assert f"per-call-apache ktor 3.4.0, singleton-cio ktor {NEWER.name}" in out  # the others run
+    assert cli.main(["run", "--cases", f"per-call-apache ktor {NEWER.name}", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith(
+            f"lab: case 'per-call-apache ktor {NEWER.name}': Ktor {NEWER.name} does not publish the "
+            "apache engine"
+        )
+        and err.count("\n") == 0
+    )
+
+
+def test_an_unknown_release_or_jdk_is_refused_before_anything_starts(capsys):
     assert cli.main(["run", "--ktor", "9.9.9", "--cases", "singleton-cio"]) == 2
     assert f"Ktor '9.9.9' is not in ktor-releases.tsv (known: {NEWER.name}" in capsys.readouterr().err
     assert cli.main(["run", "--java", "8", "--cases", "singleton-cio"]) == 2

@@ -160,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
             f"--cases: lab bench measures this checkout's build on the default JDK; drop the release or JDK "
             f"from {named[0].name!r} (lab run --ktor/--java compares those)"
         )
+    if args.dry_run:
+        print(f"lab bench: dry run; would measure {', '.join(c.name for c in cases)} and their references")
+        return 0
     if problem := wrk.missing():
         raise LabError(problem)
     missing = stack.missing(prometheus_too=False)

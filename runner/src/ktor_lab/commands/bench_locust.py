@@ -87,6 +87,9 @@ def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        print(f"lab bench-locust: dry run; would load nginx directly with {args.users} users")
+        return 0
     stack.require([p for p in stack.missing(prometheus_too=False) if "proxy-app" not in p])
     ports = options.ports(args)
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "locust")))

@@ -7,6 +7,8 @@ import os
 import signal
 from pathlib import Path
 
+from .. import versions
+from ..cases import DIMENSIONS, Case
 from ..errors import LabError
 from ..network import Network, NetworkError, value
 from ..stack import PORT_OWNERS, Ports
@@ -108,6 +110,29 @@ def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
         help=f"{each}JDK{'s' if many else ''} by major version (e.g. {'17,25' if many else '25'}) or a JDK's "
         "folder (default: $JAVA_HOME's, else java on PATH)",
     )
+
+
+def one_case(text: str, **given: str) -> Case:
+    """The case of a command that runs one (lab up, lab verify), with the dimensions its options
+    give (--ktor 3.5.1: field ktor): the rule of every command, a plan's too, is that a dimension
+    comes from the case's name or from an option, never both. LabError (one line) for a case that
+    cannot run: a release without its engine, h2 through an HTTP/1.1-only engine, an unknown JDK."""
+    try:
+        case = Case.parse(text)
+        for d in DIMENSIONS:
+            value = given.get(d.field)
+            if not value:
+                continue
+            if d.of(case) != d.default:
+                raise ValueError(f"the case names its {d.word}; give it there or with {d.option}, not both")
+            case = case.with_dimensions(**{d.field: d.parse(value)})
+        if why := case.refusal():
+            raise ValueError(f"case {case.name!r}: {why}")
+        if case.java:
+            versions.jdk(case.java)
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    return case
 
 
 def add_network(p: argparse.ArgumentParser, many: bool) -> None:

@@ -15,6 +15,11 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        if not (args.dir / "results.json").exists():
+            raise LabError(f"{args.dir / 'results.json'} does not exist: give the folder `lab run` wrote")
+        print(f"lab report: dry run; would write {args.dir}/report.md and report.html")
+        return 0
     try:
         md, page = run_report.write_report(args.dir)
     except (FileNotFoundError, ValueError) as e:

@@ -13,13 +13,19 @@ from ..results import LOAD_HELP, Plan, parse_load
 from ..rundirs import results_dir
 from . import options
 
+# Measured windows per row by default: enough for a test over them (Mann-Whitney U's smallest p
+# with 5 a side is 0.008).
+WINDOWS = 5
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
         help="a headless matrix of cases x scenarios x load levels; writes results/<timestamp>/",
-        description="Runs every case x scenario x load level (x repeats, interleaved) with a fresh proxy, "
-        "an unmeasured warm-up and a fixed window; writes results.json, report.md and report.html.",
+        description="Starts a proxy per case (and an A/A pair of the first case, the run's noise floor), "
+        "warms each once, then measures every case x scenario x load level in windows interleaved "
+        "across the proxies (A B C A B C); writes results.json, report.md and report.html, whose "
+        "verdict names a difference only when a test over the windows and the noise floor say so.",
     )
     p.add_argument(
         "--cases",
@@ -38,7 +44,37 @@ def add_parser(sub) -> None:
         help=f"comma-separated load levels: {LOAD_HELP} (default: %(default)s)",
     )
     p.add_argument(
-        "--repeats", type=int, default=1, help="runs per cell, interleaved A B A B (default: %(default)s)"
+        "--windows",
+        "--repeats",
+        dest="repeats",
+        type=int,
+        default=WINDOWS,
+        help="measured windows per row, interleaved across the proxies (default: %(default)s; each "
+        "figure is their mean with its 95%% interval)",
+    )
+    p.add_argument(
+        "--forks",
+        type=int,
+        default=1,
+        help="proxies per row, each warmed once; the row pools their windows (default: %(default)s)",
+    )
+    p.add_argument(
+        "--aa",
+        default="first",
+        help="the case measured by two proxies as two rows (#1, #2): the A/A pair whose difference is "
+        "the run's noise floor; 'first' (the plan's first case), a case, or 'none' (default: first; "
+        "none needed when --cases names a case twice)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a fresh proxy for every window, warmed again each time (as the compose backend always does)",
+    )
+    p.add_argument(
+        "--settle",
+        type=int,
+        default=Plan.settle_s,
+        help="seconds of unmeasured load before a window on a warm proxy that idled (default: %(default)s)",
     )
     p.add_argument(
         "--warmup",
@@ -92,6 +128,10 @@ def plan_of(args: argparse.Namespace) -> Plan:
             scenarios=[s.strip() for s in args.scenarios.split(",") if s.strip()],
             loads=[parse_load(x) for x in args.loads.split(",") if x.strip()],
             repeats=args.repeats,
+            forks=args.forks,
+            aa=aa_case(args.aa, cases),
+            fresh=args.fresh,
+            settle_s=args.settle,
             warmup_s=args.warmup,
             duration_s=args.duration,
             workers=args.workers,
@@ -108,23 +148,43 @@ def plan_of(args: argparse.Namespace) -> Plan:
         raise LabError(str(e)) from None
 
 
+def aa_case(text: str, cases: list) -> str:
+    """--aa: the A/A case's name, or "" for none (also when the plan already names a case twice, or
+    has a single case: a pair of it is asked for with --cases X,X)."""
+    if text == "none" or len(set(cases)) < 2 or len(set(cases)) < len(cases):
+        return ""
+    return cases[0].id if text == "first" else text
+
+
 def run(args: argparse.Namespace) -> int:
     plan = plan_of(args)
     backend = backends.make(args.backend, grafana=args.grafana)
     backend.check(plan)
-    out = results_dir(args.out)
+    out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
     runs = len(plan.runs())
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
     dims += f" x {len(plan.java)} JDKs" if plan.java else ""
     dims += f" x {len(plan.protocols)} protocols" if plan.protocols else ""
     dims += f" x {len(plan.rtt)} round trips" if plan.rtt else ""
+    proxies = len(plan.proxies())
+    fresh = plan.fresh or not backend.keeps_proxies
+    how = "a fresh proxy per window" if fresh else f"{proxies} proxies, each warmed once"
+    aa = f", A/A pair {plan.aa}" if plan.aa else ""
+    planned = measure.planned_seconds(plan, backend.keeps_proxies)
     print(
-        f"lab run: {runs} runs ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
-        f"{len(plan.loads)} loads x {plan.repeats} repeats{dims}), warm-up <= {plan.warmup_s} s, "
-        f"window {plan.duration_s} s; at most about {measure.format_seconds(measure.planned_seconds(plan))}; "
-        f"results in {out}",
+        f"lab run: {runs} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
+        f"{len(plan.loads)} loads x {plan.repeats} windows{dims}{aa}), {how}, warm-up <= {plan.warmup_s} s, "
+        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}; results in {out}",
         flush=True,
     )
+    skipped = plan.skipped()
+    for case, why in skipped:
+        print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
+    if args.dry_run:
+        print(
+            f"lab run: dry run; {len(plan.proxies())} proxies: {', '.join(p.title for p in plan.proxies())}"
+        )
+        return 0
     options.handle_signals()
     try:
         backend.open(plan, out)

@@ -131,6 +131,9 @@ def check_names(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_names(args)
+    if args.dry_run and args.verb in ("push", "down", "ps"):
+        print(f"lab swarm: dry run; would {args.verb} {args.name}")
+        return 0
     if args.verb == "push":
         base = {**compose.dotenv(), **os.environ, **stack_settings(args.set)}
         if problem := compose.engine_problem():
@@ -160,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
     extra = stack_settings(args.set)
     if args.no_push and not args.registry:
         raise LabError("--no-push needs --registry: the registry the images are in")
+    if args.dry_run:
+        release = release_for(case, extra)
+        print(f"lab swarm: dry run; would {args.verb} {case.id} (Ktor {release}) as the stack {args.name}")
+        return 0
     if problem := swarm.swarm_problem():
         raise LabError(problem)
     ready = [n for n in swarm.nodes() if n.state == "ready"]

@@ -6,9 +6,8 @@ import argparse
 import sys
 import time
 
-from .. import backends, stack, versions
-from ..cases import CASES, Case
-from ..errors import LabError
+from .. import stack
+from ..cases import CASES
 from ..rundirs import run_dir
 from . import options
 
@@ -28,15 +27,15 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        case = Case.parse(args.case)
-        case = case.with_dimensions(ktor=args.ktor or case.ktor, java=args.java or case.java)
-        versions.check_dimensions(case)
-    except ValueError as e:
-        raise LabError(str(e)) from None
-    backends.refuse_incapable([case])
+    case = options.one_case(args.case, ktor=args.ktor, java=args.java)
     extra = options.settings(args.set)
     network = options.network(args, case.rtt_ms)
+    if args.dry_run:
+        print(
+            f"lab up: dry run; would start nginx, its exporter, the proxy of {case.name} "
+            f"(network: {network.describe()}), Prometheus, Locust and Grafana when installed, on 127.0.0.1"
+        )
+        return 0
     stack.require(stack.missing(network=network.on))
     ports = options.ports(args)
     parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())

@@ -9,9 +9,7 @@ import time
 
 import requests
 
-from .. import metrics, stack, versions
-from ..cases import Case
-from ..errors import LabError
+from .. import metrics, stack
 from ..metrics import query as prom
 from ..parts import grafana
 from ..parts.loadgen import LocustWeb
@@ -62,11 +60,10 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        case = Case.parse(args.case)
-        versions.check_dimensions(case)
-    except ValueError as e:
-        raise LabError(str(e)) from None
+    case = options.one_case(args.case)
+    if args.dry_run:
+        print(f"lab verify: dry run; would start {case.name} on free loopback ports, check it, and stop")
+        return 0
     stack.require(stack.missing())
     d = run_dir("verify", args.run_dir)
     lab = stack.Stack(d, stack.Ports.free(), args.java_opts.split(), scrape_interval="1s")

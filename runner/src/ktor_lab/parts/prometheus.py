@@ -6,6 +6,7 @@ stub_status as the compose service does.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -19,20 +20,34 @@ NGINX_EXPORTER = shutil.which("prometheus-nginx-exporter") or "/usr/bin/promethe
 CONFIG = REPO / "prometheus" / "prometheus.yml"
 
 
-def render(run_dir: Path, targets: dict[str, str], scrape_interval: str | None = None) -> Path:
-    """Writes prometheus.yml into `run_dir` with each job's target replaced by `targets[job]`.
+def render(
+    run_dir: Path,
+    targets: dict[str, str],
+    scrape_interval: str | None = None,
+    files: dict[str, Path] | None = None,
+) -> Path:
+    """Writes prometheus.yml into `run_dir` with each job's target replaced by `targets[job]`, or,
+    for a job of `files`, by the targets listed in that file (file-based discovery: the lab
+    rewrites it as proxies come and go, several at once in `lab run`).
 
-    A job not in `targets` is left out (e.g. no Locust running). Returns the file's path.
+    A job in neither is left out (e.g. no Locust running). Returns the file's path.
     """
+    files = files or {}
     config = yaml.safe_load(CONFIG.read_text())
     jobs = {job["job_name"] for job in config["scrape_configs"]}
-    if unknown := set(targets) - jobs:
+    if unknown := (set(targets) | set(files)) - jobs:
         raise ValueError(
             f"no such job in {CONFIG.name}: {', '.join(sorted(unknown))}; jobs: {', '.join(sorted(jobs))}"
         )
-    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] in targets]
+    wanted = set(targets) | set(files)
+    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] in wanted]
     for job in config["scrape_configs"]:
-        job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
+        name = job["job_name"]
+        if name in files:
+            del job["static_configs"]
+            job["file_sd_configs"] = [{"files": [str(files[name])], "refresh_interval": "5s"}]
+        else:
+            job["static_configs"] = [{"targets": [targets[name]]}]
     if scrape_interval:
         config["global"]["scrape_interval"] = scrape_interval
         config["global"]["evaluation_interval"] = scrape_interval
@@ -43,9 +58,22 @@ def render(run_dir: Path, targets: dict[str, str], scrape_interval: str | None =
     return out
 
 
-def start(run_dir: Path, port: int, targets: dict[str, str], scrape_interval: str | None = None) -> Service:
+def write_targets(path: Path, targets: list[str]) -> None:
+    """A file-based discovery file of `targets` (host:port), replaced whole."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": targets}] if targets else []))
+    tmp.replace(path)
+
+
+def start(
+    run_dir: Path,
+    port: int,
+    targets: dict[str, str],
+    scrape_interval: str | None = None,
+    files: dict[str, Path] | None = None,
+) -> Service:
     """Starts Prometheus on 127.0.0.1:`port` with data in the run folder; waits until it is ready."""
-    conf = render(run_dir, targets, scrape_interval)
+    conf = render(run_dir, targets, scrape_interval, files)
     service = Service(
         "prometheus",
         [

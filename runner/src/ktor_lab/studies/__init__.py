@@ -32,6 +32,13 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     study = STUDIES[args.study]
     command = shlex.join(["lab", "study", *argv[argv.index(args.study) :]])
+    if args.dry_run:
+        try:
+            items = study.plan(args)
+        except ValueError as e:
+            raise LabError(f"study {args.study}: {e}") from None
+        print(f"lab study {args.study}: dry run; {len(items)} item(s) planned")
+        return 0
     if study.needs != "java":
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
     try:

@@ -5,7 +5,7 @@ JDK with each Ktor release (Ktor changed), then every case on the last release w
 JDK (the JDK changed; its first-JDK runs are the first matrix's). The engines compared are those
 every release publishes. Beside them, the io study (JMH: Ktor's socket and file I/O against
 plain JVM I/O) for each release. Each change is judged against the spread of the repeats
-(run_report.changes); the full lab report of the runs is in runs/ of the study's folder.
+(conclusions.changes); the full lab report of the runs is in runs/ of the study's folder.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import render, run_report, versions
+from .. import conclusions, render, run_report, versions
 from ..cases import LIFETIMES, Case, case_list
 from ..results import Plan, Results, parse_load
 from . import io, machinery
@@ -40,7 +40,7 @@ class IoRun:
 class FigureChange:
     before: float | None
     after: float | None
-    beyond_spread: bool | None  # None: one repeat, not known
+    clear: bool | None  # a test over the windows and the noise floor say so (None: one window, not known)
 
     @property
     def change(self) -> float | None:
@@ -50,7 +50,7 @@ class FigureChange:
 
 @dataclass
 class ChangeRow:
-    """One case with one dimension changed (run_report.Change), its figures before and after."""
+    """One case with one dimension changed (conclusions.Change), its figures before and after."""
 
     dimension: str  # Ktor or JDK
     case: str
@@ -65,7 +65,7 @@ class ChangeRow:
         out.update({"from": self.before, "to": self.after})
         for key, f in self.figures.items():
             out.update({f"{key}_from": f.before, f"{key}_to": f.after, f"{key}_change": f.change})
-            out[f"{key}_beyond_spread"] = f.beyond_spread
+            out[f"{key}_clear"] = f.clear
         return {**out, "flags": self.flags}
 
 
@@ -108,8 +108,7 @@ def plan(args: argparse.Namespace) -> list[Matrices | IoRun]:
     m = matrices(args)
     if not args.io:
         return [m]
-    versions.ensure_jars([versions.release(n) for n in m.whole.ktor], ("io-bench",))
-    return [m, *(IoRun(name) for name in m.whole.ktor)]
+    return [m, *(IoRun(name) for name in m.whole.ktor)]  # each release's io-bench jar: built at its run
 
 
 def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
@@ -145,8 +144,8 @@ def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[C
 
 def change_rows(results: Results) -> list[ChangeRow]:
     rows = []
-    for group in run_report.groups(results):
-        for c in run_report.changes(group):
+    for group in conclusions.groups(results):
+        for c in conclusions.changes(group):
             rows.append(
                 ChangeRow(
                     c.dimension,
@@ -156,9 +155,9 @@ def change_rows(results: Results) -> list[ChangeRow]:
                     c.after_name,
                     {
                         key: FigureChange(
-                            c.before.figures[key].median, c.after.figures[key].median, c.figure(key)[1]
+                            c.before.figures[key].mean, c.after.figures[key].mean, c.figure(key)[1]
                         )
-                        for key in run_report.CHANGE_FIGURES
+                        for key in conclusions.CHANGE_FIGURES
                     },
                     sorted(set(c.before.flags + c.after.flags)),
                 )
@@ -177,7 +176,7 @@ def _cell(key: str, digits: int):
         f = r.figures[key]
         if f.before is None or f.after is None:
             return "-"
-        mark = " *" if f.beyond_spread else ""
+        mark = " *" if f.clear else ""
         if f.change is None:
             return f"{f.before} -> {f.after}"
         return f"{f.before:,.{digits}f} -> {f.after:,.{digits}f} ({f.change:+.1%}){mark}"
@@ -255,8 +254,8 @@ def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery
         "JDKs": ", ".join(f"{j.major} ({j.version}, {j.home})" for j in jdks),
         "cases": ", ".join(c.name for c in m.whole.cases),
         "load": m.whole.loads[0].describe(),
-        "per run": f"a fresh proxy, warm-up up to {args.warmup} s, a {args.duration} s window, "
-        f"{args.repeats} repeat(s) interleaved",
+        "per row": f"a proxy warmed once (up to {args.warmup} s), {args.repeats} windows of "
+        f"{args.duration} s interleaved across the rows",
         "JVM options": args.java_opts,
         "io": f"JMH, {args.io_size:,} bytes per operation, {args.io_iterations} iterations of "
         f"{args.io_iteration_ms} ms"
@@ -264,8 +263,9 @@ def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery
         else "not run (--no-io)",
     }
     notes = [
-        "Each cell: the median before -> after, the change in percent; * marks a change beyond the spread "
-        "(min-max) of the repeats, which needs --repeats 2 or more.",
+        "Each cell: the mean of the windows before -> after, the change in percent; * marks a change a test "
+        "over the windows (Mann-Whitney U, p < 0.05) and the noise floor both support; it needs 2 windows "
+        "or more.",
         "A row with flags (not-warm, target, ...) does not compare capacity; at a fixed rate below every "
         "case's capacity, rps is the target, and CPU per request, threads and heap are what compare.",
         "The lab report of every run (verdict, tables, settings): runs/report.md and runs/report.html.",

@@ -1,0 +1,196 @@
+"""What a `lab run` concludes, from windows made up here: a lead only when the test over the
+windows and the noise floor both say so, ties said as ties, the A/A pair never a lead, the
+lifetime answer, the risks by name. The statistics are scipy's (confidence.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scipy import stats
+
+from ktor_lab import conclusions, confidence, run_report
+from ktor_lab.cases import Case
+from ktor_lab.confidence import Estimate
+from ktor_lab.results import (
+    ConnectionFigures,
+    Leak,
+    Load,
+    LocustFigures,
+    Plan,
+    PrometheusFigures,
+    ProxyFigures,
+    Results,
+    Run,
+    Warmup,
+)
+
+LOAD = Load("closed", 50)
+
+
+def window(name: str, n: int, rps: float, cpu: float, threads: float = 50, heap: float = 100 << 20) -> Run:
+    """Window `n` of the row `name` (`singleton-okhttp`, `singleton-okhttp #2`)."""
+    case_name, _, copy = name.partition(" #")
+    case = Case.parse(case_name)
+    return Run(
+        case=case.id,
+        engine=case.engine,
+        lifetime=case.lifetime,
+        scenario="static-small",
+        load=LOAD,
+        repeat=n,
+        warmup=Warmup(seconds=60, settled=True),
+        locust=LocustFigures(rps=rps, p99_ms=30.0, requests=int(rps * 10), cpu_peak_percent={"local": 50}),
+        proxy=ProxyFigures(upstream_requests=rps * 10, cpu_seconds_per_1000_requests=cpu),
+        prometheus=PrometheusFigures(threads_live_max=threads, heap_max_bytes=heap),
+        copy=int(copy or 0),
+        after="warm-up" if n == 1 else "idle",
+        idle_s=None if n == 1 else 120.0,
+    )
+
+
+def results_of(rows: dict[str, list[tuple[float, float]]]) -> Results:
+    """Rows of (rps, cpu) windows, interleaved as lab run takes them."""
+    runs = [
+        window(name, i + 1, rps, cpu) for i in range(5) for name, ws in rows.items() for rps, cpu in [ws[i]]
+    ]
+    cases = list(dict.fromkeys(Case.parse(n.split(" #")[0]) for n in rows))
+    plan = Plan(cases, ["static-small"], [LOAD], repeats=5)
+    environment = {
+        "commit": "0123456789abcdef",
+        "dirty": False,
+        "machine": {"cpus": 2, "cpu_model": "test", "memory_gib": 1},
+        "versions": {},
+    }
+    return Results(plan=plan, backend={"kind": "native"}, environment=environment, started="", runs=runs)
+
+
+def jittered(centre: float, spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [centre * (1 + rng.uniform(-spread, spread)) for _ in range(5)]
+
+
+def test_an_estimate_is_the_mean_with_student_s_95_percent_interval():
+    values = [100.0, 102.0, 98.0, 101.0, 99.0]
+    e = Estimate.of(values)
+    low, high = stats.t.interval(0.95, 4, loc=100.0, scale=stats.sem(values))
+    assert (e.n, e.mean, e.low, e.high) == (5, 100.0, pytest.approx(low), pytest.approx(high))
+    assert e.half_width == pytest.approx((high - low) / 2 / 100)
+    assert Estimate.of([None, 7.0]).half_width is None and Estimate.of([]).mean is None
+
+
+def test_a_lead_needs_the_test_and_the_floor():
+    a = Estimate.of([100, 101, 99, 100, 100])
+    b = Estimate.of([110, 111, 109, 110, 110])
+    c = confidence.compare(a, b)
+    assert c.p == pytest.approx(stats.mannwhitneyu(a.values, b.values).pvalue) and c.p < 0.05
+    assert c.difference == pytest.approx(0.10) and c.clear
+    # The same windows against a floor of 12%: significant, and not named.
+    under = confidence.compare(a, b, floor=0.12)
+    assert under.significant and not under.clear and "under the noise floor of 12.0%" in under.words()
+    # Overlapping windows: not significant, whatever the means say.
+    overlap = confidence.compare(a, Estimate.of([101, 99, 103, 98, 100]))
+    assert not overlap.significant and "not significant" in overlap.words()
+    # One window a side: nothing to test.
+    assert confidence.compare(Estimate.of([1.0]), Estimate.of([2.0])).p is None
+
+
+def test_the_verdict_names_a_lead_only_beyond_the_noise_floor_and_ties_otherwise():
+    results = results_of(
+        {
+            "singleton-okhttp #1": [(r, 0.25) for r in jittered(4000, 0.01, 1)],
+            "singleton-okhttp #2": [(r, 0.25) for r in jittered(4080, 0.01, 2)],  # the pair: ~2% apart
+            "singleton-apache5": [(r, 0.26) for r in jittered(4050, 0.01, 3)],  # within the floor
+            "singleton-cio": [(r, 0.50) for r in jittered(2600, 0.01, 4)],  # far behind
+        }
+    )
+    (group,) = conclusions.groups(results)
+    floor = group.floor("rps")
+    pair = group.compare(group.rows[0], group.rows[1], "rps")
+    assert floor == pytest.approx(abs(pair.difference)) and floor > 0.01
+    s = conclusions.standing(group, conclusions.BY_KEY["rps"])
+    leaders = [r.name for r, _ in s.leaders]
+    assert "singleton-apache5" in leaders and "singleton-cio" not in leaders
+    assert [r.name for r, _ in s.behind] == ["singleton-cio"] and "singleton-okhttp #2" not in leaders
+    text = conclusions.sentence(s)
+    assert "lead, indistinguishable (within " in text and "behind: singleton-cio 2," in text
+    # The A/A pair is judged like any pair, against the floor of the others (here none: 1%): it may
+    # differ beyond chance, and the noise line says so, but it is never ranked as two engines.
+    line = conclusions.noise_line(group)
+    assert line.startswith(
+        "Noise floor: two proxies of singleton-okhttp (singleton-okhttp #1, singleton-okhttp #2)"
+    )
+
+
+def test_an_aa_pair_of_the_same_case_finds_no_difference_where_there_is_none():
+    """200 A/A pairs drawn from one distribution: a lead called between them at most about as often
+    as the test's alpha says (5%), never more than twice that."""
+    called = 0
+    for seed in range(200):
+        results = results_of(
+            {
+                "singleton-okhttp #1": [(r, 0.25) for r in jittered(4000, 0.05, seed * 2)],
+                "singleton-okhttp #2": [(r, 0.25) for r in jittered(4000, 0.05, seed * 2 + 1)],
+            }
+        )
+        (group,) = conclusions.groups(results)
+        a, b = group.rows
+        called += group.compare(a, b, "rps").clear
+    assert called <= 20, called
+
+
+def test_the_first_screen_answers_lifetime_engines_and_risks():
+    results = results_of(
+        {
+            "singleton-okhttp": list(zip(jittered(4000, 0.01, 1), jittered(0.25, 0.01, 5), strict=True)),
+            "per-call-okhttp": list(zip(jittered(2000, 0.01, 2), jittered(0.65, 0.01, 6), strict=True)),
+            "singleton-cio": list(zip(jittered(2600, 0.01, 3), jittered(0.50, 0.01, 7), strict=True)),
+            "per-call-cio": list(zip(jittered(1800, 0.01, 4), jittered(0.70, 0.01, 8), strict=True)),
+            "singleton-apache": list(zip(jittered(3000, 0.01, 9), jittered(0.40, 0.01, 10), strict=True)),
+        }
+    )
+    for run in results.runs:
+        if run.engine == "cio":
+            run.connections = ConnectionFigures(new=1000, per_1000_requests=1000.0)
+        if run.case == "per-call-okhttp":
+            run.leak = Leak(60, 40, 900, 30, 40)  # 860 threads kept
+        if run.engine == "apache":
+            run.proxy.settings = {"engine_note": "apache: Ktor 3.4.1, its last release; deprecated"}
+    (group,) = conclusions.groups(results)
+    lifetime = conclusions.lifetime_answer(group)
+    assert lifetime.startswith("Lifetime: keep one HttpClient for the process (singleton). A new client per ")
+    assert "1.4-2.6x the CPU per request here, for each of the 2 engines" in lifetime
+    assert "per-call-okhttp (leak)" in lifetime
+    engines = conclusions.engines_answer(group)
+    assert engines[0].startswith("Engines, among singleton clients: singleton-okhttp lead or tie on")
+    assert engines[1].startswith("rps (higher is better): singleton-okhttp leads with 4,0")
+    risks = " ".join(conclusions.risks(results, group))
+    assert "Leak: kept threads or open files after the load: per-call-okhttp." in risks
+    assert (
+        "Deprecated: Apache (HttpAsyncClient 4) is deprecated in favour of apache5 (apache: Ktor 3.4.1"
+        in risks
+    )
+    assert "A connection per request: singleton-cio, per-call-cio" in risks
+    md = run_report.markdown(results)
+    first_screen = md.split("## Verdict")[1].split("\n## ")[0]
+    assert "Lifetime: keep one HttpClient" in first_screen and "What these figures are not" in first_screen
+    assert "Settings every proxy" not in first_screen and md.index("## Appendix") > md.index("| case |")
+
+
+def test_warmth_compares_windows_after_idling_with_the_first():
+    results = results_of(
+        {
+            "singleton-okhttp": [
+                (4000.0, 0.25),
+                (4100.0, 0.25),
+                (4050.0, 0.25),
+                (3950.0, 0.25),
+                (4000.0, 0.25),
+            ],
+            "singleton-cio": [(2600.0, 0.5)] * 5,
+        }
+    )
+    (group,) = conclusions.groups(results)
+    line = conclusions.warmth(group)
+    assert line.startswith("Warmth: windows after the proxy idled (120-120 s) against its first")
+    assert "rps 1.00x (median of 2 rows, 1.00-1.01x)" in line
