@@ -44,7 +44,12 @@ def test_report_page_as_a_browser_shows_it(tmp_path, browser):
     # The verdict is the first thing a reader sees, above the fold; tables and charts follow.
     box = page.locator("section.verdict").bounding_box()
     assert box is not None and box["y"] < 300 and box["height"] > 100, box
-    assert page.locator("section.verdict li").count() == 12
+    from ktor_lab.conclusions import groups
+    from ktor_lab.results import load
+
+    results = load(tmp_path)
+    answers = sum(len(run_report.answers(results, g)) for g in groups(results))
+    assert page.locator("section.verdict li").count() == answers >= 6
     assert page.locator("table").count() == 2 and page.locator("svg").count() == 2 * len(run_report.CHARTS)
     # Charts say which way is better and mark the rates that are not capacity.
     assert page.locator("svg >> text=higher is better").count() == 2
@@ -67,6 +72,7 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
             "singleton-cio,per-call-java",
             "--loads",
             "rate/200",
+            *("--windows", "1", "--aa", "none"),
             "--warmup",
             "5",
             "--duration",
@@ -115,8 +121,11 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
         assert 0 < run["proxy"]["server_p50_ms"] <= run["locust"]["p50_ms"] + 1, run["proxy"]
         assert run["machine"]["lab_cores"] > 0 and run["machine"]["cpus"] >= 1, run["machine"]
     singleton, per_call = results["runs"]
-    # Per-call Java keeps each JDK client's selector thread and sockets until the GC finds it.
-    assert "leak" in per_call["verdict"]["flags"], per_call["leak"]
+    # Per-call Java starts a selector thread per client, kept until the GC finds the client: far
+    # more threads than the singleton's in the window. (Whether they are still there at the leak
+    # check depends on when the GC ran: measured both ways here; the rule is unit-tested.)
+    assert per_call["prometheus"]["threads_live_max"] > 3 * singleton["prometheus"]["threads_live_max"]
+    assert per_call["leak"]["threads_after"] is not None and singleton["leak"]["threads_after"] is not None
     assert "leak" not in singleton["verdict"]["flags"], singleton["leak"]
     assert singleton["proxy"]["clients_opened"] == 0
     assert per_call["proxy"]["clients_opened"] == pytest.approx(
@@ -127,8 +136,8 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
     assert "target" in md  # 200 rps is far below capacity: flagged, not presented as capacity
     for run in results["runs"]:
         assert f"{run['locust']['rps']:,.0f} (not capacity)" in md
-    # What it prints at its end is that report up to its settings: the verdict and the tables.
-    assert md.split("\n## Settings")[0] in r.stdout and "## Settings" not in r.stdout
+    # What it prints at its end is that report up to its appendix: the verdict and the tables.
+    assert md.split("\n## Appendix")[0] in r.stdout and "## Appendix" not in r.stdout
 
 
 BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
@@ -137,7 +146,7 @@ BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monoton
 def one_case_run(out: Path) -> dict:
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-cio", "--loads", "rate/50", "--warmup", "0", "--duration", "6"]
-        + ["--out", str(out)],
+        + ["--windows", "1", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -168,7 +177,7 @@ def test_a_run_taken_while_other_work_loads_the_machine_is_flagged_busy(tmp_path
     assert m["lab_cores"] * m["window_s"] >= 0.8 * run["proxy"]["cpu_seconds"], (m, run["proxy"])
     md = (tmp_path / "report.md").read_text()
     verdict_part = md.split("## Verdict")[1].split("\n## ")[0]
-    assert verdict_part.strip().startswith("The machine was busy: in 1 of 1 runs"), verdict_part
+    assert verdict_part.strip().startswith("The machine was busy: in 1 of 1 windows"), verdict_part
 
 
 @pytest.mark.slow
@@ -176,7 +185,8 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     """A collapsed proxy (per-call Java, thousands of threads) once timed out a scrape and ended
     the whole matrix. Here the proxy's JVM is stopped (SIGSTOP) as its window begins: a real
     process that accepts connections and answers none. The run keeps Locust's figures, is
-    flagged `unresponsive`, and the next run of the plan is measured as usual."""
+    flagged `unresponsive`, and the next run of the plan is measured as usual (the stopped proxy
+    stays up beside it, as every proxy of a plan does)."""
     monkeypatch.setattr(measure, "PROXY_SCRAPE_S", 2)
     plan = Plan(["singleton-cio", "singleton-okhttp"], ["static-small"], [parse_load("rate/20")])
     plan.warmup_s, plan.duration_s, plan.java_opts = 0, 3, "-Xmx256m"
@@ -189,11 +199,10 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
             os.kill(stopped.pop(), signal.SIGCONT)  # so that the stack's SIGTERM ends it
 
     def start_and_remember(case, *args, **kwargs):
-        resume()
-        pid = start_case(case, *args, **kwargs)
+        proxy = start_case(case, *args, **kwargs)  # both are up before the first window
         if case.id == "singleton-cio":
-            stopped.append(pid)
-        return pid
+            stopped.append(proxy.pid)
+        return proxy
 
     def stop_the_proxy_as_the_window_begins():
         for pid in stopped:
@@ -224,6 +233,51 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     run_report.write_report(tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "the proxy did not answer its /metrics (window start: ReadTimeout" in md
+
+
+@pytest.mark.slow
+def test_a_matrix_warms_each_proxy_once_and_interleaves_its_windows(tmp_path):
+    """Three proxies up at once (an A/A pair of singleton OkHttp, and per-call OkHttp), each warmed
+    once, then measured round by round; a window after idling gets its settle, Prometheus' figures
+    of the proxy under load, and the idle proxies' CPU; the leak check is taken after idling."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [LAB, "run", "--cases", "singleton-okhttp,per-call-okhttp", "--aa", "singleton-okhttp"]
+        + ["--loads", "rate/100", "--windows", "2", "--warmup", "10", "--duration", "3", "--settle", "2"]
+        + ["--java-opts=-Xmx256m", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    rows = ["singleton-okhttp #1", "singleton-okhttp #2", "per-call-okhttp"]
+    assert [(f"{run['case']} #{run['copy']}" if run["copy"] else run["case"]) for run in runs] == rows * 2
+    assert [run["repeat"] for run in runs] == [1, 1, 1, 2, 2, 2]
+    first, second = runs[:3], runs[3:]
+    for a, b in zip(first, second, strict=True):
+        assert (a["after"], b["after"]) == ("warm-up", "idle")
+        # One warm-up per proxy, recorded with each of its windows; the second window came after the
+        # proxy idled while the other two were measured, then its settle.
+        assert a["warmup"] == b["warmup"] and b["idle_s"] >= 2 * 3 and b["settle_rps"] > 0
+        for run in (a, b):
+            assert run["locust"]["requests"] > 0 and run["locust"]["failures"] == 0
+            assert run["idle_proxies"] == 2 and run["idle_proxies_cores"] is not None
+            # Prometheus scraped the proxy under load (the only one it scrapes then).
+            assert run["prometheus"]["threads_live_max"] is not None, run["prometheus"]
+            assert run["scrape_wait_s"] is not None
+            assert (
+                run["leak"]["threads_after"] is not None and run["leak"]["settle_s"] >= measure.LEAK_SETTLE_S
+            )
+    # Three proxies, three JVMs; the pair's are two processes of the same case.
+    assert len({run["proxy"]["settings"]["case"] for run in runs}) == 2
+    md = (out / "report.md").read_text()
+    verdict = md.split("## Verdict")[1].split("\n## ")[0]
+    assert (
+        "Noise floor: two proxies of singleton-okhttp (singleton-okhttp #1, singleton-okhttp #2)" in verdict
+    )
+    assert "Lifetime:" in verdict and "What these figures are not" in verdict
+    assert "| singleton-okhttp #2 | 2 | none |" in md
 
 
 @pytest.mark.slow
