@@ -64,7 +64,7 @@ test: deps-test setup  ## every test: installs what is missing, the unit tier, K
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
-	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit
+	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit --durations=25
 
 test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
 	$(VENV)/bin/pytest runner/tests/unit

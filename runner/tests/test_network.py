@@ -163,7 +163,8 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
     out = tmp_path / "results"
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-okhttp,per-call-okhttp", "--rtt", "0,20", "--loads", "rate/50"]
-        + ["--warmup", "0", "--duration", "5", "--java-opts=-Xmx256m", "--out", str(out)],
+        + ["--warmup", "0", "--duration", "5", "--windows", "1", "--aa", "none"]
+        + ["--java-opts=-Xmx256m", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -184,5 +185,5 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
     assert per_call["connections"]["connect_rtt_ms_per_request"] >= 18
     assert per_call["prometheus"]["time_wait_max"] > singleton["prometheus"]["time_wait_max"]
     md = (out / "report.md").read_text()
-    assert re.search(r"^\| per-call-okhttp ktor [\d.]+ jdk \d+ rtt 20 \| RTT 20 ms \| ", md, re.M), md
+    assert re.search(r"^\| per-call-okhttp ktor [\d.]+ jdk \d+ rtt 20 \| 1 \| RTT 20 ms \| ", md, re.M), md
     assert re.search(r"^- per-call-okhttp on Ktor [\d.]+, JDK \d+, RTT 0 ms -> 20 ms: p50 ms ", md, re.M), md

@@ -82,7 +82,7 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
             "run",
             *("--ktor", f"3.4.0,{NEWER.name}", "--java", ",".join(java)),
             *("--cases", "singleton-okhttp,per-call-cio", "--loads", "rate/20"),
-            *("--warmup", "0", "--duration", "3", "--out", str(out)),
+            *("--warmup", "0", "--duration", "3", "--windows", "1", "--aa", "none", "--out", str(out)),
         ],
         capture_output=True,
         text=True,

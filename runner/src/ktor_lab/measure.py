@@ -56,6 +56,9 @@ RUN_OVERHEAD_S = 8
 WINDOW_OVERHEAD_S = 5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
 PROXY_SCRAPE_S = 30
+# Proxies up at once natively (each up to -Xmx512m of heap and its threads): the default matrix's
+# 11 fit; a larger plan is measured in groups of this many (`batches`).
+MAX_PROXIES_UP = 12
 # Seconds a window waits for Prometheus to scrape the proxy it was switched to (its file-based
 # discovery applies a change within 5 s, then the next scrape).
 SCRAPE_WAIT_S = 20
@@ -469,6 +472,14 @@ def fmt(v) -> str:
     return "-" if v is None else f"{v:g}"
 
 
+def batches(plan: Plan) -> list[list[ProxySpec]]:
+    """The plan's proxies in groups of at most MAX_PROXIES_UP, in the plan's order (a dimension's
+    cases together): each group is up at once, its windows interleaved; a larger plan (the distance
+    study's 81 proxies) would not fit in memory all at once."""
+    proxies = plan.proxies()
+    return [proxies[i : i + MAX_PROXIES_UP] for i in range(0, len(proxies), MAX_PROXIES_UP)]
+
+
 def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     """Runs the plan, writing out_dir/results.json after each window; returns the results.
 
@@ -486,24 +497,25 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     keep = backend.keeps_proxies and not plan.fresh
     specs = plan.runs()
     progress = Progress(len(specs), planned_seconds(plan, backend.keeps_proxies) / max(1, len(specs)))
-    lives: dict[ProxySpec, Live] = {}
     try:
-        if keep:
-            for p in plan.proxies():
+        for batch in batches(plan) if keep else [plan.proxies()]:
+            lives: dict[ProxySpec, Live] = {}
+            for p in batch if keep else ():
                 progress.show(f"starting {p.title}")
                 lives[p] = start_live(backend, p, plan, keep=True)
-        for spec in specs:
-            progress.show(spec.title())
-            live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
-            run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
-            if not keep:
+            for spec in (s for s in specs if s.proxy in batch):
+                progress.show(spec.title())
+                live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
+                run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
+                if not keep:
+                    finish_leak_check(live)
+                    backend.stop_case(live.proxy)
+                results.runs.append(run)
+                results.write(out_dir)
+                progress.finish_one(summary_line(run))
+            for live in lives.values():
                 finish_leak_check(live)
                 backend.stop_case(live.proxy)
-            results.runs.append(run)
-            results.write(out_dir)
-            progress.finish_one(summary_line(run))
-        for live in lives.values():
-            finish_leak_check(live)
     except KeyboardInterrupt:
         results.interrupted = True
         print("\nlab run: interrupted; keeping the windows that finished", file=sys.stderr)

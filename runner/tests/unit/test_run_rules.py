@@ -100,6 +100,17 @@ def test_windows_are_interleaved_across_the_proxies_and_an_aa_pair_is_two_rows()
     assert [p.row for p in twice.proxies()] == ["singleton-okhttp #1", "singleton-okhttp #2"]
 
 
+def test_a_plan_larger_than_what_fits_in_memory_is_measured_in_groups_of_proxies():
+    from ktor_lab.cases import CASES
+    from ktor_lab.measure import MAX_PROXIES_UP, batches
+
+    plan = Plan(list(CASES), ["static-small"], [parse_load("rate/10")], forks=2, aa="singleton-cio")
+    groups = batches(plan)
+    assert [len(g) for g in groups] == [MAX_PROXIES_UP, 2 * 11 - MAX_PROXIES_UP]
+    assert [p for g in groups for p in g] == plan.proxies()  # every proxy once, in the plan's order
+    assert len(batches(Plan(list(CASES), ["static-small"], [parse_load("rate/10")], aa="singleton-cio"))) == 1
+
+
 def test_lab_run_adds_the_aa_pair_of_its_first_case_unless_told_or_already_paired():
     from ktor_lab.cli import main_parser
     from ktor_lab.commands.run import plan_of
