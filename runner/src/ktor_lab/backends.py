@@ -53,8 +53,9 @@ class Backend(Protocol):
     @property
     def prometheus_url(self) -> str: ...
 
-    def check(self, plan: Plan) -> None:
-        """LabError (one line) when the plan cannot run here; nothing has started yet."""
+    def check(self, plan: Plan, machine: bool = True) -> None:
+        """LabError (one line) when the plan cannot run here; nothing has started yet. Without
+        `machine` (a dry run), only what the plan asks of the backend, not what is installed."""
 
     def open(self, plan: Plan, out_dir: Path) -> None:
         """The parts every run shares; logs under `out_dir`."""
@@ -119,7 +120,9 @@ class NativeBackend:
     def prometheus_url(self) -> str:
         return self._stack.prometheus_url
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Plan, machine: bool = True) -> None:
+        if not machine:
+            return
         problems = missing(network=any(plan.network_for(c).on for c in plan.cases_to_run()))
         if self.grafana and grafana_binary() is None:
             problems.append("grafana is not installed (--grafana; the dashboards run in the compose stack)")
@@ -224,7 +227,7 @@ class ComposeBackend:
     def prometheus_url(self) -> str:
         return self._project.url("prometheus")
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Plan, machine: bool = True) -> None:
         if plan.java or any(c.java for c in plan.cases):
             raise LabError(
                 "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "
@@ -240,7 +243,7 @@ class ComposeBackend:
                 self.release_of(case)
         except ValueError as e:
             raise LabError(str(e)) from None
-        if problem := compose.engine_problem():
+        if machine and (problem := compose.engine_problem()):
             raise LabError(f"cannot start: {problem} (--backend compose)")
 
     def open(self, plan: Plan, out_dir: Path) -> None:

@@ -87,8 +87,8 @@ def missing(prometheus_too: bool = True, nginx_too: bool = True, network: bool =
         problems.append("njs is missing: apt-get install libnginx-mod-http-js")
     if not shutil.which(java()):
         problems.append("java is missing: apt-get install openjdk-17-jre-headless")
-    if not PROXY_JAR.exists():
-        problems.append(f"{PROXY_JAR.relative_to(REPO)} is missing: make build")
+    if not PROXY_JAR.exists() and not shutil.which("mvn"):  # the jars are built on first use, by Maven
+        problems.append(f"{PROXY_JAR.relative_to(REPO)} is missing and Maven is not installed: make build")
     if not Path(loadgen.locust_bin()).exists():
         problems.append("locust is missing from this Python environment: make setup")
     if prometheus_too:

@@ -159,7 +159,7 @@ def aa_case(text: str, cases: list) -> str:
 def run(args: argparse.Namespace) -> int:
     plan = plan_of(args)
     backend = backends.make(args.backend, grafana=args.grafana)
-    backend.check(plan)
+    backend.check(plan, machine=not args.dry_run)
     out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
     runs = len(plan.runs())
     dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
