@@ -7,7 +7,8 @@
 #
 #   tools/install-deps.sh venv   Python 3.11+ with venv (make setup)
 #   tools/install-deps.sh run    and nginx with njs, Prometheus, the nginx exporter, JDK 17, Maven, wrk
-#   tools/install-deps.sh test   and Chromium (the page tests), and Go 1.24+ (tools/compose-config):
+#   tools/install-deps.sh test   and Chromium (the page tests), a JDK 25 where the system's packages
+#                                have one, and Go 1.24+ (tools/compose-config):
 #                                the one on PATH, else tools/fetch-go.py downloads the pinned one
 set -euo pipefail
 what=${1:-test}
@@ -27,6 +28,12 @@ if [ "$what" != venv ]; then
 fi
 if [ "$what" = test ]; then
     command -v chromium >/dev/null || need+=(chromium)
+    # A second JDK for `lab run --java 17,25` and its test: where the system's packages have one
+    # (Debian trixie and later) and /usr/lib/jvm has none; bookworm has no JDK 25 package.
+    if ! ls -d /usr/lib/jvm/*25* >/dev/null 2>&1 \
+        && apt-cache show openjdk-25-jdk-headless >/dev/null 2>&1; then
+        need+=(openjdk-25-jdk-headless)
+    fi
 fi
 
 cannot() {

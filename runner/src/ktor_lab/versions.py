@@ -305,5 +305,7 @@ def jdk(name: str) -> Jdk:
             return candidate
     found = ", ".join(f"{j.major} ({j.home})" for j in jdks()) or "none"
     raise ValueError(
-        f"--java {name}: no JDK {name} on this machine (found: {found}); give a version or a JDK's folder"
+        f"--java {name}: no JDK {name} on this machine (found: {found}); give one of those, a JDK's "
+        f"folder, or install JDK {name} (openjdk-{name}-jdk-headless where your system's packages have it, "
+        "or a Temurin build from adoptium.net, into /usr/lib/jvm)"
     )

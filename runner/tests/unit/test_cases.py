@@ -243,3 +243,28 @@ def test_every_engine_has_what_users_should_know_of_it():
     assert tuple(ENGINE_FACTS) == ENGINES
     assert "deprecated" in ENGINE_FACTS["apache"] and "HTTP/1" in ENGINE_FACTS["cio"]
     assert "thread" in ENGINE_FACTS["okhttp"]
+
+
+def test_every_dimension_has_its_fields_and_its_option():
+    """cases.DIMENSIONS names, per dimension, the Case field, the Plan field and lab run's option
+    that list it, and the Run field that keeps what it ran with: each must exist."""
+    import dataclasses
+
+    from ktor_lab.cases import DIMENSIONS
+    from ktor_lab.cli import main_parser
+    from ktor_lab.results import Plan, Run
+
+    run_options = {
+        o
+        for a in main_parser()._subparsers._group_actions[0].choices["run"]._actions
+        for o in a.option_strings
+    }
+    case_fields = {f.name for f in dataclasses.fields(Case)}
+    plan_fields = {f.name for f in dataclasses.fields(Plan)}
+    for d in DIMENSIONS:
+        assert d.field in case_fields, f"Case has no field {d.field!r} for the dimension {d.word}"
+        assert d.plan in plan_fields, f"Plan has no field {d.plan!r} for the dimension {d.word}"
+        assert d.option in run_options, f"lab run has no option {d.option} for the dimension {d.word}"
+        assert hasattr(Run, d.run_field) or d.run_field in {f.name for f in dataclasses.fields(Run)}, d
+    # Every field of Case beyond lifetime and engine is a declared dimension.
+    assert case_fields - {"lifetime", "engine"} == {d.field for d in DIMENSIONS}

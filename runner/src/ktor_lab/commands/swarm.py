@@ -132,7 +132,7 @@ def check_names(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     check_names(args)
     if args.dry_run and args.verb in ("push", "down", "ps"):
-        print(f"lab swarm: dry run; would {args.verb} {args.name}")
+        print(f"lab swarm: dry run; would {args.verb} {getattr(args, 'name', 'the stack')}")
         return 0
     if args.verb == "push":
         base = {**compose.dotenv(), **os.environ, **stack_settings(args.set)}

@@ -1,0 +1,74 @@
+"""Every `lab ...` command the README and docs print works as printed: each line of their code
+blocks, and each command written inline with its arguments, goes through `lab ... --dry-run`,
+which checks what it is given (cases, dimensions, options, the plan and what it skips) and starts
+nothing. A refusal fails here, naming the page and the line.
+
+Placeholders a page writes for the reader to fill are filled as a reader would: CASE with a case,
+NAME with each study, results/<time> with a stored result. Templates (with `...`, `[...]` or
+`a|b`) and bare names of commands (`lab up`, with nothing after it) are not commands to run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ktor_lab import cli, studies
+from ktor_lab.paths import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "results-small"
+COMMAND = re.compile(r"^(?:\.venv/bin/)?lab (\S.*)$")
+
+
+def commands() -> list[tuple[str, str]]:
+    """(where, the command after `lab `) for every command line and inline command of the pages."""
+    found = []
+    for page in PAGES:
+        text, name = page.read_text(), str(page.relative_to(REPO))
+        for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", line.strip().removeprefix("$ "))
+                if m := COMMAND.match(line):
+                    found.append((f"{name}: {line}", m[1]))
+        for span in re.findall(r"`((?:\.venv/bin/)?lab [^`]+)`", text):
+            if not (m := COMMAND.match(span.strip())):
+                continue
+            rest = m[1]
+            words = rest.split()
+            name = 2 if words[0] in ("study", "swarm") else 1  # `lab swarm up` is a command's name
+            if len(words) <= name or re.search(r"\.\.\.|\[|\|", rest):
+                continue  # a command's name, or a template
+            found.append((f"{name}: `{span}`", rest))
+    return found
+
+
+def filled(rest: str) -> list[str]:
+    """The command with the page's placeholders filled, once per value a placeholder takes."""
+    rest = re.sub(r"results/(<[^>]+>|\d{8}-\d{6})", str(FIXTURE), rest)
+    rest = rest.replace("CASE", "singleton-cio")
+    if "NAME" in rest:
+        return [rest.replace("NAME", study) for study in studies.STUDIES]
+    return [rest]
+
+
+COMMANDS = commands()
+
+
+def test_the_pages_print_commands_at_all():
+    assert len(COMMANDS) > 40, COMMANDS
+    assert any("lab run" in where for where, _ in COMMANDS) and any("lab study" in w for w, _ in COMMANDS)
+
+
+@pytest.mark.parametrize("where,rest", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_every_command_in_the_readme_and_docs_runs_as_printed(where, rest, capsys):
+    for text in filled(rest):
+        argv = [*shlex.split(text), "--dry-run"]
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # argparse refused it
+            code = e.code
+        out, err = capsys.readouterr()
+        assert code == 0, f"{where}\n  lab {' '.join(argv)}\n  {err.strip() or out.strip()}"
