@@ -67,22 +67,26 @@ def add_options(parser):
         env_var="LOCUST_LOAD_MODEL",
         default="closed",
         choices=list(LOAD_MODELS),
-        help="closed: users wait between requests; rate: all users together start --target-rps "
-        "a second; sweep: needs locust/sweep.py (default: closed)",
+        help="closed: each user sends its next request when its last is answered, after the wait "
+        "below; with no wait (the default, as lab run) the rate is the engine's capacity, with a wait "
+        "it is users / (wait + latency), the wait's and not the engine's; rate: all users together "
+        "start --target-rps a second (latency at a fixed rate); sweep: needs locust/sweep.py "
+        "(default: closed)",
     )
     parser.add_argument(
         "--wait-min",
         env_var="LOCUST_WAIT_MIN",
         type=float,
-        default=1.0,
-        help="closed model: least seconds between a user's requests (default: 1.0)",
+        default=0.0,
+        help="closed model: least seconds between a user's requests (default: 0, no wait: the rate is "
+        "the engine's capacity)",
     )
     parser.add_argument(
         "--wait-max",
         env_var="LOCUST_WAIT_MAX",
         type=float,
-        default=2.0,
-        help="closed model: most seconds between a user's requests (default: 2.0)",
+        default=0.0,
+        help="closed model: most seconds between a user's requests (default: 0)",
     )
     parser.add_argument(
         "--target-rps",

@@ -270,7 +270,7 @@ def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
     assert len(worker_nodes) == 2, worker_nodes
     assert set(own) == {"upload", "Aggregated"}, own.keys()
     n = own["upload"]["num_requests"]
-    assert n > 10 * 5 * 2, n  # with the workers' default 1-2 s wait it would be about 10 a second
+    assert n > 10 * 5 * 2, n  # with a 1-2 s wait it would be about 10 a second
     assert own["upload"]["num_failures"] == 0
     assert samples.sum("locust_requests_total", name="upload") == n
     for w in workers:
