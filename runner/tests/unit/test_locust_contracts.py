@@ -19,8 +19,26 @@ def test_requirements_match_the_lab_package():
     assert set(pinned.values()) <= set(deps), "locust/requirements.txt and runner/pyproject.toml disagree"
 
 
-def test_locust_conf_is_the_documented_default():
+def test_locust_conf_is_lab_run_s_default_load_whose_rate_is_capacity():
+    """The compose UI opens with locust.conf's values: lab run's default load (closed/50/0), which
+    the lab's own rule (verdict.judge) calls the engine's capacity, not the load model's."""
+    from ktor_lab import verdict
+    from ktor_lab.commands.run import add_parser
+    from ktor_lab.results import LocustFigures, Run, Warmup, parse_load
+
     conf = (LOCUST_DIR / "locust.conf").read_text()
-    for line in ("scenario = static-small", "load-model = closed", "wait-min = 1", "wait-max = 2"):
-        assert line in conf
-    assert Path(REPO / conf.split("locustfile = ")[1].split()[0]).exists()
+    values = dict(
+        (k.strip(), v.strip())
+        for k, _, v in (ln.partition("=") for ln in conf.splitlines())
+        if _ and k[0] != "#"
+    )
+    assert Path(REPO / values["locustfile"]).exists() and values["scenario"] == "static-small"
+    load = parse_load(f"{values['load-model']}/{values['users']}/{values['wait-min']}-{values['wait-max']}")
+    import argparse
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    assert load == parse_load(sub.choices["run"].get_default("loads"))  # lab run's default
+    run = Run("singleton-cio", "cio", "singleton", "static-small", load, 1, warmup=Warmup(settled=True))
+    run.locust = LocustFigures(rps=2000.0, avg_ms=20.0, requests=20000, cpu_peak_percent={"local": 60})
+    assert verdict.judge(run).capacity and "load-model" not in verdict.judge(run).flags
