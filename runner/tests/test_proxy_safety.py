@@ -8,7 +8,7 @@ import socket
 import pytest
 import requests
 
-ENGINES = ("cio", "apache", "apache5", "okhttp", "java")
+from ktor_lab.cases import ENGINES
 
 
 @pytest.fixture(scope="module", params=ENGINES, ids=ENGINES)

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from conftest import sha256_of_stream
+from ktor_lab.cases import ENGINES
 from ktor_lab.machine import java
 from ktor_lab.parts import nginx
 from ktor_lab.paths import PROXY_JAR
@@ -61,7 +62,7 @@ def test_http2_over_tls_13_through_each_engine_that_speaks_it(engine, upstream, 
     }
 
 
-@pytest.mark.parametrize("engine", ["cio", "apache", "apache5", "okhttp", "java"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_https_11_through_every_engine_with_the_tls_it_can(engine, upstream, start_proxy):
     since = time.time()
     with start_proxy(f"singleton-{engine}", upstream.tls_url, **tls_env(upstream)) as p:

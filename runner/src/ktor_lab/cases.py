@@ -48,6 +48,15 @@ ENGINE_FACTS = {
     "java": "the JDK's HttpClient: cannot limit connections in flight; HTTP/2 by default in Ktor "
     "(over cleartext an h2c upgrade; the lab asks for HTTP/1.1 unless h2 is the case)",
 }
+# The Java packages of each engine's own code (the profiler charges a sample to the engine whose
+# code is on top of it: parts/jfr.py).
+ENGINE_PACKAGES = {
+    "cio": ("io.ktor.client.engine.cio.",),
+    "apache": ("org.apache.http.", "io.ktor.client.engine.apache."),
+    "apache5": ("org.apache.hc.", "io.ktor.client.engine.apache5."),
+    "okhttp": ("okhttp3.", "okio.", "io.ktor.client.engine.okhttp."),
+    "java": ("jdk.internal.net.http.", "java.net.http.", "io.ktor.client.engine.java."),
+}
 # How long one HttpClient lives.
 LIFETIME_TITLES = {
     "singleton": "one HttpClient for the whole process",

@@ -73,7 +73,12 @@ def test_a_sample_is_charged_to_the_first_frame_of_known_code_below_the_jdk_s():
 
     assert owner(["sun.nio.ch.Net.poll", "io.netty.channel.epoll.Native.epollWait"]) == "netty"
     assert owner(["java.util.HashMap.get", "lab.proxy.ForwardedHeaders.toUpstream", "io.ktor.x"]) == "lab"
-    assert owner(["okio.AsyncTimeout.enter", "okhttp3.internal.RealCall.execute"]) == "okhttp/okio"
+    # Each engine's own code is the engine's (cases.ENGINE_PACKAGES), the JDK's HTTP client too.
+    assert owner(["okio.AsyncTimeout.enter", "okhttp3.internal.RealCall.execute"]) == "okhttp"
+    assert (
+        owner(["sun.nio.ch.Net.poll", "jdk.internal.net.http.HttpClientImpl$SelectorManager.run"]) == "java"
+    )
+    assert owner(["io.ktor.client.engine.cio.Endpoint.execute", "io.ktor.client.HttpClient.x"]) == "cio"
     assert owner(["java.lang.Thread.run"]) == "jdk"
     assert owner(
         ["jdk.internal.misc.Unsafe.park", "kotlinx.coroutines.scheduling.CoroutineScheduler.run"]

@@ -268,3 +268,9 @@ def test_every_dimension_has_its_fields_and_its_option():
         assert hasattr(Run, d.run_field) or d.run_field in {f.name for f in dataclasses.fields(Run)}, d
     # Every field of Case beyond lifetime and engine is a declared dimension.
     assert case_fields - {"lifetime", "engine"} == {d.field for d in DIMENSIONS}
+
+
+def test_every_engine_has_its_packages_for_the_profiler():
+    from ktor_lab.cases import ENGINE_PACKAGES
+
+    assert tuple(ENGINE_PACKAGES) == ENGINES and all(ENGINE_PACKAGES.values())

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..cases import ENGINE_PACKAGES
 from ..machine import java
 
 # The code a sample is charged to: the first frame of one of these in its stack, top down.
+# Each engine's own code first (cases.ENGINE_PACKAGES, the one list of engines), then Ktor's.
 OWNERS = (
     ("lab", ("lab.",)),
+    *ENGINE_PACKAGES.items(),
     ("ktor", ("io.ktor.",)),
     ("kotlinx.coroutines", ("kotlinx.coroutines.",)),
-    ("okhttp/okio", ("okhttp3.", "okio.")),
-    ("apache", ("org.apache.hc.", "org.apache.http.")),
     ("netty", ("io.netty.",)),
     ("micrometer", ("io.micrometer.",)),
     ("jdk", ("java.", "jdk.", "sun.")),
