@@ -199,10 +199,20 @@ def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, 
     ]
 
 
-def test_lab_bench_refuses_a_case_of_another_release_or_jdk_before_anything_starts(capsys):
+def test_lab_bench_runs_a_case_on_its_release_and_refuses_another_jdk_before_anything_starts(capsys):
     from ktor_lab import cli
 
     assert cli.main(["bench", "--cases", "singleton-cio jdk 25"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
-    assert "lab bench measures this checkout's build on the default JDK; drop the release or JDK" in err
+    assert (
+        "'singleton-cio jdk 25' names its JDK" in err
+        and "lab bench runs every target on the default JDK" in err
+    )
+    # --ktor moves every target to that release; an engine it lacks is skipped by name.
+    assert (
+        cli.main(["bench", "--ktor", "3.4.1", "--cases", "singleton-okhttp,singleton-java", "--dry-run"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "skips singleton-java ktor 3.4.1: Ktor 3.4.1 does not publish the java engine" in out
+    assert "would measure singleton-okhttp ktor 3.4.1 and their references" in out

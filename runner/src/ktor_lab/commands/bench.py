@@ -30,12 +30,11 @@ import platform
 import statistics
 import time
 
-from .. import render, stack
+from .. import render, stack, versions
 from ..cases import CASES, Case, all_of, case_list
 from ..errors import LabError
 from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
 from ..parts import jfr, wrk
-from ..paths import LEAN_PROXY_JAR, REPO
 from ..rundirs import run_dir
 from ..warmup import JitClock, warm_up
 from . import options
@@ -73,6 +72,13 @@ def add_parser(sub) -> None:
         help="record each JVM's measured window with Java Flight Recorder and say where its CPU went "
         "(by whose code, and the top frames); it starts before the warm-up, which waits out what its start "
         "costs, and still costs a little CPU, so figures with it are not the ones to compare",
+    )
+    p.add_argument(
+        "--ktor",
+        default="",
+        help="the Ktor release of every target (the lab's proxy and its references, built on first use); "
+        "an engine it does not publish is skipped (default: each case's own: the pom's, 3.5.2, and the "
+        "apache engine on its last release, 3.4.1)",
     )
     p.add_argument(
         "--ladder",
@@ -146,29 +152,40 @@ def profiles(rounds: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def bench_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases, each on its release: --ktor's for all (an engine it lacks skipped, and named),
+    else each case's own (an engine the default release lacks on its last). Every case's
+    references are built on the same release; the JDK is the default one for all of them (a case
+    on another JDK would be set beside references that are not)."""
+    try:
+        cases = case_list(args.cases)
+        if named := [c for c in cases if c.java or (c.ktor and args.ktor)]:
+            raise ValueError(
+                f"--cases: {named[0].name!r} names its JDK, or its release beside --ktor: lab bench runs "
+                "every target on the default JDK and one release per case (lab run --ktor/--java compares "
+                "those)"
+            )
+        if args.ktor:
+            cases = [c.with_dimensions(ktor=versions.release(args.ktor).name) for c in cases]
+    except ValueError as e:
+        raise LabError(str(e)) from None
+    for case in [c for c in cases if c.refusal()]:
+        print(f"lab bench: skips {case.name}: {case.refusal().split('; ')[0]}", flush=True)
+    if not (kept := [c for c in cases if not c.refusal()]):
+        raise LabError(f"lab bench: no case can run on Ktor {args.ktor}")
+    return kept
+
+
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
-    try:
-        cases = case_list(args.cases)
-    except ValueError as e:
-        raise LabError(str(e)) from None
-    # Its references (nginx's proxy_pass, the lean proxy, the ladder) are this checkout's build on
-    # the default JDK: a case of another release or JDK would be set beside references that are not.
-    if named := [c for c in cases if c.ktor or c.java]:
-        raise LabError(
-            f"--cases: lab bench measures this checkout's build on the default JDK; drop the release or JDK "
-            f"from {named[0].name!r} (lab run --ktor/--java compares those)"
-        )
+    cases = bench_cases(args)
     if args.dry_run:
         print(f"lab bench: dry run; would measure {', '.join(c.name for c in cases)} and their references")
         return 0
     if problem := wrk.missing():
         raise LabError(problem)
-    missing = stack.missing(prometheus_too=False)
-    if not LEAN_PROXY_JAR.exists():
-        missing.append(f"{LEAN_PROXY_JAR.relative_to(REPO)} is missing: make build")
-    stack.require(missing)
+    stack.require(stack.missing(prometheus_too=False))
     ports = options.ports(args)
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
     d = run_dir("bench", args.run_dir)
@@ -218,9 +235,9 @@ def one_round(lab: stack.Stack, cases: list[Case], args: argparse.Namespace) -> 
     results.append(measure("nginx proxy_pass", url + args.path, args))
     lab.stop_service(reference)
     if args.ladder:
-        for engine in dict.fromkeys(case.engine for case in cases):
+        for case in {c.engine: c for c in cases}.values():
             for rung, env in LADDER:
-                results.append(measure_lean(lab, rung_target(engine, rung), engine, env, args))
+                results.append(measure_lean(lab, rung_target(case.engine, rung), case, env, args))
         return results
     seen: set[str] = set()
     for case in cases:
@@ -231,14 +248,19 @@ def one_round(lab: stack.Stack, cases: list[Case], args: argparse.Namespace) -> 
         if case.engine not in seen:
             seen.add(case.engine)
             for reference, env in REFERENCES:
-                results.append(measure_lean(lab, rung_target(case.engine, reference), case.engine, env, args))
+                results.append(measure_lean(lab, rung_target(case.engine, reference), case, env, args))
     return results
 
 
-def measure_lean(lab: stack.Stack, target: str, engine: str, env: dict[str, str], args) -> dict:
-    """The minimal proxy (or a rung of the ladder) with `env`; the lab's own proxy for LAB_PROXY."""
-    singleton = Case("singleton", engine)
-    proxy = lab.proxy(singleton) if env is LAB_PROXY else lab.proxy(singleton, jar=LEAN_PROXY_JAR, **env)
+def measure_lean(lab: stack.Stack, target: str, case: Case, env: dict[str, str], args) -> dict:
+    """The minimal proxy (or a rung of the ladder) with `env`, built on `case`'s release, with its
+    engine as a singleton; the lab's own proxy for LAB_PROXY."""
+    singleton = case.with_dimensions(lifetime="singleton")
+    if env is LAB_PROXY:
+        proxy = lab.proxy(singleton)
+    else:
+        jar = versions.ensure_jar("lean-proxy", versions.release_of(singleton))
+        proxy = lab.proxy(singleton, jar=jar, **env)
     r = measure(target, proxy.url + args.path, args, jvm_pid=proxy.service.pid)
     lab.stop_proxy()
     time.sleep(1)
