@@ -16,7 +16,7 @@ import pytest
 from ktor_lab import measure, run_report
 from ktor_lab.backends import NativeBackend
 from ktor_lab.cli import main
-from ktor_lab.results import Plan, parse_load
+from ktor_lab.plan import Plan, parse_load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))

@@ -19,8 +19,9 @@ from .cases import Case
 from .errors import LabError
 from .network import Network, read
 from .parts import compose, nginx, toxiproxy
+from .plan import Plan
 from .processes import free_port
-from .results import NetworkRecord, Plan
+from .results import NetworkRecord
 from .stack import Ports, Stack, grafana_binary, missing, require
 
 

@@ -101,6 +101,9 @@ class Dimension:
     show: Callable[[object], str] = str
     refuse: Callable[[Case], str | None] = lambda case: None
     env: Callable[[object], dict[str, str]] = lambda value: {}
+    # The proxy variables `env` may set, and their values when the dimension is at its default
+    # (compose interpolates them: a project switching cases sets them back).
+    variables: tuple[tuple[str, str], ...] = ()
 
     def of(self, case: Case) -> object:
         return getattr(case, self.field)
@@ -144,6 +147,46 @@ def _milliseconds(text: str) -> int:
     return int(text)
 
 
+# The client's dispatcher (CLIENT_DISPATCHER): where the engine's coroutines and blocking calls
+# run. `io`: Ktor's default, Dispatchers.IO (64 threads unless raised); `io:N`: that pool raised
+# to N threads; `virtual`: a virtual thread per task (JDK 21+).
+DISPATCHER_TITLES = {
+    "io": "Dispatchers.IO, 64 threads (Ktor's default)",
+    "io:N": "Dispatchers.IO raised to N threads (kotlinx.coroutines.io.parallelism)",
+    "virtual": "a virtual thread per task (JDK 21 and later)",
+}
+# Engines whose I/O runs on threads of their own, which a dispatcher does not change: refused.
+OWN_IO_THREADS = {
+    "apache": "HttpAsyncClient 4's I/O reactor runs its own threads",
+    "apache5": "HttpClient 5's I/O reactor runs its own threads",
+}
+VIRTUAL_THREADS_JDK = 21
+
+
+def _dispatcher(text: str) -> str:
+    text = text.strip()
+    if text in ("io", "virtual") or (
+        text.startswith("io:") and text[3:].isdigit() and 1 <= int(text[3:]) <= 4096
+    ):
+        return text
+    raise ValueError(f"dispatcher {text!r}: give one of io, io:N (N threads, 1-4096), virtual")
+
+
+def _dispatcher_refusal(case: Case) -> str | None:
+    if case.dispatcher == "io":
+        return None
+    if case.engine in OWN_IO_THREADS:
+        return f"dispatcher {case.dispatcher} changes nothing of {case.engine}: {OWN_IO_THREADS[case.engine]}"
+    if case.dispatcher == "virtual":
+        jdk = versions.jdk(case.java) if case.java else versions.default_jdk()
+        if jdk is None or int(jdk.major) < VIRTUAL_THREADS_JDK:
+            return (
+                f"dispatcher virtual needs JDK {VIRTUAL_THREADS_JDK} or later (JDK "
+                f"{jdk.major if jdk else '?'} here): add the JDK, e.g. jdk 25 (--java 25)"
+            )
+    return None
+
+
 DIMENSIONS = (
     Dimension(
         "ktor", "ktor", "ktor", "--ktor", "Ktor", "the Ktor release the proxy is built with", "ktor",
@@ -158,10 +201,18 @@ DIMENSIONS = (
         "protocol",
         parse=_protocol, refuse=_http2_refusal,
         env=lambda v: {} if v == "http" else {"CLIENT_HTTP_VERSION": "2" if v == "h2" else "1.1"},
+        variables=(("CLIENT_HTTP_VERSION", "1.1"),),
     ),
     Dimension(
         "rtt_ms", "rtt", "rtt", "--rtt", "RTT", "round trip added between the proxy and nginx", "rtt_ms",
         parse=_milliseconds, show=lambda v: f"{v} ms",
+    ),
+    Dimension(
+        "dispatcher", "dispatcher", "dispatchers", "--dispatcher", "dispatcher",
+        "where the client's coroutines and blocking calls run", "dispatcher",
+        parse=_dispatcher, refuse=_dispatcher_refusal,
+        env=lambda v: {} if v == "io" else {"CLIENT_DISPATCHER": v},
+        variables=(("CLIENT_DISPATCHER", "io"),),
     ),
 )  # fmt: skip
 BY_WORD = {d.word: d for d in DIMENSIONS}
@@ -178,6 +229,7 @@ class Case:
     java: str = ""  # a JDK by major version or folder (versions.jdk)
     protocol: str = "http"  # between the proxy and the upstream
     rtt_ms: int = 0  # round trip added between the proxy and the upstream
+    dispatcher: str = "io"  # where the client's coroutines run (DISPATCHER_TITLES)
 
     def __post_init__(self) -> None:
         if self.lifetime not in LIFETIMES or self.engine not in ENGINES:
@@ -205,6 +257,8 @@ class Case:
             # A name as reports write it is read back as is (a release a report marks "?", a JDK
             # by its major version); only the round trip's milliseconds must be a number.
             dims[d.field] = _milliseconds(value) if d.field == "rtt_ms" else value
+        if "dispatcher" in dims:
+            _dispatcher(str(dims["dispatcher"]))
         return cls(lifetime, engine, **dims)  # type: ignore[arg-type]
 
     @property

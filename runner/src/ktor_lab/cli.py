@@ -17,7 +17,7 @@ from . import studies
 from .cases import CASES, all_of
 from .commands import bench, bench_locust, report, run, swarm, up, verify
 from .errors import LabError
-from .results import Plan
+from .plan import Plan
 
 EPILOG = f"""\
 examples:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from . import confidence, verdict
 from .cases import DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PROTOCOLS, Case
 from .confidence import Comparison, Estimate
-from .results import Load, Results, Run
+from .plan import Load
+from .results import Results, Run
 
 
 @dataclass(frozen=True)

@@ -27,19 +27,17 @@ from . import machine, metrics, verdict
 from .machine import environment
 from .parts import nginx
 from .parts.loadgen import LocustWeb, WindowStats
+from .plan import Plan, ProxySpec, Spec
 from .processes import wait_until
 from .results import (
     ConnectionFigures,
     Leak,
     LocustFigures,
     MachineFigures,
-    Plan,
     PrometheusFigures,
     ProxyFigures,
-    ProxySpec,
     Results,
     Run,
-    Spec,
     Window,
 )
 from .warmup import JitClock, Warmup, warm_up
@@ -196,7 +194,7 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.copy, run.fork = spec.copy, spec.fork
     run.dimensions = plan.has_dimensions
-    run.protocol, run.rtt_ms = case.protocol, case.rtt_ms
+    run.protocol, run.rtt_ms, run.dispatcher = case.protocol, case.rtt_ms, case.dispatcher
     run.network = backend.network_record(live.proxy.network)
     scrape_proxy = ProxyScraper(live.proxy.url, run)
     edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)

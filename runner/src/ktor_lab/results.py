@@ -1,250 +1,25 @@
-"""What `lab run` measured, typed: the plan, every run's figures, and results.json.
+"""What `lab run` measured, typed: every window's figures, and results.json.
 
 results.json keeps the shape it always had (`"format": 1`, nested objects with the same keys);
 `Results.from_json` reads any file of that format, old or new, ignoring keys it does not know
-and leaving figures it does not find at None.
+and leaving figures it does not find at their defaults. The codec is cattrs' (CONVERTER), with the
+lab's two text forms: a case by its name, a load level with its label.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
-import types
-import typing
-from collections import Counter
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import versions
-from .cases import DIMENSIONS, SCENARIOS, Case
+import cattrs
+
+from .cases import DIMENSIONS, Case
 from .network import Network
+from .plan import Load, Plan
 from .warmup import Warmup
 
 FORMAT = 1
-LOAD_HELP = "closed/USERS/WAIT (e.g. closed/50/0, closed/1000/1-2) or rate/RPS[/USERS] (e.g. rate/500)"
-
-
-@dataclass(frozen=True)
-class Load:
-    """One load level: `closed/USERS/WAIT` (WAIT in seconds, `0` or `1-2`) or `rate/RPS[/USERS]`."""
-
-    model: str
-    users: int
-    wait_min: float = 0.0
-    wait_max: float = 0.0
-    target_rps: float = 0.0
-
-    @property
-    def label(self) -> str:
-        if self.model == "rate":
-            return f"rate/{self.target_rps:g}/{self.users}"
-        wait = (
-            f"{self.wait_min:g}" if self.wait_min == self.wait_max else f"{self.wait_min:g}-{self.wait_max:g}"
-        )
-        return f"closed/{self.users}/{wait}"
-
-    def describe(self) -> str:
-        if self.model == "rate":
-            return f"rate model, {self.target_rps:g} rps target, {self.users} users"
-        wait = "no wait" if self.wait_max == 0 else f"{self.wait_min:g}-{self.wait_max:g} s wait"
-        return f"closed model, {self.users} users, {wait}"
-
-    def to_json(self) -> dict:
-        return {"label": self.label, **asdict(self)}
-
-
-def parse_load(text: str) -> Load:
-    """ValueError with the accepted forms for anything else."""
-    parts = text.strip().split("/")
-    try:
-        if parts[0] == "closed" and len(parts) == 3:
-            users = int(parts[1])
-            lo, _, hi = parts[2].partition("-")
-            wait_min, wait_max = float(lo), float(hi or lo)
-            if users >= 1 and 0 <= wait_min <= wait_max:
-                return Load("closed", users, wait_min, wait_max)
-        if parts[0] == "rate" and len(parts) in (2, 3):
-            rps = float(parts[1])
-            users = int(parts[2]) if len(parts) == 3 else max(10, math.ceil(rps / 10))
-            if rps > 0 and users >= 1:
-                return Load("rate", users, target_rps=rps)
-    except ValueError:
-        pass
-    raise ValueError(f"load level {text!r} is not valid; give {LOAD_HELP}")
-
-
-@dataclass(frozen=True)
-class ProxySpec:
-    """One proxy of the plan: its case, which copy of the case it is (0: the case has one; 1, 2: an
-    A/A pair, two rows of the same case) and which fork of that row (1..forks)."""
-
-    case: Case
-    copy: int = 0
-    fork: int = 1
-
-    @property
-    def row(self) -> str:
-        """The row it measures for: the case's name, `#copy` when the case has two rows."""
-        return self.case.name + (f" #{self.copy}" if self.copy else "")
-
-    @property
-    def title(self) -> str:
-        return self.row + (f" fork {self.fork}" if self.fork > 1 else "")
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One window of the plan, before it is measured: the proxy (its case with its dimensions),
-    the scenario, the load, and which window of its row it is (`repeat`, from 1)."""
-
-    repeat: int
-    case: Case
-    scenario: str
-    load: Load
-    copy: int = 0
-    fork: int = 1
-
-    @property
-    def proxy(self) -> ProxySpec:
-        return ProxySpec(self.case, self.copy, self.fork)
-
-    def title(self) -> str:
-        return f"{self.proxy.title} {self.scenario} {self.load.label} #{self.repeat}"
-
-
-@dataclass
-class Plan:
-    cases: list[Case]
-    scenarios: list[str]
-    loads: list[Load]
-    # Measured windows per row (and proxy): interleaved across the proxies, A B C A B C.
-    repeats: int = 1
-    warmup_s: int = 150  # lab run's defaults (commands/run.py reads them from here)
-    duration_s: int = 10
-    workers: int = 0
-    java_opts: str = "-Xmx512m"
-    proxy_env: dict[str, str] = field(default_factory=dict)
-    # Dimensions beyond the case (lab run --ktor, --java, --protocols, --rtt): empty means the
-    # default build, JDK, protocol (http) and round trip (0 ms: no network).
-    ktor: list[str] = field(default_factory=list)
-    java: list[str] = field(default_factory=list)
-    protocols: list[str] = field(default_factory=list)
-    rtt: list[int] = field(default_factory=list)
-    # The network's other values, the same for every run (lab run --jitter, --bandwidth).
-    jitter_ms: int = 0
-    bandwidth_kbps: int = 0
-    # Proxies per row: each warmed once, its windows pooled into the row (JMH's forks).
-    forks: int = 1
-    # The case measured by two proxies as two rows, the A/A pair that gives the noise floor
-    # ("": none, unless --cases names a case twice).
-    aa: str = ""
-    # A fresh proxy for every window, warmed again each time (the compose backend always).
-    fresh: bool = False
-    # Seconds of unmeasured load before a window on a warm proxy that has idled (its pools refill).
-    settle_s: int = 3
-
-    def __post_init__(self) -> None:
-        self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
-        for d in DIMENSIONS:
-            given = getattr(self, d.plan)
-            setattr(self, d.plan, [d.parse(v) for v in given])  # a ValueError naming what is valid
-            if given and (named := [c for c in self.cases if d.of(c) != d.default]):
-                raise ValueError(
-                    f"case {named[0].name!r} names its {d.word}; give it there or with {d.option}, not both"
-                )
-        for case in self.cases:  # what a case names itself is asked for: refused, never skipped
-            if why := case.refusal():
-                raise ValueError(f"case {case.name!r}: {why}")
-            if case.java:
-                versions.jdk(case.java)
-        for name in self.java:
-            versions.jdk(name)
-        if not self.cases_to_run():
-            raise ValueError(
-                "no combination of these cases and dimensions can run: "
-                + "; ".join(why for _, why in self.skipped())
-            )
-        for case in self.cases_to_run():
-            self.network_for(case)  # a NetworkError (ValueError) naming the variable
-        if self.jitter_ms and not any(c.rtt_ms for c in self.cases_to_run()):
-            raise ValueError(
-                f"UPSTREAM_JITTER_MS={self.jitter_ms} varies a round trip, and no run here has one: "
-                "give --rtt above 0, or no --jitter"
-            )
-        if bad := [s for s in self.scenarios if s not in SCENARIOS]:
-            raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
-        if self.repeats < 1 or self.duration_s < 1 or self.warmup_s < 0 or self.workers < 0:
-            raise ValueError("windows and duration must be at least 1; warm-up and workers at least 0")
-        if self.forks < 1 or self.settle_s < 0:
-            raise ValueError("forks must be at least 1 and the settle at least 0")
-        if self.aa and Case.parse(self.aa).id not in {c.id for c in self.cases}:
-            raise ValueError(f"the A/A case {self.aa!r} is not one of the cases; give one of them, or none")
-        if not (self.cases and self.scenarios and self.loads):
-            raise ValueError("the matrix is empty: give at least one case, scenario and load level")
-
-    def combinations(self) -> list[Case]:
-        """Every case with the plan's dimensions applied (each dimension's values, in the order they
-        were given, outermost in the order of cases.DIMENSIONS; the cases innermost)."""
-        lists = [[(d.field, v) for v in getattr(self, d.plan)] or [None] for d in DIMENSIONS]
-        return [
-            case.with_dimensions(**dict(pair for pair in combo if pair is not None))
-            for combo in itertools.product(*lists)
-            for case in self.cases
-        ]
-
-    def cases_to_run(self) -> list[Case]:
-        """The combinations that can run: one a case cannot take (a release without its engine, h2
-        through an HTTP/1.1-only engine) is skipped, and named by `skipped`."""
-        return [c for c in self.combinations() if c.refusal() is None]
-
-    def skipped(self) -> list[tuple[Case, str]]:
-        """The combinations left out, each with why."""
-        return [(c, why) for c in self.combinations() if (why := c.refusal())]
-
-    def network_for(self, case: Case) -> Network:
-        """Between the proxy and nginx for `case`: its round trip, the plan's jitter and bandwidth. A
-        round trip of 0 has nothing to vary: its runs get no jitter (--rtt 0,20 --jitter 2)."""
-        return Network(case.rtt_ms, self.jitter_ms if case.rtt_ms else 0, self.bandwidth_kbps)
-
-    def proxies(self) -> list[ProxySpec]:
-        """Every proxy the plan measures, in order: each case to run (its forks), a case the plan
-        names twice as two rows (copies 1 and 2), and the A/A case's second copy when the plan has
-        no pair of its own."""
-        cases = self.cases_to_run()
-        count = Counter(cases)
-        pair = None
-        if self.aa and max(count.values()) == 1:
-            pair = next((c for c in cases if c.id == Case.parse(self.aa).id), None)
-        out, seen = [], Counter()
-        for case in cases:
-            seen[case] += 1
-            copies = [seen[case]] if count[case] > 1 else ([1, 2] if case == pair else [0])
-            out += [ProxySpec(case, copy, fork) for copy in copies for fork in range(1, self.forks + 1)]
-        return out
-
-    def runs(self) -> list[Spec]:
-        """Every window in the order it is measured: each round goes through every scenario, load
-        and proxy before the next (A B C A B C: drift hits every row alike)."""
-        return [
-            Spec(r + 1, p.case, scenario, load, p.copy, p.fork)
-            for r in range(self.repeats)
-            for scenario in self.scenarios
-            for load in self.loads
-            for p in self.proxies()
-        ]
-
-    @property
-    def has_dimensions(self) -> bool:
-        """True when a run's rows must name the release and the JDK (a dimension of the plan, or a
-        case's own)."""
-        return any(getattr(self, d.plan) for d in DIMENSIONS) or any(c.dimensions() for c in self.cases)
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["cases"] = [case.name for case in self.cases]
-        d["loads"] = [load.to_json() for load in self.loads]
-        return d
 
 
 @dataclass
@@ -439,6 +214,8 @@ class Run:
     # Between the proxy and the upstream: http, https or h2 (cases.PROTOCOLS).
     protocol: str = "http"
     rtt_ms: int = 0
+    # The client's dispatcher (cases.DISPATCHER_TITLES).
+    dispatcher: str = "io"
     connections: ConnectionFigures | None = None
     network: NetworkRecord | None = None
     # Which proxy measured it: the copy of its case (0: the case's only row; 1, 2: an A/A pair) and
@@ -495,24 +272,18 @@ class Results:
     format: int = FORMAT
 
     def to_json(self) -> dict:
-        d = {
-            "format": self.format,
-            "started": self.started,
-            "finished": self.finished,
-            "interrupted": self.interrupted,
-            "backend": self.backend,
-            "plan": self.plan.to_json(),
-            "environment": self.environment,
-            "runs": [_plain(r) for r in self.runs],
-            "wall_seconds": self.wall_seconds,
+        d = CONVERTER.unstructure(self)
+        return {k: d[k] for k in ("format", "started", "finished", "interrupted", "backend", "plan")} | {
+            "environment": d["environment"],
+            "runs": d["runs"],
+            "wall_seconds": d["wall_seconds"],
         }
-        return d
 
     @classmethod
     def from_json(cls, data: dict) -> Results:
         if data.get("format", FORMAT) != FORMAT:
             raise ValueError(f"results.json has format {data.get('format')}; this lab reads format {FORMAT}")
-        return _build(cls, data)
+        return CONVERTER.structure(data, cls)
 
     def write(self, out_dir: Path) -> None:
         """out_dir/results.json, replaced whole (a reader never sees half a file)."""
@@ -531,46 +302,15 @@ def load(results_dir: Path) -> Results:
         raise ValueError(f"{path} is not a results.json of `lab run`: {e}") from None
 
 
-def _plain(value):
-    """A dataclass as JSON-ready values (a Load with its label, a Case by its name, as the file
-    always held them)."""
-    if isinstance(value, Load):
-        return value.to_json()
-    if isinstance(value, Case):
-        return value.name
-    if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+def _load(data: dict, _) -> Load:
+    """A load level from its JSON (its label is written beside its fields, and derived from them)."""
+    return Load(**{f.name: data[f.name] for f in fields(Load) if f.name in data})
 
 
-def _build(cls, data):
-    """`cls` from a JSON object: known keys only, nested dataclasses built by their type."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    kwargs = {}
-    for name, value in data.items():
-        if name not in known:
-            continue
-        kwargs[name] = _convert(hints[name], value)
-    return cls(**kwargs)
-
-
-def _convert(hint, value):
-    if value is None:
-        return None
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
-    if origin is list:
-        (item,) = typing.get_args(hint) or (object,)
-        return [_convert(item, v) for v in value]
-    if hint is Case:
-        return Case.parse(value)
-    if is_dataclass(hint):
-        return _build(hint, value)
-    return value
+# The codec of results.json: keys it does not know are ignored, missing ones take their defaults;
+# a case is written by its name, a load level with its label.
+CONVERTER = cattrs.Converter(forbid_extra_keys=False)
+CONVERTER.register_unstructure_hook(Case, lambda case: case.name)
+CONVERTER.register_structure_hook(Case, lambda text, _: Case.parse(text))
+CONVERTER.register_unstructure_hook(Load, Load.to_json)
+CONVERTER.register_structure_hook(Load, _load)

@@ -13,7 +13,7 @@ from ktor_lab.cases import Case
 from ktor_lab.errors import LabError
 from ktor_lab.network import Network
 from ktor_lab.paths import REPO
-from ktor_lab.results import Plan, parse_load
+from ktor_lab.plan import Plan, parse_load
 
 
 def plan(*cases: str, **kw) -> Plan:

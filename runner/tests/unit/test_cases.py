@@ -104,7 +104,7 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     """proxy-app's ProxyConfig.kt: its Engine and Lifetime enums (what CLIENT_ENGINE and
     CLIENT_LIFETIME accept), and each engine's setup in its own source root, named as the enum says
     (src/engines/<id>/kotlin: built only for the releases that publish the engine)."""
-    text = (PROXY_DIR / "src" / "main" / "kotlin" / "lab" / "proxy" / "ProxyConfig.kt").read_text()
+    text = (PROXY_DIR / "src" / "main" / "kotlin" / "lab" / "proxy" / "config" / "ProxyConfig.kt").read_text()
 
     def entries(enum: str) -> list[tuple[str, ...]]:
         body = re.search(rf"enum class {enum}\(.*?\{{(.*?)\}}", text, re.S)[1]
@@ -116,7 +116,8 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
     assert tuple(e[0] for e in engines) == ENGINES
     assert tuple(e[0] for e in entries("Lifetime")) == LIFETIMES
     for engine, setup in engines:
-        path = PROXY_DIR / "src" / "engines" / engine / "kotlin" / "lab" / "proxy" / "engines" / f"{setup}.kt"
+        root = PROXY_DIR / "src" / "engines" / engine / "kotlin"
+        path = root / "lab" / "proxy" / "client" / "engines" / f"{setup}.kt"
         assert path.exists(), f"{path.relative_to(REPO)} is missing"
     assert {p.name for p in (PROXY_DIR / "src" / "engines").iterdir()} == set(ENGINES)
 
@@ -252,7 +253,8 @@ def test_every_dimension_has_its_fields_and_its_option():
 
     from ktor_lab.cases import DIMENSIONS
     from ktor_lab.cli import main_parser
-    from ktor_lab.results import Plan, Run
+    from ktor_lab.plan import Plan
+    from ktor_lab.results import Run
 
     run_options = {
         o

@@ -12,12 +12,11 @@ from scipy import stats
 from ktor_lab import conclusions, confidence, run_report
 from ktor_lab.cases import Case
 from ktor_lab.confidence import Estimate
+from ktor_lab.plan import Load, Plan
 from ktor_lab.results import (
     ConnectionFigures,
     Leak,
-    Load,
     LocustFigures,
-    Plan,
     PrometheusFigures,
     ProxyFigures,
     Results,

@@ -29,6 +29,7 @@ BASE = {
 }
 MACHINERY = {
     "stack",
+    "plan",
     "results",
     "verdict",
     "render",

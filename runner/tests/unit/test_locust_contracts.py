@@ -24,7 +24,8 @@ def test_locust_conf_is_lab_run_s_default_load_whose_rate_is_capacity():
     the lab's own rule (verdict.judge) calls the engine's capacity, not the load model's."""
     from ktor_lab import verdict
     from ktor_lab.commands.run import add_parser
-    from ktor_lab.results import LocustFigures, Run, Warmup, parse_load
+    from ktor_lab.plan import parse_load
+    from ktor_lab.results import LocustFigures, Run, Warmup
 
     conf = (LOCUST_DIR / "locust.conf").read_text()
     values = dict(

@@ -16,7 +16,8 @@ from ktor_lab import conclusions, metrics, run_report, verdict
 from ktor_lab.cases import SCENARIOS
 from ktor_lab.cli import main
 from ktor_lab.paths import LOCUST_DIR
-from ktor_lab.results import Leak, Load, LocustFigures, MachineFigures, Plan, Results, Run, Warmup, parse_load
+from ktor_lab.plan import Load, Plan, parse_load
+from ktor_lab.results import Leak, LocustFigures, MachineFigures, Results, Run, Warmup
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results-small"
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -370,7 +371,8 @@ def test_a_results_json_of_another_format_is_refused(tmp_path, capsys):
 
 
 def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
-    from ktor_lab.results import ConnectionFigures, Plan, Results
+    from ktor_lab.plan import Plan
+    from ktor_lab.results import ConnectionFigures, Results
 
     runs = []
     for protocol, conns in (("http", 1.0), ("https", 1.0), ("h2", 0.2)):

@@ -7,9 +7,18 @@ import sys
 from pathlib import Path
 
 from .. import backends, measure, run_report, verdict, versions
-from ..cases import CASES, HTTP2_ENGINES, PROTOCOL_TITLES, SCENARIOS, all_of, case_list
+from ..cases import (
+    CASES,
+    DIMENSIONS,
+    DISPATCHER_TITLES,
+    HTTP2_ENGINES,
+    PROTOCOL_TITLES,
+    SCENARIOS,
+    all_of,
+    case_list,
+)
 from ..errors import LabError
-from ..results import LOAD_HELP, Plan, parse_load
+from ..plan import LOAD_HELP, Plan, parse_load
 from ..rundirs import results_dir
 from . import options
 
@@ -112,6 +121,14 @@ def add_parser(sub) -> None:
         + ", ".join(HTTP2_ENGINES),
     )
     options.add_network(p, many=True)
+    p.add_argument(
+        "--dispatcher",
+        default="",
+        help="comma-separated, each a dimension of every case: where the client's coroutines and "
+        "blocking calls run: "
+        + "; ".join(f"{k} ({v})" for k, v in DISPATCHER_TITLES.items())
+        + " (default: io only). Apache and Apache5 run their own I/O threads: skipped for the others",
+    )
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
@@ -141,6 +158,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             java=versions.names(args.java),
             protocols=versions.names(args.protocols),
             rtt=options.rtt_list(args.rtt),
+            dispatchers=versions.names(args.dispatcher),
             jitter_ms=options.network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
             bandwidth_kbps=options.network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
         )
@@ -162,10 +180,9 @@ def run(args: argparse.Namespace) -> int:
     backend.check(plan, machine=not args.dry_run)
     out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
     runs = len(plan.runs())
-    dims = f" x {len(plan.ktor)} Ktor releases" if plan.ktor else ""
-    dims += f" x {len(plan.java)} JDKs" if plan.java else ""
-    dims += f" x {len(plan.protocols)} protocols" if plan.protocols else ""
-    dims += f" x {len(plan.rtt)} round trips" if plan.rtt else ""
+    dims = "".join(
+        f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := getattr(plan, d.plan))
+    )
     proxies = len(plan.proxies())
     fresh = plan.fresh or not backend.keeps_proxies
     how = "a fresh proxy per window" if fresh else f"{proxies} proxies, each warmed once"

@@ -23,7 +23,7 @@ import yaml
 from dotenv import dotenv_values
 
 from .. import versions
-from ..cases import ALL, ENGINE_TITLES, LIFETIME_TITLES, Case
+from ..cases import ALL, DIMENSIONS, ENGINE_TITLES, LIFETIME_TITLES, Case
 from ..errors import LabError
 from ..paths import REPO
 from ..processes import free_port, local_url, wait_until
@@ -249,7 +249,11 @@ class Project:
         # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on); the
         # round trip is the network overlay's, with the project's UPSTREAM_RTT_MS.
         case = case.with_dimensions(ktor="", java="", rtt_ms=0)
-        self.env["CLIENT_HTTP_VERSION"] = case.proxy_env().get("CLIENT_HTTP_VERSION", "1.1")
+        # The case's other proxy variables (HTTP/2, the dispatcher), which docker-compose.yml and
+        # its overlays interpolate; a dimension at its default sets its variables back.
+        env = case.proxy_env()
+        for d in DIMENSIONS:
+            self.env.update({name: env.get(name, default) for name, default in d.variables})
         # Without the overlay, Toxiproxy stays up unused (an orphan of the project, removed by down()).
         self.network = network
         same = (case, network) == (self.case, self.case_network)

@@ -22,7 +22,8 @@ from pathlib import Path
 from .. import render, verdict, versions
 from ..cases import LIFETIMES, PROTOCOLS, Case, engine_list
 from ..commands import options
-from ..results import Plan, Results, Run, parse_load
+from ..plan import Plan, parse_load
+from ..results import Results, Run
 from . import machinery
 
 RTTS = "0,1,20,80"
@@ -489,7 +490,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="also singleton CIO with CLIENT_PIPELINING=on (default: on)",
     )
     p.add_argument(
-        "--warmup", type=int, default=20, help="most seconds of warm-up per run (default: %(default)s)"
+        "--warmup",
+        type=int,
+        default=150,
+        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
+        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
     )
     p.add_argument("--duration", type=int, default=10, help="seconds measured per run (default: %(default)s)")
     p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")

@@ -25,7 +25,8 @@ from .. import measure, metrics, render, run_report
 from ..backends import NativeBackend
 from ..cases import ENGINES, LIFETIMES, all_of
 from ..machine import environment
-from ..results import Plan, Results
+from ..plan import Plan
+from ..results import Results
 from ..rundirs import results_dir
 from ..stack import Stack
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from .. import render, verdict
 from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..parts import nginx
-from ..results import Plan, Results, parse_load
+from ..plan import Plan, parse_load
+from ..results import Results
 from ..stack import Stack
 from . import machinery, streaming
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .. import render, verdict
 from ..cases import case_list
-from ..results import Plan, Results, Run, parse_load
+from ..plan import Plan, parse_load
+from ..results import Results, Run
 from ..results import load as load_results
 from . import machinery
 
@@ -266,7 +267,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--capacity-load", default="closed/50/0", help="a closed loop without wait (default: %(default)s)"
     )
     p.add_argument(
-        "--warmup", type=int, default=20, help="most seconds of warm-up per run (default: %(default)s)"
+        "--warmup",
+        type=int,
+        default=150,
+        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
+        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
     )
     p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
     p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")

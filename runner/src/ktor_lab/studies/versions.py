@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .. import conclusions, render, run_report, versions
 from ..cases import LIFETIMES, Case, case_list
-from ..results import Plan, Results, parse_load
+from ..plan import Plan, parse_load
+from ..results import Results
 from . import io, machinery
 
 
@@ -296,10 +297,21 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="one load level, below every case's capacity (default: %(default)s)",
     )
     p.add_argument(
-        "--warmup", type=int, default=20, help="most seconds of warm-up per run (default: %(default)s)"
+        "--warmup",
+        type=int,
+        default=150,
+        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
+        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
     )
     p.add_argument("--duration", type=int, default=10, help="seconds measured per run (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="runs per cell, interleaved (default: %(default)s)")
+    p.add_argument(
+        "--windows",
+        "--repeats",
+        dest="repeats",
+        type=int,
+        default=3,
+        help="measured windows per row, interleaved across the rows (default: %(default)s)",
+    )
     p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")
     p.add_argument(
         "--io", action=argparse.BooleanOptionalAction, default=True, help="also the io study per release"
