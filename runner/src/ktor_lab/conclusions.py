@@ -61,6 +61,8 @@ FIGURES = [
     ),
     Figure("threads", "threads max", lambda r: r.prometheus.threads_live_max, 0, "lower", words="threads"),
     Figure("unparked", "active unparked max", lambda r: r.prometheus.threads_active_unparked_max, 0, "lower"),
+    Figure("carriers", "carrier threads max", lambda r: r.prometheus.carriers_max, 0, ""),
+    Figure("pinned", "pinned virtual threads", lambda r: r.proxy.virtual_threads_pinned, 0, "lower"),
     Figure(
         "heap", "heap max MiB", lambda r: _mib(r.prometheus.heap_max_bytes), 0, "lower", words="heap (memory)"
     ),

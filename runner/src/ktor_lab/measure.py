@@ -82,6 +82,8 @@ def window_queries(instance: str, seconds: int) -> dict[str, str]:
         "pool_in_use_max": f'max(max_over_time(lab_client_pool_connections{{{sel}, state="in_use"}}[{w}]))',
         "pool_idle_max": f'max(max_over_time(lab_client_pool_connections{{{sel}, state="idle"}}[{w}]))',
         "time_wait_max": f'max(max_over_time(lab_upstream_sockets{{{sel}, state="time_wait"}}[{w}]))',
+        # Virtual threads' carriers (the scheduler's platform threads; none without virtual threads).
+        "carriers_max": f"max(max_over_time(lab_threads_carriers{{{sel}}}[{w}]))",
     }
 
 
@@ -95,6 +97,8 @@ COUNTERS = {
 }
 
 
+# Pinned virtual threads the proxy counted (its JFR stream of jdk.VirtualThreadPinned).
+PINNED = "lab_virtual_threads_pinned_total"
 # The proxy's server timer (Ktor's MicrometerMetrics, buckets on): its latency as it served.
 SERVER_TIMER = "ktor_http_server_requests_seconds"
 
@@ -397,6 +401,10 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
         **{key: round(edges[1][key] - edges[0][key], 6) for key in COUNTERS},
         settings=after.labels("lab_proxy_info"),
     )
+    # Virtual threads pinned to their carrier (JFR's jdk.VirtualThreadPinned, counted by the proxy
+    # when it runs its client on virtual threads; None for a proxy that does not count them).
+    if (pinned := after.get(PINNED)) is not None:
+        proxy.virtual_threads_pinned = pinned - (before.get(PINNED) or 0.0)
     if proxy.upstream_requests:
         proxy.cpu_seconds_per_1000_requests = proxy.cpu_seconds / proxy.upstream_requests * 1000
     proxy.server_seconds = round(after.sum(f"{SERVER_TIMER}_sum") - before.sum(f"{SERVER_TIMER}_sum"), 3)

@@ -81,6 +81,8 @@ class ProxyFigures:
     # Seconds the proxy spent serving requests over the window (its server timer's sum): divided by
     # the window, the requests in flight on average (Little's law).
     server_seconds: float | None = None
+    # Virtual threads pinned to their carrier over the window (None: the proxy did not count them).
+    virtual_threads_pinned: float | None = None
 
 
 @dataclass
@@ -102,6 +104,7 @@ class PrometheusFigures:
     pool_in_use_max: float | None = None
     pool_idle_max: float | None = None
     time_wait_max: float | None = None
+    carriers_max: float | None = None
 
 
 @dataclass

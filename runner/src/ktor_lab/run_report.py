@@ -88,13 +88,17 @@ def answers(results: Results, g: Group) -> list[str]:
     return lines
 
 
-DIRECTIONS = (
-    "Each figure is the mean of the row's windows ± half its 95% interval. Higher is better: "
-    + ", ".join(f.heading for f in FIGURES if f.better == "higher")
-    + ". Lower is better: "
-    + ", ".join(f.heading for f in FIGURES if f.better == "lower")
-    + "."
-)
+def directions(group: Group) -> str:
+    """How to read a group's table: what each figure is, and which way is better."""
+    figures = shown(group)
+    return (
+        "Each figure is the mean of the row's windows ± half its 95% interval; a column no row measured "
+        "is left out. Higher is better: "
+        + ", ".join(f.heading for f in figures if f.better == "higher")
+        + ". Lower is better: "
+        + ", ".join(f.heading for f in figures if f.better == "lower")
+        + "."
+    )
 
 
 CHANGES_INTRO = (
@@ -104,17 +108,24 @@ CHANGES_INTRO = (
 )
 
 
+def shown(group: Group) -> list:
+    """The figures some row of the group has (a column no row measured, e.g. TLS handshakes over
+    plain HTTP or pinned virtual threads on platform threads, is left out)."""
+    return [f for f in FIGURES if any(cell(r, f.key) != "-" for r in group.rows)]
+
+
 def table(group: Group) -> render.Table:
+    figures = shown(group)
     columns = [
         render.Column("case", lambda r: r.name),
         render.Column(
             "windows", lambda r: str(r.windows) + (f" ({r.proxies} proxies)" if r.proxies > 1 else "")
         ),
         render.Column("network", lambda r: r.network),
-        *[render.Column(f.heading, lambda r, k=f.key: cell(r, k)) for f in FIGURES],
+        *[render.Column(f.heading, lambda r, k=f.key: cell(r, k)) for f in figures],
         render.Column("what set the rate", verdict_text),
     ]
-    return render.Table(columns, group.rows, numeric=[False, True, False, *[True] * len(FIGURES), False])
+    return render.Table(columns, group.rows, numeric=[False, True, False, *[True] * len(figures), False])
 
 
 def charts(group: Group) -> list[str]:
@@ -278,7 +289,7 @@ def markdown(results: Results) -> str:
             if cs := changes(g):
                 lines += [f"{g.heading}:", "", *[f"- {c.sentence()}" for c in cs], ""]
     for g in gs:
-        lines += [f"## {g.heading}", "", DIRECTIONS, "", table(g).markdown()]
+        lines += [f"## {g.heading}", "", directions(g), "", table(g).markdown()]
         if reasons := [f"- {r.name}: {why}" for r in g.rows for why in r.reasons]:
             lines += ["", *reasons]
         lines.append("")
@@ -325,7 +336,7 @@ def page(results: Results) -> str:
             if cs := changes(g):
                 body.append(f"<h3>{html.escape(g.heading)}</h3>{ul([c.sentence() for c in cs])}")
     for g in gs:
-        body.append(f"<h2>{html.escape(g.heading)}</h2><p>{html.escape(DIRECTIONS)}</p>")
+        body.append(f"<h2>{html.escape(g.heading)}</h2><p>{html.escape(directions(g))}</p>")
         body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))
         if reasons := [f"{r.name}: {why}" for r in g.rows for why in r.reasons]:
             body.append(ul(reasons))
