@@ -26,6 +26,7 @@ import time
 from locust.runners import MasterRunner, WorkerRunner
 
 from lab_export import install as install_export
+from lab_guard import install as install_guard
 from lab_payload import digest_of, payload
 from locust import FastHttpUser, events, task
 
@@ -163,6 +164,7 @@ def on_init(environment, **_):
     load_settings(options)
     _environment[:] = [environment]  # for listeners that are not given it
     install_export(environment, settings, target)
+    install_guard(environment)  # the login and the target's check (lab_guard.py)
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner.register_message("lab_rate", lambda msg, **_: target.update(msg.data))
@@ -239,6 +241,15 @@ def describe(s: dict) -> str:
 
 class LabUser(FastHttpUser):
     abstract = True
+
+    def run(self):
+        # The last check of where the load goes (lab_guard.py), whichever way the run started: a
+        # user whose host is not the lab's makes no request.
+        guard = getattr(self.environment, "lab_guard", None)
+        if guard is not None and (why := guard.refusal(self.host)):
+            guard.warn_once(why)
+            return
+        super().run()
 
     def wait_time(self):
         if settings.get("load_model", "closed") == "closed":

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -362,3 +363,88 @@ def test_the_web_ui_refuses_other_origins_and_listens_on_loopback(tmp_path):
         assert requests.post(f"{web}/stop", timeout=5).ok
     finally:
         svc.stop()
+
+
+def test_with_a_password_every_route_but_metrics_asks_for_the_login(upstream, tmp_path):
+    """locust/lab_guard.py in a real Locust (the stacks set LAB_PASSWORD_FILE to their secret):
+    anonymous and wrong logins are refused, user lab with the password drives a run, Prometheus'
+    /metrics stays open; a start aimed at another host is refused with Locust's answer and runs nothing."""
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    secret = tmp_path / "lab-password"
+    secret.write_text("s3cret-of-the-test\n")
+    svc = Service(
+        "locust-login",
+        loadgen.argv("-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port)),
+        tmp_path / "ui.log",
+        env={"LAB_PASSWORD_FILE": str(secret)},
+    )
+    login = ("lab", "s3cret-of-the-test")
+    try:
+        assert wait_until(lambda: answers(f"{web}/metrics") or not svc.alive(), timeout=30), svc.tail()
+        form = {
+            "user_count": "2",
+            "spawn_rate": "2",
+            "host": upstream.url,
+            "wait_min": "0",
+            "wait_max": "0.05",
+        }
+        anonymous = requests.post(f"{web}/swarm", data=form, timeout=5)
+        assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic ")
+        for path in ("/", "/lab/stats", "/stats/requests"):
+            assert requests.get(f"{web}{path}", timeout=5).status_code == 401, path
+        assert requests.get(f"{web}/", auth=("lab", "wrong"), timeout=5).status_code == 401
+        assert requests.get(f"{web}/", auth=("admin", login[1]), timeout=5).status_code == 401
+        assert requests.get(f"{web}/metrics", timeout=5).status_code == 200
+        # another host: refused in words (what the UI's form shows), before anything starts
+        elsewhere = {**form, "host": "http://192.0.2.1:8080"}
+        refused = requests.post(f"{web}/swarm", data=elsewhere, auth=login, timeout=5).json()
+        assert refused["success"] is False, refused
+        assert refused["message"].startswith("refused: http://192.0.2.1:8080 is not the lab's proxy")
+        assert "LAB_ALLOWED_HOSTS" in refused["message"]
+        client = loadgen.LocustWeb(web, auth=login)
+        assert client.stats().state == "ready"
+        # the lab's own calls, with the login
+        client.swarm(upstream.url, 2, 2, wait_min=0, wait_max=0.05)
+        assert wait_until(lambda: client.stats().requests >= 10, timeout=20)
+        client.stop()
+        assert client.stats().failures == 0
+        assert "lab: the web UI asks for a login (user lab)" in svc.log.read_text()
+    finally:
+        svc.stop()
+
+
+def test_a_worker_s_users_refuse_a_host_that_is_not_the_lab_s(upstream, tmp_path):
+    """The last check, in every process that loads: a worker whose own settings do not allow the
+    master's host makes no request (here the master allows a loopback port the worker does not)."""
+    port, master_port = free_port(), free_port()
+    web = f"http://127.0.0.1:{port}"
+    master = Service(
+        "locust-master",
+        loadgen.argv(
+            "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+            "--expect-workers", "1", "-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port),
+        ),
+        tmp_path / "master.log",
+    )  # fmt: skip
+    # A worker as the stacks start one: its UI address not on loopback, its own host another port.
+    worker = Service(
+        "locust-worker",
+        loadgen.argv(
+            "--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port),
+            "--web-host", "0.0.0.0", "-H", "http://127.0.0.1:9",
+        ),
+        tmp_path / "worker.log",
+    )  # fmt: skip
+    try:
+        client = loadgen.LocustWeb(web)
+        assert wait_until(lambda: answers(f"{web}/metrics") and client.stats().workers == 1, timeout=60)
+        client.swarm(upstream.url, 2, 2, wait_min=0, wait_max=0.05)
+        assert wait_until(lambda: "lab: refused to load" in worker.log.read_text(), timeout=20), worker.tail()
+        time.sleep(4)  # a worker reports every 3 s
+        assert client.stats().requests == 0
+        assert f"refused to load: {upstream.url} is not the lab's proxy" in worker.log.read_text()
+        client.stop()
+    finally:
+        worker.stop()
+        master.stop()

@@ -109,26 +109,28 @@ def start(
 
 
 class LocustWeb:
-    """Locust's web API (and the lab's /lab/stats) for a process started with its web UI."""
+    """Locust's web API (and the lab's /lab/stats) for a process started with its web UI; `auth`
+    is (user, password) for a UI that asks for a login (locust/lab_guard.py: the swarm stack's)."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, auth: tuple[str, str] | None = None):
         self.base = base.rstrip("/")
+        self.auth = auth
 
     def swarm(self, host: str, users: int, spawn_rate: float, **custom: str | float | int) -> None:
         """Starts (or changes) a run; `custom` are the locustfile's options (scenario=..., load_model=...)."""
         form = {"host": host, "user_count": users, "spawn_rate": spawn_rate, **custom}
-        r = requests.post(f"{self.base}/swarm", data=form, timeout=10)
+        r = requests.post(f"{self.base}/swarm", data=form, timeout=10, auth=self.auth)
         r.raise_for_status()
         body = r.json()
         if not body.get("success"):
             raise RuntimeError(f"Locust refused the run: {body.get('message')}")
 
     def stop(self) -> None:
-        requests.post(f"{self.base}/stop", timeout=10).raise_for_status()
+        requests.post(f"{self.base}/stop", timeout=10, auth=self.auth).raise_for_status()
         wait_until(lambda: self.stats().state in ("stopped", "ready"), timeout=30)
 
     def reset(self) -> None:
-        requests.post(f"{self.base}/stats/reset", timeout=10).raise_for_status()
+        requests.post(f"{self.base}/stats/reset", timeout=10, auth=self.auth).raise_for_status()
 
     def rate_over(self, seconds: float) -> float:
         """Requests per second over the next `seconds` (the load keeps running)."""
@@ -139,6 +141,6 @@ class LocustWeb:
 
     def stats(self) -> WindowStats:
         """Totals since the last reset (locust/lab_window.py)."""
-        r = requests.get(f"{self.base}/lab/stats", timeout=10)
+        r = requests.get(f"{self.base}/lab/stats", timeout=10, auth=self.auth)
         r.raise_for_status()
         return WindowStats(**r.json())

@@ -1,0 +1,184 @@
+"""locust/lab_guard.py without Locust: who may use the UI (the login) and where a run may aim.
+Its Flask hooks run on a Flask app with Locust's endpoint names; test_locust.py runs them in a
+real Locust on loopback, test_swarm_stack.py and test_compose_stack.py in the stacks."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from ktor_lab.paths import LOCUST_DIR
+
+sys.path.insert(0, str(LOCUST_DIR))
+try:
+    import lab_guard
+finally:
+    sys.path.remove(str(LOCUST_DIR))
+
+
+def options(host="http://proxy:8080", web_host="0.0.0.0", **more):
+    return SimpleNamespace(host=host, web_host=web_host, **more)
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["http://proxy:8080", "http://PROXY:8080/", "http://proxy:8080/files?x=1", "http://target.example:8080"],
+)
+def test_the_lab_s_proxy_and_the_allowed_hosts_are_allowed(host):
+    guard = lab_guard.make(options(), {"LAB_ALLOWED_HOSTS": "http://target.example:8080"})
+    assert guard.refusal(host) is None
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "http://example.com",
+        "http://proxy:8081",  # another port of the proxy's host
+        "https://proxy:8080",  # another scheme
+        "http://proxy.evil.example:8080",
+        "http://127.0.0.1:8080",  # the container itself: not the lab's on a network
+        "ftp://proxy:8080",
+        "proxy:8080",
+        "",
+        None,
+    ],
+)
+def test_any_other_host_is_refused_in_one_line_naming_the_variable(host):
+    why = lab_guard.make(options(), {}).refusal(host)
+    assert why and "\n" not in why and "LAB_ALLOWED_HOSTS" in why and "http://proxy:8080" in why
+
+
+def test_a_bare_host_allows_any_port_and_scheme_a_host_port_that_port():
+    guard = lab_guard.make(options(), {"LAB_ALLOWED_HOSTS": "a.example, b.example:9000"})
+    assert guard.refusal("https://a.example:4443") is None and guard.refusal("http://a.example") is None
+    assert guard.refusal("http://b.example:9000") is None and guard.refusal("http://b.example:9001")
+    with pytest.raises(lab_guard.GuardError, match="LAB_ALLOWED_HOSTS: 'x/y'"):
+        lab_guard.make(options(), {"LAB_ALLOWED_HOSTS": "x/y"})
+
+
+def test_loopback_targets_are_allowed_only_when_the_ui_listens_on_loopback():
+    """Natively (lab up, lab run: the UI on 127.0.0.1) the proxies are on loopback ports the lab picks."""
+    native = lab_guard.make(options(host="http://127.0.0.1:18090", web_host="127.0.0.1"), {})
+    assert native.refusal("http://127.0.0.1:40123") is None and native.refusal("http://localhost:1") is None
+    assert native.refusal("http://192.168.1.20:8080")
+    for web_host in ("0.0.0.0", "", "*", "192.168.1.20"):
+        guard = lab_guard.make(options(web_host=web_host), {})
+        assert guard.refusal("http://127.0.0.1:40123"), web_host
+
+
+def test_the_password_comes_from_the_variable_or_the_secret_s_file(tmp_path):
+    secret = tmp_path / "lab-password"
+    secret.write_text("from-the-secret\n")
+    assert lab_guard.read_password({}) is None
+    assert lab_guard.read_password({"LAB_PASSWORD": ""}) is None
+    assert lab_guard.read_password({"LAB_PASSWORD": "s3cret"}) == "s3cret"
+    assert (
+        lab_guard.read_password({"LAB_PASSWORD_FILE": str(secret), "LAB_PASSWORD": "x"}) == "from-the-secret"
+    )
+    with pytest.raises(lab_guard.GuardError, match="LAB_PASSWORD_FILE: cannot read"):
+        lab_guard.read_password({"LAB_PASSWORD_FILE": str(tmp_path / "missing")})
+    secret.write_text("\n")
+    with pytest.raises(lab_guard.GuardError, match="LAB_PASSWORD_FILE: the password is blank"):
+        lab_guard.read_password({"LAB_PASSWORD_FILE": str(secret)})
+
+
+def test_only_user_lab_with_the_password_is_authorized():
+    guard = lab_guard.Guard(password="p:w")
+    assert guard.authorized(basic("lab", "p:w"))
+    for header in (None, "", basic("lab", "p:x"), basic("admin", "p:w"), "Basic !!!", "Bearer p:w"):
+        assert not guard.authorized(header), header
+    assert lab_guard.Guard(password=None).authorized(None)  # no password: nothing asked
+
+
+@pytest.fixture
+def app():
+    """A Flask app with the endpoints lab_guard knows by Locust's names (blueprint `locust`)."""
+    flask = pytest.importorskip("flask")
+    app = flask.Flask("fake-locust")
+    bp = flask.Blueprint("locust", "fake-locust")
+    started = []
+
+    @bp.route("/swarm", methods=["POST"])
+    def swarm():
+        started.append(dict(flask.request.form))
+        return {"success": True, "message": "Swarming started"}
+
+    @bp.route("/user", methods=["POST"])
+    def update_user():
+        started.append(flask.request.get_json(force=True))
+        return {}, 201
+
+    @bp.route("/")
+    def index():
+        return "ui"
+
+    app.register_blueprint(bp)
+
+    @app.route("/metrics")
+    def metrics():
+        return "locust_users 0\n"
+
+    environment = SimpleNamespace(host="http://proxy:8080")
+    guard = lab_guard.Guard("pw", [lab_guard.origin("http://proxy:8080")])
+    lab_guard.protect(app, environment, guard)
+    app.started = started
+    return app
+
+
+def test_every_route_but_metrics_asks_for_the_login(app):
+    client = app.test_client()
+    anonymous = client.get("/")
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic ")
+    assert client.post("/swarm", data={"host": "http://proxy:8080", "user_count": 1}).status_code == 401
+    assert client.get("/", headers={"Authorization": basic("lab", "wrong")}).status_code == 401
+    assert client.get("/", headers={"Authorization": basic("lab", "pw")}).text == "ui"
+    assert client.get("/metrics").status_code == 200
+    assert app.started == []
+
+
+def test_a_start_at_another_host_is_refused_with_the_message_the_ui_shows(app):
+    client = app.test_client()
+    login = {"Authorization": basic("lab", "pw")}
+    refused = client.post("/swarm", data={"host": "http://example.com", "user_count": 1}, headers=login)
+    body = refused.get_json()
+    assert refused.status_code == 200 and body["success"] is False
+    assert body["message"].startswith("refused: http://example.com is not the lab's proxy")
+    assert (
+        client.post("/swarm", data={"host": "", "user_count": 1}, headers=login).get_json()["success"]
+        is False
+    )
+    # /user can set a class's host: refused too; a blank one changes nothing and passes
+    assert (
+        client.post(
+            "/user", json={"user_class_name": "U", "host": "http://example.com"}, headers=login
+        ).get_json()["success"]
+        is False
+    )
+    assert client.post("/user", json={"user_class_name": "U", "host": ""}, headers=login).status_code == 201
+    assert app.started == [{"user_class_name": "U", "host": ""}]
+    ok = client.post("/swarm", data={"host": "http://proxy:8080", "user_count": 1}, headers=login)
+    assert ok.get_json()["success"] and app.started[-1]["host"] == "http://proxy:8080"
+
+
+def test_a_headless_run_at_another_host_stops_at_start_in_one_line(capsys):
+    environment = SimpleNamespace(
+        parsed_options=options(host="http://example.com", headless=True),
+        host="http://example.com",
+        web_ui=None,
+    )
+    environment.parsed_options.host = None  # started with no host of its own: nothing is the lab's
+    with pytest.raises(SystemExit) as stop:
+        lab_guard.install(environment, {})
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("lab: refused to start: http://example.com is not the lab's proxy")
+        and err.count("\n") == 1
+    )
