@@ -96,7 +96,10 @@ def four_hosts(compose_engine, tmp_path_factory) -> Iterator[tuple[Hosts, str]]:
 def test_the_stack_runs_with_its_parts_on_different_hosts(four_hosts, tmp_path):
     hosts, registry = four_hosts
     manager = hosts.nodes[0]
-    env = {**os.environ, "DOCKER_HOST": manager.docker_host}
+    # the login, given (LAB_PASSWORD): every UI asks for it from outside the swarm
+    login = ("lab", f"hosts-{os.getpid()}")
+    env = {**os.environ, "DOCKER_HOST": manager.docker_host, "LAB_PASSWORD": login[1]}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     dotenv = compose.dotenv()
     images = [a for v in IMAGES for a in ("--set", f"{v}={registry}/{dotenv[v]}")]
     out = tmp_path / "run"
@@ -116,23 +119,31 @@ def test_the_stack_runs_with_its_parts_on_different_hosts(four_hosts, tmp_path):
         placement = result["placement"]
         assert placement["proxy"] == ["klab-n1"]
         assert placement["nginx"] == placement["nginx-exporter"] == ["klab-n2"]
-        assert placement["prometheus"] == ["klab-n3"]
+        assert placement["prometheus"] == placement["prometheus-gate"] == ["klab-n3"]
         assert placement["locust"] in (["klab-n3"], ["klab-n4"])  # either loadgen node
         assert placement["locust-worker"] == ["klab-n3", "klab-n4"]
         assert placement["node-stats"] == sorted(ROLES)
         assert {n["hostname"]: tuple(n["roles"]) for n in result["nodes"]} == ROLES
         assert all(0 < n["cpu_busy"] <= 1 for n in result["nodes"]), result["nodes"]
 
-        # from outside the swarm, at each node's own address: the proxy on n1, Prometheus on n3
+        # from outside the swarm, at each node's own address: Locust's UI and Prometheus (its gate) on
+        # n3, with the login only; the proxy on n1 is not published
         address = {n.name: n.address for n in hosts.nodes}
         ports = {k: dotenv[v] for k, v in compose.HOST_PORTS.items() if v in dotenv}
         proxy = f"http://{address['klab-n1']}:{ports['proxy']}"
-        assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
-        locust = address[placement["locust"][0]]
-        assert requests.get(f"http://{locust}:{ports['locust']}/", timeout=5).status_code == 200
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{proxy}/files/tiny.txt", timeout=5)
+        locust = f"http://{address[placement['locust'][0]]}:{ports['locust']}"
+        assert requests.get(f"{locust}/", timeout=5).status_code == 401
+        assert requests.get(f"{locust}/", timeout=5, auth=login).status_code == 200
         prometheus = f"http://{address['klab-n3']}:{ports['prometheus']}"
-        assert wait_until(lambda: len(query(prometheus, 'up{job="node"} == 1')) == len(ROLES), timeout=30)
-        assert {x["metric"]["job"] for x in query(prometheus, "up == 1")} == {
+        assert (
+            requests.get(f"{prometheus}/api/v1/query", params={"query": "up"}, timeout=5).status_code == 401
+        )
+        assert wait_until(
+            lambda: len(query(prometheus, 'up{job="node"} == 1', auth=login)) == len(ROLES), timeout=30
+        )
+        assert {x["metric"]["job"] for x in query(prometheus, "up == 1", auth=login)} == {
             "proxy",
             "locust",
             "nginx",
@@ -140,7 +151,7 @@ def test_the_stack_runs_with_its_parts_on_different_hosts(four_hosts, tmp_path):
         }
         # each node's engine tells where each part runs, as docker does
         tasks: dict[str, list[str]] = {}
-        for x in query(prometheus, "lab_node_tasks"):
+        for x in query(prometheus, "lab_node_tasks", auth=login):
             tasks.setdefault(x["metric"]["service"], []).extend(
                 [x["metric"]["node"]] * int(float(x["value"][1]))
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import scrape, wait_until
+from conftest import answers, scrape, wait_until
 from ktor_lab.metrics import query
 from ktor_lab.parts import compose, grafana, swarm
 from ktor_lab.processes import free_port, local_url
@@ -56,8 +57,15 @@ def one_node_swarm(compose_engine) -> Iterator[str]:
                 )
 
 
-def lab(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*LAB, *argv], capture_output=True, text=True, timeout=timeout)
+def lab(*argv: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAB, *argv], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def service_spec(name: str, service: str) -> dict:
+    out = subprocess.run(
+        ["docker", "service", "inspect", f"{name}_{service}"], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)[0]["Spec"]
 
 
 def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(one_node_swarm, tmp_path):
@@ -67,13 +75,20 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
     out = tmp_path / "run"
     registry_port = free_port()
     labels_before = {n.id: n.labels for n in swarm.nodes()}
+    # No LAB_PASSWORD: lab swarm makes one at the first deploy and keeps it here (not in ~/.config).
+    env = {k: v for k, v in os.environ.items() if k != "LAB_PASSWORD"}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     try:
         r = lab(
             "swarm", "run", "per-call-cio", "--name", name, "--workers", "2", "--no-build", "--no-grafana",
             "--registry-port", str(registry_port), "--users", "10", "--rate", "100", "--seconds", "10",
-            "--keep", "--run-dir", str(out), *settings,
+            "--keep", "--run-dir", str(out), *settings, env=env,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
+        made = re.search(r"user lab, password (\S+) \(made now and shown this once", r.stdout)
+        assert made and r.stdout.count(made[1]) == 1, r.stdout
+        login = ("lab", made[1])
+        assert made[1] not in (out / "swarm-run.json").read_text()
         result = json.loads((out / "swarm-run.json").read_text())
         # Locust's workers made the load through the proxy, and the proxy counted the same requests
         assert result["failures"] == 0 and result["workers"] == 2, result
@@ -91,44 +106,76 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         assert 0 < result["proxy_cpu_cores"] <= node["cpu_busy"] * os.cpu_count() + 0.5, result
         assert len(result["locust_cpu_peak_percent"]) == 3, result  # the master and two workers
 
-        # what a user opens: the proxy, Locust's UI, Prometheus with every target up
-        proxy = local_url(ports["proxy"])
-        assert requests.get(f"{proxy}/files/tiny.txt", timeout=5).text == "Success!\n"
-        assert scrape(proxy).label_values("lab_proxy_info", "case") == {"per-call-cio"}
-        ui = requests.get(local_url(ports["locust"]), timeout=5)
+        # what a user opens, with the login: Locust's UI, Prometheus (its gate) with every target up
+        locust = local_url(ports["locust"])
+        ui = requests.get(locust, timeout=5, auth=login)
         assert ui.status_code == 200 and "locust" in ui.text.lower()
         prometheus = local_url(ports["prometheus"])
         jobs = {"proxy", "locust", "nginx", "node"}
         assert wait_until(
-            lambda: {x["metric"]["job"] for x in query(prometheus, "up == 1")} == jobs, timeout=30
-        ), query(prometheus, "up")
-        nodes = {x["metric"]["node"] for x in query(prometheus, "lab_node_cpus")}
+            lambda: {x["metric"]["job"] for x in query(prometheus, "up == 1", auth=login)} == jobs, timeout=30
+        ), query(prometheus, "up", auth=login)
+        nodes = {x["metric"]["node"] for x in query(prometheus, "lab_node_cpus", auth=login)}
         assert nodes == {one_node_swarm}
         # which host each part runs on, as the dashboard shows it, from the node's own engine
         tasks = {
             x["metric"]["service"]: (x["metric"]["node"], float(x["value"][1]))
-            for x in query(prometheus, f'lab_node_tasks{{stack="{name}"}}')
+            for x in query(prometheus, f'lab_node_tasks{{stack="{name}"}}', auth=login)
         }
         assert tasks == {s: (one_node_swarm, len(w)) for s, w in placement.items()}, tasks
+        (info,) = query(prometheus, "lab_proxy_info", auth=login)
+        assert info["metric"]["case"] == "per-call-cio"
         # every panel of the dashboard has data, the hosts' row included (the run ended seconds ago)
-        absent = grafana.not_exposed(scrape(proxy).labels("lab_proxy_info"))
+        absent = grafana.not_exposed(info["metric"])
         values = {"engine": "cio", "lifetime": "per-call"}
-        assert not grafana.panels_without_data(prometheus, values, "20s", absent=absent, swarm=True)
-        assert requests.get(f"{local_url(ports['nginx'])}/files/tiny.txt", timeout=5).text == "Success!\n"
+        assert not grafana.panels_without_data(
+            prometheus, values, "20s", absent=absent, swarm=True, auth=login
+        )
 
-        # another case on the running stack: what answers is the new case, not the old one's tasks
+        # without the login: Locust's UI and API, Prometheus' query API refuse; /metrics stays open
+        start = {"user_count": "1", "spawn_rate": "1", "host": "http://proxy:8080"}
+        assert requests.post(f"{locust}/swarm", data=start, timeout=5).status_code == 401
+        assert requests.get(f"{locust}/lab/stats", timeout=5).status_code == 401
+        assert requests.get(f"{locust}/", auth=("lab", "not-it"), timeout=5).status_code == 401
+        assert requests.get(f"{locust}/metrics", timeout=5).status_code == 200
+        anonymous = requests.get(f"{prometheus}/api/v1/query", params={"query": "up"}, timeout=5)
+        assert anonymous.status_code == 401 and "Basic" in anonymous.headers["WWW-Authenticate"]
+        assert requests.get(f"{prometheus}/graph", auth=("lab", "not-it"), timeout=5).status_code == 401
+        # with it, a start aimed at another host is refused, in words, and nothing runs
+        elsewhere = {**start, "host": "http://example.com"}
+        refused = requests.post(f"{locust}/swarm", data=elsewhere, auth=login, timeout=5).json()
+        assert (
+            refused["success"] is False and "http://example.com is not the lab's proxy" in refused["message"]
+        )
+        stats = requests.get(f"{locust}/lab/stats", auth=login, timeout=5).json()
+        assert stats["state"] != "running" and stats["requests"] == result["requests"], stats
+        # Grafana (no stand-in here: --no-grafana) is deployed with its own login and no anonymous access
+        grafana_env = service_spec(name, "grafana")["TaskTemplate"]["ContainerSpec"]["Env"]
+        assert {"GF_AUTH_ANONYMOUS_ENABLED=false", "GF_SECURITY_ADMIN_USER=lab"} <= set(grafana_env)
+        # the proxy and nginx are not published unless asked for
+        for service in ("proxy", "nginx"):
+            assert not service_spec(name, service)["EndpointSpec"].get("Ports"), service
+        assert not wait_until(lambda: answers(local_url(ports["proxy"])), timeout=1)
+
+        # another case on the running stack, the proxy published (LAB_PUBLISH_PROXY): what answers is
+        # the new case, not the old one's tasks, and the login made at the first deploy still works
         r = lab(
             "swarm", "up", "singleton-okhttp", "--name", name, "--workers", "1", "--no-build", "--no-grafana",
-            "--registry-port", str(registry_port), *settings,
+            "--registry-port", str(registry_port), *settings, "--set", "LAB_PUBLISH_PROXY=1", env=env,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
+        assert made[1] not in r.stdout and "the password shown when" in r.stdout
+        proxy = local_url(ports["proxy"])
         assert requests.get(f"{proxy}/health", timeout=5).text == "ok singleton-okhttp\n"
         assert scrape(proxy).label_values("lab_proxy_info", "case") == {"singleton-okhttp"}
+        assert requests.get(f"{local_url(ports['nginx'])}/files/tiny.txt", timeout=5).text == "Success!\n"
         assert swarm.placement(name)["locust-worker"] == [one_node_swarm]
+        assert requests.get(f"{locust}/lab/stats", auth=login, timeout=5).ok
     finally:
-        down = lab("swarm", "down", "--name", name, timeout=180)
+        down = lab("swarm", "down", "--name", name, timeout=180, env=env)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert not swarm.leftovers(name)
+    assert not swarm.leftovers(name)  # the password's secret included
+    assert not list((tmp_path / "config").rglob("*.password"))
     # the roles lab swarm gave the node are taken back
     assert {n.id: n.labels for n in swarm.nodes()} == labels_before
     tags = subprocess.run(["docker", "images", "--format", "{{.Repository}}"], capture_output=True, text=True)

@@ -50,29 +50,39 @@ def scrape(base_url: str, timeout: float = 30) -> Samples:
     return Samples(requests.get(f"{base_url}/metrics", timeout=timeout).text)
 
 
-def query(prometheus_url: str, expr: str, at: float | None = None) -> list[dict]:
-    """An instant query's result vector (at `at`, else now); RuntimeError naming the query if refused."""
+def query(
+    prometheus_url: str, expr: str, at: float | None = None, auth: tuple[str, str] | None = None
+) -> list[dict]:
+    """An instant query's result vector (at `at`, else now); RuntimeError naming the query if refused.
+    `auth`: (user, password) for a Prometheus behind a login (the swarm stack's gate)."""
     params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
-    body = requests.get(f"{prometheus_url}/api/v1/query", params=params, timeout=10).json()
+    r = requests.get(f"{prometheus_url}/api/v1/query", params=params, timeout=10, auth=auth)
+    if r.status_code == 401:
+        raise RuntimeError(f"Prometheus at {prometheus_url} asks for a login ({expr!r})")
+    body = r.json()
     if body.get("status") != "success":
         raise RuntimeError(f"Prometheus refused {expr!r}: {body.get('error')}")
     return body["data"]["result"]
 
 
-def scalar(prometheus_url: str, expr: str, at: float | None = None) -> float | None:
+def scalar(
+    prometheus_url: str, expr: str, at: float | None = None, auth: tuple[str, str] | None = None
+) -> float | None:
     """The first value of a query's result; None when empty or not a finite number."""
-    result = query(prometheus_url, expr, at)
+    result = query(prometheus_url, expr, at, auth)
     if not result:
         return None
     v = float(result[0]["value"][1])
     return v if math.isfinite(v) else None
 
 
-def scraped_since(prometheus_url: str, instance: str, since: float) -> bool:
+def scraped_since(
+    prometheus_url: str, instance: str, since: float, auth: tuple[str, str] | None = None
+) -> bool:
     """True once Prometheus has scraped `instance` (host:port) successfully after `since` (seconds
     since the epoch): a target it was just told of is in its view."""
     try:
-        r = requests.get(f"{prometheus_url}/api/v1/targets", params={"state": "active"}, timeout=5)
+        r = requests.get(f"{prometheus_url}/api/v1/targets", params={"state": "active"}, timeout=5, auth=auth)
         r.raise_for_status()
         targets = r.json()["data"]["activeTargets"]
     except (requests.RequestException, ValueError, KeyError):

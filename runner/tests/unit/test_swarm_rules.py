@@ -5,6 +5,7 @@ test_swarm_stack.py deploys the same stack on a real one-node swarm."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -61,7 +62,9 @@ def test_the_stack_uses_the_compose_config_files_and_the_same_images_and_limits(
                 files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
                 mounted |= {str(p.relative_to(REPO)) for p in files}
     configured = {c["file"].removeprefix("./") for c in STACK["configs"].values()}
-    assert mounted == configured - {"prometheus/swarm.yml"}
+    # compose's bind check is compose's (LAB_BIND); the swarm's own: its scrape config, the gate's files
+    swarm_only = {"prometheus/swarm.yml", "prometheus/gate/entrypoint.sh", "prometheus/gate/nginx.conf"}
+    assert mounted - {"nginx/docker-entrypoint.d/05-lab-bind.sh"} == configured - swarm_only
 
 
 def test_prometheus_on_swarm_scrapes_the_compose_jobs_and_every_node():
@@ -146,6 +149,7 @@ def test_the_node_exporter_reads_a_hosts_proc(tmp_path):
     [
         (["--set", "CLIENT_ENGINE=okhttp"], "--set CLIENT_ENGINE: the case sets it"),
         (["--set", "LOCUST_WORKERS=4"], "--set LOCUST_WORKERS: --workers sets it"),
+        (["--set", "LAB_PASSWORD=x"], "--set LAB_PASSWORD: your shell's LAB_PASSWORD"),
         (["--set", "KTOR_VERSION=9.9.9"], "--set KTOR_VERSION: Ktor '9.9.9' is not in ktor-releases.tsv"),
         (["--registry", "registry example:5000"], "--registry 'registry example:5000': give HOST:PORT"),
         (["--name", "my stack"], "--name 'my stack': a stack name is"),
@@ -163,3 +167,118 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_asked_of_docker(
     assert cli.main(["swarm", "up", "per-call-cio", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+PUBLISH = yaml.safe_load(swarm.PUBLISH_FILE.read_text())
+
+
+def test_every_published_ui_asks_for_the_login_of_the_one_secret():
+    """Every port is published on every address of its node: Locust's UI and API log in against
+    the secret (lab_guard.py), Prometheus only through its gate, Grafana without anonymous access."""
+    published = {name for name, s in STACK["services"].items() if s.get("ports")}
+    assert published == {"locust", "prometheus-gate", "grafana"}
+    (secret,) = STACK["secrets"].values()
+    assert secret["external"] and secret["name"] == "${LAB_PASSWORD_SECRET:-ktor-lab-password}"
+    assert swarm.secret_name("ktor-lab") == "ktor-lab-password"
+    for name in ("locust", "prometheus-gate", "grafana"):
+        service = STACK["services"][name]
+        assert service["secrets"] == ["lab-password"], name
+        assert service["environment"]["LAB_PASSWORD_FILE"] == "/run/secrets/lab-password", name
+    grafana = STACK["services"]["grafana"]["environment"]
+    assert (grafana["GF_AUTH_ANONYMOUS_ENABLED"], grafana["GF_SECURITY_ADMIN_USER"]) == ("false", "lab")
+    assert "GRAFANA_ADMIN_PASSWORD" not in grafana  # the admin's password is the lab's
+    gate = STACK["services"]["prometheus-gate"]
+    assert gate["image"] == STACK["services"]["nginx"]["image"]
+    assert gate["ports"] == [{"target": 9090, "published": "${PROMETHEUS_HOST_PORT:-9090}", "mode": "host"}]
+    assert swarm.SERVICES["prometheus-gate"] == swarm.SERVICES["prometheus"] == "monitor"
+    assert swarm.PUBLISHED_BY["prometheus"] == "prometheus-gate"
+    # the workers check the master's host against the proxy's, as the master does
+    worker = STACK["services"]["locust-worker"]["environment"]
+    assert worker["LOCUST_HOST"] == STACK["services"]["locust"]["environment"]["LOCUST_HOST"]
+
+
+def test_the_gate_asks_for_basic_auth_on_every_path_and_passes_to_prometheus():
+    conf = (REPO / "prometheus" / "gate" / "nginx.conf").read_text()
+    public = conf.split("listen 9090;")[1].split("server {")[0]
+    assert 'auth_basic "ktor-lab";' in public and "auth_basic_user_file /tmp/lab-gate/users;" in public
+    assert "auth_basic off" not in conf and "set $prometheus http://prometheus:9090;" in public
+    assert "listen 127.0.0.1:8081;" in conf  # the healthcheck's, in the container only
+    script = (REPO / "prometheus" / "gate" / "entrypoint.sh").read_text()
+    assert "printf 'lab:{PLAIN}%s\\n'" in script and "LAB_PASSWORD_FILE" in script
+
+
+def test_the_proxy_and_nginx_are_published_only_on_request():
+    assert "ports" not in STACK["services"]["proxy"] and "ports" not in STACK["services"]["nginx"]
+    assert set(PUBLISH["services"]) == {"proxy", "nginx"}
+    for name, service in PUBLISH["services"].items():
+        assert [p["mode"] for p in service["ports"]] == ["host"], name
+    assert str(swarm.PUBLISH_FILE) not in swarm.deploy_argv("ktor-lab")
+    argv = swarm.deploy_argv("ktor-lab", publish_proxy=True)
+    assert argv[argv.index(str(swarm.PUBLISH_FILE)) - 1] == "-c"
+    assert not swarm.publishes_proxy({}) and swarm.publishes_proxy({"LAB_PUBLISH_PROXY": "1"})
+    assert command.stack_settings(["LAB_PUBLISH_PROXY=1"]) == {"LAB_PUBLISH_PROXY": "1"}
+
+
+class FakeSecrets:
+    """`docker secret ls|rm|create` of one engine, as ensure_password asks them."""
+
+    def __init__(self, *names: str):
+        self.names = set(names)
+        self.created: dict[str, str] = {}
+
+    def docker(self, *argv: str, check: bool = True) -> str:
+        assert argv[0] == "secret", argv
+        if argv[1] == "ls":
+            return "".join(f"{n}\n" for n in sorted(self.names))
+        if argv[1] == "rm":
+            self.names.discard(argv[2])
+            return ""
+        raise AssertionError(argv)
+
+    def run(self, argv, input=None, **_):
+        assert argv[:3] == ["docker", "secret", "create"] and argv[-1] == "-", argv
+        assert argv[argv.index("--label") + 1] == f"{swarm.PASSWORD_LABEL}=ktor-lab"
+        assert argv[-2] not in self.names, "a secret is replaced by rm, then create"
+        self.names.add(argv[-2])
+        self.created[argv[-2]] = input
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+
+@pytest.fixture
+def secrets(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    fake = FakeSecrets()
+    monkeypatch.setattr(swarm, "docker", fake.docker)
+    monkeypatch.setattr(swarm.subprocess, "run", fake.run)
+    return fake
+
+
+def test_a_password_is_made_at_the_first_deploy_shown_once_then_kept(secrets):
+    first = swarm.ensure_password("ktor-lab", None)
+    assert first.how == "made" and len(first.password) >= 20
+    assert secrets.created == {"ktor-lab-password": first.password}
+    kept = swarm.password_file("ktor-lab")
+    assert kept.read_text() == first.password and kept.stat().st_mode & 0o777 == 0o600
+    assert first.password in first.describe() and "shown this once" in first.describe()
+    again = swarm.ensure_password("ktor-lab", None)
+    assert (again.how, again.password) == ("kept", first.password)
+    assert first.password not in again.describe()
+    assert len(secrets.created) == 1  # nothing made again
+    swarm.forget_password("ktor-lab")
+    assert not kept.exists() and secrets.names == set()
+
+
+def test_lab_password_replaces_the_secret_and_is_never_written_here(secrets):
+    swarm.ensure_password("ktor-lab", None)
+    given = swarm.ensure_password("ktor-lab", "chosen-by-me")
+    assert given.how == "given" and secrets.created["ktor-lab-password"] == "chosen-by-me"
+    assert not swarm.password_file("ktor-lab").exists()
+    assert "chosen-by-me" not in given.describe()
+    with pytest.raises(LabError, match="LAB_PASSWORD: the password is blank"):
+        swarm.ensure_password("ktor-lab", " ")
+
+
+def test_a_secret_whose_password_the_lab_lost_is_replaced_by_a_new_one(secrets):
+    secrets.names.add("ktor-lab-password")  # made elsewhere, or its copy here was removed
+    login = swarm.ensure_password("ktor-lab", None)
+    assert login.how == "made" and secrets.created["ktor-lab-password"] == login.password

@@ -2,7 +2,9 @@
 
 `up` labels a one-node swarm, builds the proxy's and Locust's images and pushes them to a
 registry the nodes share (one it starts on this machine unless --registry names another),
-deploys the stack for a case and waits until every service is healthy. `run` does the same,
+deploys the stack for a case and waits until every service is healthy. Every UI of the stack asks
+for a login, user lab: the password is LAB_PASSWORD from the shell, else one made at the first
+deploy and printed once (parts/swarm.py keeps it). `run` does the same,
 then one headless Locust run through the Locust master's web API, and writes its figures with
 where each part ran and every node's CPU and memory to results/. `down` removes it all.
 """
@@ -24,6 +26,7 @@ from ..errors import LabError
 from ..parts import compose, swarm
 from ..parts.loadgen import LocustWeb
 from ..paths import REPO
+from ..processes import wait_until
 from ..rundirs import stamp
 from . import options
 
@@ -35,13 +38,19 @@ BY_OPTION = {
     "LAB_REGISTRY": "--registry",
     "LOCUST_WORKERS": "--workers",
     "GRAFANA_REPLICAS": "--no-grafana",
+    "LAB_PASSWORD_SECRET": "--name (the secret is NAME-password)",
+    "LAB_PASSWORD": "your shell's LAB_PASSWORD (a --set would show it in the process list)",
 }
 STACK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 REGISTRY = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:\d{1,5})?")
 # What the images' build reads besides (docker-compose.yml's build args): the proxy's JVM image, Locust's.
 BUILD_VARIABLES = {"PROXY_RUN_IMAGE", "LOCUST_IMAGE"}
-# The proxy's count of its exchanges with nginx, read before and after the run.
+# What lab swarm itself reads: 1 publishes the proxy and nginx (docker-stack.publish-proxy.yml).
+LAB_VARIABLES = {"LAB_PUBLISH_PROXY"}
+# The proxy's count of its exchanges with nginx, read before and after the run, as Prometheus
+# scrapes it (prometheus/swarm.yml's target).
 SERVED = "lab_upstream_requests_seconds_count"
+PROXY_TARGET = "proxy:8080"
 # Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
 IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
 
@@ -96,7 +105,8 @@ def stack_settings(pairs: list[str]) -> dict[str, str]:
     given = options.settings(pairs)
     if flagged := sorted(set(given) & set(BY_OPTION)):
         raise LabError(f"--set {flagged[0]}: {BY_OPTION[flagged[0]]} sets it")
-    known = set(VARIABLE.findall(swarm.STACK_FILE.read_text())) | BUILD_VARIABLES
+    stack_files = swarm.STACK_FILE.read_text() + swarm.PUBLISH_FILE.read_text()
+    known = set(VARIABLE.findall(stack_files)) | BUILD_VARIABLES | LAB_VARIABLES
     if unknown := sorted(set(given) - known):
         reads = ", ".join(sorted(known - set(BY_OPTION)))
         raise LabError(
@@ -178,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
     extra = {**extra, "KTOR_VERSION": release_for(case, extra)}
     options.handle_signals()
     try:
-        env = up(args, case, extra)
+        env, login = up(args, case, extra)
         if args.verb == "up":
             return 0
-        return headless(args, case, env)
+        return headless(args, case, env, login)
     except BaseException:
         if args.verb == "run" and not args.keep:
             print(f"lab swarm: removing {args.name} after the failure", file=sys.stderr)
@@ -193,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             down(args.name)
 
 
-def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str, str]:
+def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> tuple[dict[str, str], swarm.Login]:
     if swarm.services(args.name):
         # A redeploy of changed services keeps their old tasks running for a while, and they
         # would look healthy: a fresh stack is the sure way to measure the case asked for.
@@ -213,17 +223,23 @@ def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> dict[str,
         print(f"lab swarm: images to {registry}")
         for tag in swarm.build_and_push(registry, base, build=not args.no_build):
             print(f"  pushed {tag}")
+    login = swarm.ensure_password(args.name, os.environ.get("LAB_PASSWORD"))
     env = swarm.stack_env(case, registry, base, args.workers, grafana=not args.no_grafana)
+    env["LAB_PASSWORD_SECRET"] = login.secret
     swarm.deploy(args.name, env)
     print(f"lab swarm: {args.name} deployed ({case.id}); waiting for every service to be healthy")
     counts = swarm.wait_healthy(args.name, args.timeout)
     print(f"lab swarm: {case.id} is up: {', '.join(f'{s} {r}/{d}' for s, (r, d) in counts.items())}")
     show_placement(args.name)
-    for service in ("locust", "grafana", "prometheus", "proxy"):
+    published = ("proxy", "nginx") if swarm.publishes_proxy(env) else ()
+    for service in ("locust", "grafana", "prometheus", *published):
         if service == "grafana" and args.no_grafana:
             continue
         print(f"  {service:<10} {swarm.url(args.name, service, env)}/")
-    return env
+    print(f"lab swarm: Locust, Prometheus and Grafana ask for a login: {login.describe()}")
+    if not published:
+        print("lab swarm: the proxy and nginx are not published (LAB_PUBLISH_PROXY=1 publishes them)")
+    return env, login
 
 
 def show_placement(name: str) -> None:
@@ -234,12 +250,21 @@ def show_placement(name: str) -> None:
         print(f"  node {node.hostname} ({node.addr}, {node.state}): {roles}")
 
 
-def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
+def proxy_served(prometheus: str, auth: tuple[str, str], after: float) -> float:
+    """The proxy's count of its exchanges with nginx, from a scrape Prometheus made after `after`
+    (the proxy's own port is not published: Prometheus reads it on the overlay)."""
+    if not wait_until(lambda: metrics.scraped_since(prometheus, PROXY_TARGET, after, auth), timeout=30):
+        raise LabError(f"Prometheus did not scrape the proxy ({PROXY_TARGET}) within 30 s", code=1)
+    return metrics.scalar(prometheus, f"sum({SERVED})", auth=auth) or 0.0
+
+
+def headless(args: argparse.Namespace, case: Case, env: dict[str, str], login: swarm.Login) -> int:
     """One run through the Locust master's web API, as its UI starts one; its figures, the
     proxy's count of the same requests, where each part ran and each node's CPU and memory."""
     d = args.run_dir or REPO / "results" / f"swarm-{stamp()}-{case.id}"
     d.mkdir(parents=True, exist_ok=True)
-    web = LocustWeb(swarm.url(args.name, "locust", env))
+    auth = login.auth
+    web = LocustWeb(swarm.url(args.name, "locust", env), auth=auth)
     prometheus = swarm.url(args.name, "prometheus", env)
     deadline = time.monotonic() + 60
     while web.stats().workers < args.workers and time.monotonic() < deadline:
@@ -248,15 +273,17 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
         raise LabError(f"only {have} of {args.workers} Locust workers joined the master in 60 s", code=1)
     # Prometheus finds each node's exporter by DNS (every 15 s): every node in it before the run.
     count = len([n for n in swarm.nodes() if n.state == "ready" and n.availability == "active"])
-    while len(metrics.query(prometheus, "lab_node_cpus")) < count and time.monotonic() < deadline + 60:
+    while (
+        len(metrics.query(prometheus, "lab_node_cpus", auth=auth)) < count
+        and time.monotonic() < deadline + 60
+    ):
         time.sleep(1)
-    if (seen := len(metrics.query(prometheus, "lab_node_cpus"))) < count:
+    if (seen := len(metrics.query(prometheus, "lab_node_cpus", auth=auth))) < count:
         print(f"lab swarm run: Prometheus has {seen} of {count} nodes' figures; the others' are null")
     custom = {"scenario": "static-small", "lab_case": case.id}
     if args.rate:
         custom |= {"load_model": "rate", "target_rps": args.rate}
-    proxy = swarm.url(args.name, "proxy", env)
-    before = metrics.scrape(proxy).sum(SERVED)
+    before = proxy_served(prometheus, auth, time.time())
     start = time.time()
     web.swarm("http://proxy:8080", args.users, args.users, **custom)
     time.sleep(args.seconds)
@@ -268,17 +295,22 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
     nodes = {
         r["metric"]["node"]: r["value"][1]
         for r in metrics.query(
-            prometheus, f"1 - sum by (node) (rate({IDLE}[{window}])) / sum by (node) (lab_node_cpus)", at=end
+            prometheus,
+            f"1 - sum by (node) (rate({IDLE}[{window}])) / sum by (node) (lab_node_cpus)",
+            at=end,
+            auth=auth,
         )
     }
     memory = {
         r["metric"]["node"]: r["value"][1]
-        for r in metrics.query(prometheus, 'lab_node_memory_bytes{kind="available"}', at=end)
+        for r in metrics.query(prometheus, 'lab_node_memory_bytes{kind="available"}', at=end, auth=auth)
     }
-    proxy_cores = metrics.query(prometheus, f"sum(rate(process_cpu_time_ns_total[{window}])) / 1e9", at=end)
-    time.sleep(0.5)  # the last exchanges are counted as their bodies end
-    served = metrics.scrape(proxy).sum(SERVED) - before
-    stack_text = swarm.STACK_FILE.read_text()
+    proxy_cores = metrics.query(
+        prometheus, f"sum(rate(process_cpu_time_ns_total[{window}])) / 1e9", at=end, auth=auth
+    )
+    # The last exchanges are counted as their bodies end: a scrape half a second later has them.
+    served = proxy_served(prometheus, auth, time.time() + 0.5) - before
+    stack_text = swarm.STACK_FILE.read_text() + swarm.PUBLISH_FILE.read_text()
     result = {
         "case": case.id,
         "users": args.users,
@@ -305,7 +337,9 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str]) -> int:
         ],
         # what the stack was deployed with, and what the images were built with
         "settings": {
-            k: env[k] for k in sorted(set(VARIABLE.findall(stack_text)) | BUILD_VARIABLES) if k in env
+            k: env[k]
+            for k in sorted(set(VARIABLE.findall(stack_text)) | BUILD_VARIABLES | LAB_VARIABLES)
+            if k in env
         },
     }
     (d / "swarm-run.json").write_text(json.dumps(result, indent=2) + "\n")

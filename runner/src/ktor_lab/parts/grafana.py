@@ -97,18 +97,20 @@ def panels_without_data(
     at: float | None = None,
     absent: tuple[str, ...] = (),
     swarm: bool = False,
+    auth: tuple[str, str] | None = None,
 ) -> list[str]:
     """Every panel query of every dashboard, as Grafana would send it with `values` for the
     variables, run against Prometheus: the ones with no result or only NaN, as "file: panel refId".
     Queries of the metrics in `absent` (not_exposed: the engine has none) are not asked for, nor,
-    unless `swarm`, those of the series only the swarm stack has (its hosts)."""
+    unless `swarm`, those of the series only the swarm stack has (its hosts). `auth`: the login of a
+    Prometheus behind one (the swarm stack's gate)."""
     skipped = (*absent, *(() if swarm else SWARM_ONLY))
     empty = []
     for path, dashboard in dashboards().items():
         for q in panel_queries(dashboard):
             if any(metric in q.expr for metric in skipped):
                 continue
-            result = metrics.query(prometheus_url, substitute(q.expr, values, rate_interval), at)
+            result = metrics.query(prometheus_url, substitute(q.expr, values, rate_interval), at, auth)
             if not any(math.isfinite(float(r["value"][1])) for r in result):
                 empty.append(f"{path.name}: {q.panel} {q.ref_id}")
     return empty

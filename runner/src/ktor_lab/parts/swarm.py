@@ -5,15 +5,23 @@ A stack is named (`ktor-lab` by default); everything Swarm makes for it carries 
 com.docker.stack.namespace=<name>, and `remove` waits until none of it is left. The registry
 the lab starts on this machine when given none is one container (and its volume) labelled
 ktor-lab.registry, removed with the stack.
+
+Every UI of the stack asks for a login (user lab): its password is the swarm secret
+`<name>-password` (labelled ktor-lab.password), made before the deploy from LAB_PASSWORD or at
+random, and removed with the stack. A password the lab made is also kept on this machine
+(PASSWORD_DIR, mode 0600), since a secret cannot be read back, so that `lab swarm run` and later
+deploys of the same stack log in with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import requests
 
@@ -24,6 +32,8 @@ from ..processes import local_url
 from . import compose
 
 STACK_FILE = REPO / "docker-stack.yml"
+# The proxy's and nginx's published ports, added to the deploy on request (LAB_PUBLISH_PROXY=1).
+PUBLISH_FILE = REPO / "docker-stack.publish-proxy.yml"
 ROLES = {
     "sut": "the proxy",
     "upstream": "nginx and its exporter",
@@ -39,10 +49,17 @@ SERVICES = {
     "locust-worker": "loadgen",
     "node-stats": "",
     "prometheus": "monitor",
+    "prometheus-gate": "monitor",
     "grafana": "monitor",
 }
-# Host ports, published on the node that runs each (mode: host), as in .env.
+# Host ports, published on the node that runs each (mode: host), as in .env; the proxy's and
+# nginx's only with PUBLISH_FILE.
 HOST_PORTS = {k: v for k, v in compose.HOST_PORTS.items() if k in SERVICES}
+# The service whose task publishes another's port: Prometheus' is its gate's (the login).
+PUBLISHED_BY = {"prometheus": "prometheus-gate"}
+# The login of every UI: the user, the secret's label, where a password the lab made is kept.
+USER = "lab"
+PASSWORD_LABEL = "ktor-lab.password"
 NAMESPACE = "com.docker.stack.namespace"
 REGISTRY_LABEL = "ktor-lab.registry"
 # On the nodes lab swarm gave their roles (a swarm of one node): `down` takes them back.
@@ -228,14 +245,21 @@ def build_and_push(registry: str, env: dict[str, str], build: bool = True) -> li
     return pushed
 
 
-def deploy_argv(stack: str) -> list[str]:
+def deploy_argv(stack: str, publish_proxy: bool = False) -> list[str]:
     # --resolve-image never: the nodes use the tags as they are (the registry's, or images they
     # already have), and a node that cannot reach Docker Hub is not asked to.
-    return ["docker", "stack", "deploy", "--resolve-image", "never", "--prune", "-c", str(STACK_FILE), stack]
+    files = ["-c", str(STACK_FILE), *(["-c", str(PUBLISH_FILE)] if publish_proxy else [])]
+    return ["docker", "stack", "deploy", "--resolve-image", "never", "--prune", *files, stack]
+
+
+def publishes_proxy(env: dict[str, str]) -> bool:
+    """LAB_PUBLISH_PROXY=1 (or true, yes, on): the proxy and nginx are published too."""
+    return env.get("LAB_PUBLISH_PROXY", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def deploy(stack: str, env: dict[str, str]) -> None:
-    r = subprocess.run(deploy_argv(stack), env=env, capture_output=True, text=True, cwd=REPO)
+    argv = deploy_argv(stack, publishes_proxy(env))
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=REPO)
     if r.returncode != 0:
         raise LabError(f"docker stack deploy failed: {(r.stderr or r.stdout).strip()}", code=1)
 
@@ -283,8 +307,8 @@ def placement(stack: str) -> dict[str, list[str]]:
 
 def leftovers(stack: str, registry: bool = True) -> list[str]:
     """Services, containers, networks, configs and volumes still labelled with the stack's name,
-    and the lab's registry of it, on this engine (a manager): services and configs are the
-    swarm's, containers and volumes this node's only."""
+    and the lab's registry and password secret of it, on this engine (a manager): services,
+    configs and secrets are the swarm's, containers and volumes this node's only."""
     label = f"label={NAMESPACE}={stack}"
     out = []
     for kind, argv in (
@@ -297,6 +321,7 @@ def leftovers(stack: str, registry: bool = True) -> list[str]:
             (
                 ("registry", ("ps", "-aq", "--filter", f"label={REGISTRY_LABEL}={stack}-registry")),
                 ("volume", ("volume", "ls", "-q", "--filter", f"name=^{stack}-registry$")),
+                ("secret", ("secret", "ls", "-q", "--filter", f"label={PASSWORD_LABEL}={stack}")),
             )
             if registry
             else ()
@@ -311,6 +336,7 @@ def remove(stack: str, timeout: float = 60) -> list[str]:
     `timeout` seconds, as the manager sees it."""
     remove_stack(stack, timeout)
     Registry(stack).remove()
+    forget_password(stack)
     unlabel_nodes()
     return leftovers(stack)
 
@@ -331,10 +357,95 @@ def remove_stack(stack: str, timeout: float = 60) -> None:
 
 
 def url(stack: str, service: str, ports: dict[str, str]) -> str:
-    """http://ADDRESS:PORT of `service`'s published port on the node its task runs on (the node's
-    swarm address; 127.0.0.1 for a node that advertises loopback)."""
+    """http://ADDRESS:PORT of `service`'s published port on the node its task (or its gate's)
+    runs on (the node's swarm address; 127.0.0.1 for a node that advertises loopback)."""
     port = int(ports[HOST_PORTS[service]])
-    where = placement(stack).get(service, [])
+    where = placement(stack).get(PUBLISHED_BY.get(service, service), [])
     by_name = {n.hostname: n.addr for n in nodes()}
     addr = by_name.get(where[0], "") if where else ""
     return local_url(port) if addr in ("", "0.0.0.0", "127.0.0.1") else f"http://{addr}:{port}"
+
+
+def secret_name(stack: str) -> str:
+    """The swarm secret of the stack's password (docker-stack.yml's LAB_PASSWORD_SECRET)."""
+    return f"{stack}-password"
+
+
+def password_file(stack: str) -> Path:
+    """Where a password the lab made for `stack` is kept on this machine (mode 0600)."""
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "ktor-lab" / f"swarm-{stack}.password"
+
+
+def check_password(password: str, source: str = "LAB_PASSWORD") -> str:
+    if not password.strip() or "\n" in password or "\r" in password:
+        raise LabError(f"{source}: the password is blank or has several lines")
+    return password
+
+
+@dataclass
+class Login:
+    """The stack's login: its password, where it came from ("given", "made", "kept"), its secret."""
+
+    stack: str
+    password: str
+    how: str
+
+    @property
+    def secret(self) -> str:
+        return secret_name(self.stack)
+
+    @property
+    def auth(self) -> tuple[str, str]:
+        return (USER, self.password)
+
+    def describe(self) -> str:
+        where = f"the swarm secret {self.secret}"
+        if self.how == "given":
+            return f"user {USER}, the password of LAB_PASSWORD (in {where})"
+        if self.how == "made":
+            return (
+                f"user {USER}, password {self.password} (made now and shown this once; in {where}, "
+                f"and for the lab's own calls in {password_file(self.stack)})"
+            )
+        return f"user {USER}, the password shown when {where} was made (LAB_PASSWORD=... sets another)"
+
+
+def ensure_password(stack: str, given: str | None) -> Login:
+    """The stack's password secret, before a deploy (the stack is not running: a secret in use
+    cannot be replaced). LAB_PASSWORD (`given`) replaces it; else the secret made earlier is kept
+    when the lab has its copy; else a random password is made and kept. Returns the login."""
+    name = secret_name(stack)
+    exists = name in docker("secret", "ls", "--format", "{{.Name}}").split()
+    kept = password_file(stack)
+    if given is not None:
+        login = Login(stack, check_password(given), "given")
+        kept.unlink(missing_ok=True)
+    elif exists and kept.is_file():
+        return Login(stack, check_password(kept.read_text(), str(kept)), "kept")
+    else:
+        login = Login(stack, secrets.token_urlsafe(18), "made")
+    if exists:
+        docker("secret", "rm", name)
+    r = subprocess.run(
+        ["docker", "secret", "create", "--label", f"{PASSWORD_LABEL}={stack}", name, "-"],
+        input=login.password,
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise LabError(f"docker secret create {name} failed: {(r.stderr or r.stdout).strip()}", code=1)
+    if login.how == "made":
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.touch(mode=0o600)
+        kept.chmod(0o600)
+        kept.write_text(login.password)
+    return login
+
+
+def forget_password(stack: str) -> None:
+    """The stack's password secret and the lab's copy of it, removed (after the stack)."""
+    name = secret_name(stack)
+    if name in docker("secret", "ls", "--format", "{{.Name}}", check=False).split():
+        docker("secret", "rm", name, check=False)
+    password_file(stack).unlink(missing_ok=True)
