@@ -12,7 +12,7 @@ import pytest
 from ktor_lab.parts import compose
 from ktor_lab.paths import REPO
 
-PROXY_CONFIG = REPO / "proxy-app" / "src" / "main" / "kotlin" / "lab" / "proxy" / "ProxyConfig.kt"
+PROXY_CONFIG = REPO / "proxy-app" / "src" / "main" / "kotlin" / "lab" / "proxy" / "config" / "ProxyConfig.kt"
 
 # What the stack sets itself, whatever the shell says: the case (its overlay), where nginx is
 # (compose/https.yml: over TLS, trusting the CA in the lab-tls volume), and the proxy's own

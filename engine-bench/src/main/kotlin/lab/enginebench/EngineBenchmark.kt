@@ -18,14 +18,14 @@ package lab.enginebench
 
 import lab.plain.PlainClients
 import lab.plain.PlainForm
-import lab.proxy.ClientFactory
-import lab.proxy.ConfigException
-import lab.proxy.Engine
-import lab.proxy.Limits
-import lab.proxy.ProxyConfig
-import lab.proxy.ProxyMetrics
-import lab.proxy.byId
-import lab.proxy.engines.ClientPart
+import lab.proxy.client.ClientFactory
+import lab.proxy.client.ClientPart
+import lab.proxy.config.ConfigException
+import lab.proxy.config.Engine
+import lab.proxy.config.Limits
+import lab.proxy.config.ProxyConfig
+import lab.proxy.config.byId
+import lab.proxy.metrics.ProxyMetrics
 
 import io.ktor.client.HttpClient
 import io.ktor.client.request.get

@@ -46,17 +46,17 @@ import io.ktor.server.routing.routing
 import io.ktor.utils.io.copyTo
 import lab.plain.PlainClients
 import lab.plain.PlainForm
-import lab.proxy.ClientFactory
-import lab.proxy.ClientProvider
-import lab.proxy.ConfigException
-import lab.proxy.Forwarder
-import lab.proxy.OwnEndpoints
-import lab.proxy.ProxyConfig
-import lab.proxy.ProxyMetrics
-import lab.proxy.ServerCodec
-import lab.proxy.ServerGuards
-import lab.proxy.configureMetrics
-import lab.proxy.engines.ClientPart
+import lab.proxy.client.ClientFactory
+import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientProvider
+import lab.proxy.config.ConfigException
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.ProxyMetrics
+import lab.proxy.metrics.configureMetrics
+import lab.proxy.relay.Forwarder
+import lab.proxy.relay.OwnEndpoints
+import lab.proxy.server.ServerCodec
+import lab.proxy.server.ServerGuards
 import kotlin.system.exitProcess
 
 /** How the lean proxy takes the upstream's body: read whole, or streamed to the caller. */

@@ -1,7 +1,7 @@
 package lab.lean
 
-import lab.proxy.ConfigException
-import lab.proxy.engines.ClientPart
+import lab.proxy.client.ClientPart
+import lab.proxy.config.ConfigException
 import kotlin.test.Test
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith

@@ -1,5 +1,15 @@
 /**
  * The proxy's entry point: read the configuration, build the client, serve on Netty.
+ *
+ * The table of contents: each package below has one concern and imports only those after it in
+ * this list (runner/tests/unit/test_proxy_house.py reads the imports and fails on a cycle).
+ * - `lab.proxy.relay`: one request through, from the caller to the upstream and back (routes,
+ *   checks, the target and headers, the bodies, the request timeout, how a failure is answered);
+ * - `lab.proxy.metrics`: what `/metrics` exports, how an exchange ended ([lab.proxy.metrics.Outcome]);
+ * - `lab.proxy.server`: the guards and codec on the callers' Netty connections;
+ * - `lab.proxy.client.engines`: one setup per engine, compiled per release, found by name;
+ * - `lab.proxy.client`: the client under test (engine contract, factory, lifetime, TLS, pools);
+ * - `lab.proxy.config`: the settings read from the environment, and what the jar was built with.
  */
 package lab.proxy
 
@@ -8,6 +18,16 @@ import io.ktor.server.application.ApplicationStopped
 import io.ktor.server.engine.connector
 import io.ktor.server.engine.embeddedServer
 import io.ktor.server.netty.Netty
+import lab.proxy.client.ClientFactory
+import lab.proxy.client.ClientProvider
+import lab.proxy.config.ConfigException
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.ProxyMetrics
+import lab.proxy.metrics.configureAccessLog
+import lab.proxy.metrics.configureMetrics
+import lab.proxy.relay.configureRouting
+import lab.proxy.server.ServerCodec
+import lab.proxy.server.ServerGuards
 import org.slf4j.LoggerFactory
 import kotlin.system.exitProcess
 

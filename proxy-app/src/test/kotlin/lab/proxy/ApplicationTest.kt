@@ -4,6 +4,11 @@ import io.ktor.client.request.get
 import io.ktor.client.statement.bodyAsText
 import io.ktor.http.HttpStatusCode
 import io.ktor.server.testing.testApplication
+import lab.proxy.client.ClientFactory
+import lab.proxy.config.Engine
+import lab.proxy.config.Lifetime
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.ProxyMetrics
 import kotlin.test.Test
 import kotlin.test.assertEquals
 import kotlin.test.assertTrue

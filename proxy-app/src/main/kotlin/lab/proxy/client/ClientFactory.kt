@@ -1,14 +1,15 @@
 /**
  * The `HttpClient` under test for a configuration, and the settings it runs with.
  *
- * Each engine's setup and what it reports live together in `engines/` ([EngineSetup]); this
+ * Each engine's setup and what it reports live together in `lab.proxy.client.engines` ([EngineSetup]); this
  * file only picks the engine and adds what every case shares.
  */
-package lab.proxy
+package lab.proxy.client
 
 import io.ktor.client.HttpClient
-import lab.proxy.engines.ClientPart
-import lab.proxy.engines.EngineSetup
+import lab.proxy.config.ConfigException
+import lab.proxy.config.Limits
+import lab.proxy.config.ProxyConfig
 
 object ClientFactory {
     /**

@@ -5,7 +5,7 @@
  * tracked from its creation until it is closed. CIO, Apache (HttpClient 4) and Java expose none;
  * their setups say `pool_metrics=not exposed`.
  */
-package lab.proxy
+package lab.proxy.client
 
 import io.ktor.client.HttpClient
 import kotlinx.coroutines.Job

@@ -4,9 +4,10 @@
  * Both count the clients they create and close, so a dashboard (and a test) can see that
  * per-call clients are always closed, also when the call fails or the caller goes away.
  */
-package lab.proxy
+package lab.proxy.client
 
 import io.ktor.client.HttpClient
+import lab.proxy.config.Lifetime
 import java.io.Closeable
 import java.util.concurrent.atomic.AtomicLong
 

@@ -1,6 +1,8 @@
 /**
  * One client engine under test: how its `HttpClient` is built with the lab's settings, and the
- * settings it reports, side by side in one file per engine (like Ktor's own engine modules).
+ * settings it reports, side by side in one file per engine (like Ktor's own engine modules). Those
+ * files, `lab.proxy.client.engines`, import this package (the contract, [UpstreamTls], [ClientPools]);
+ * this package never imports them: it finds a setup by its class name ([EngineSetup.of]).
  *
  * Engine defaults differ wildly (CIO: 100 connections per route; OkHttp: 5 requests per host;
  * Apache: 10 s socket timeout; Java: HTTP/2 upgrade attempts over cleartext), and earlier
@@ -9,18 +11,18 @@
  * `defaults` leaves the engine's limits alone, to replay those studies. [settings] reports what
  * is in force, read back from the engine's configuration where the engine exposes it.
  */
-package lab.proxy.engines
+package lab.proxy.client
 
 import io.ktor.client.HttpClient
 import io.ktor.client.HttpClientConfig
 import io.ktor.client.plugins.HttpTimeout
-import lab.proxy.BuildInfo
-import lab.proxy.ConfigException
-import lab.proxy.Engine
-import lab.proxy.HttpVersion
-import lab.proxy.Limits
-import lab.proxy.ProxyConfig
-import lab.proxy.TlsVersion
+import lab.proxy.config.BuildInfo
+import lab.proxy.config.ConfigException
+import lab.proxy.config.Engine
+import lab.proxy.config.HttpVersion
+import lab.proxy.config.Limits
+import lab.proxy.config.ProxyConfig
+import lab.proxy.config.TlsVersion
 
 /**
  * The lab's client settings in parts. The lab's client has them all; `lab bench --ladder` and
@@ -39,7 +41,7 @@ enum class ClientPart(val id: String) {
 
     /**
      * The connect timeout on the engine's own knob, and its own read timeouts (where it has them)
-     * no shorter than the request timeout; the request timeout itself is the proxy's [lab.proxy.Watchdog].
+     * no shorter than the request timeout; the request timeout itself is the proxy's [lab.proxy.relay.Watchdog].
      */
     TIMEOUTS("timeouts"),
 
@@ -92,10 +94,10 @@ interface EngineSetup {
         /**
          * Each engine's setup is compiled only into builds of a release that publishes the engine
          * (its source root `src/engines/<id>/kotlin`, a profile of pom.xml: ktor-releases.tsv says
-         * which), so it is found by name: `lab.proxy.engines.CioSetup` for [Engine.CIO].
+         * which), so it is found by name: `lab.proxy.client.engines.CioSetup` for [Engine.CIO].
          */
         private fun builtOrNull(engine: Engine): EngineSetup? = runCatching {
-            Class.forName("lab.proxy.engines.${engine.setupName}").getField("INSTANCE").get(null) as EngineSetup
+            Class.forName("lab.proxy.client.engines.${engine.setupName}").getField("INSTANCE").get(null) as EngineSetup
         }.getOrNull()
 
         /** Idle keep-alive for pooled connections, the same for every engine that lets us set it. */

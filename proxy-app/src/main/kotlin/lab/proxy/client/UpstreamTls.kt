@@ -12,8 +12,10 @@
  * TLS version and the protocol chosen by ALPN at that moment. CIO calls its two-argument form
  * (its own TLS does 1.2 only, without ALPN).
  */
-package lab.proxy
+package lab.proxy.client
 
+import lab.proxy.config.ConfigException
+import lab.proxy.config.ProxyConfig
 import java.io.File
 import java.net.Socket
 import java.security.KeyStore

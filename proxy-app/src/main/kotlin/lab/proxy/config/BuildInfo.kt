@@ -2,7 +2,7 @@
  * What this jar was built with: the Ktor release (Maven's `ktor.version`, written into
  * `lab-build.properties` at build time) and so which engines it holds.
  */
-package lab.proxy
+package lab.proxy.config
 
 import java.util.Properties
 

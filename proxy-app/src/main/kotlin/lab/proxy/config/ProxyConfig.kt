@@ -6,7 +6,7 @@
  * cannot drift apart. A bad value is a [ConfigException] whose message names the variable and what
  * it accepts, so the process can stop at start.
  */
-package lab.proxy
+package lab.proxy.config
 
 import java.net.URI
 

@@ -1,7 +1,7 @@
 /**
  * Server-side request metrics and the optional access log.
  */
-package lab.proxy
+package lab.proxy.metrics
 
 import io.ktor.server.application.Application
 import io.ktor.server.application.install

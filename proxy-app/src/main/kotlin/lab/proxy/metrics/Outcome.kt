@@ -1,7 +1,8 @@
 /**
  * How one upstream exchange ended: the `outcome` tag of `lab_upstream_requests_seconds`.
  */
-package lab.proxy
+package lab.proxy.metrics
+
 
 enum class Outcome(val tag: String) {
     /** 1xx-3xx from the upstream, body fully relayed. */

@@ -4,7 +4,7 @@
  * Every series carries `engine` and `lifetime` tags (the case), so one Prometheus can hold
  * many runs. Names in Prometheus form are listed in the README's metrics table.
  */
-package lab.proxy
+package lab.proxy.metrics
 
 import io.micrometer.core.instrument.FunctionCounter
 import io.micrometer.core.instrument.Gauge
@@ -20,6 +20,13 @@ import io.micrometer.core.instrument.binder.system.ProcessorMetrics
 import io.micrometer.core.instrument.binder.system.UptimeMetrics
 import io.micrometer.prometheusmetrics.PrometheusConfig
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry
+import lab.proxy.client.ClientCounters
+import lab.proxy.client.ClientFactory
+import lab.proxy.client.ClientPools
+import lab.proxy.client.UpstreamTls
+import lab.proxy.config.BuildInfo
+import lab.proxy.config.ProxyConfig
+import lab.proxy.server.ServerGuards
 import java.lang.management.ManagementFactory
 import java.time.Duration
 import java.util.concurrent.ConcurrentHashMap

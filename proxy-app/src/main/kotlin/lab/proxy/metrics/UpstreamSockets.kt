@@ -8,7 +8,7 @@
  * A socket in TIME_WAIT has no owner left, so those present when this proxy starts are noted and
  * left out for the 60 s they can live: the count is this proxy's own from its first second.
  */
-package lab.proxy
+package lab.proxy.metrics
 
 import java.io.File
 import java.net.URI

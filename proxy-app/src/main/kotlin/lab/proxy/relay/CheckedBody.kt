@@ -14,7 +14,7 @@
  * read from then on throws that error while the channel still says it is open. CIO, Apache and
  * Apache5 abort on a read's error too.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.utils.io.ByteReadChannel
 import io.ktor.utils.io.InternalAPI

@@ -6,7 +6,7 @@
  * text: the streamed body carries its length and type, and each side's engine frames it.
  * `Host` is the upstream's, so a spoofed `Host` cannot steer the request.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.http.Headers
 import io.ktor.http.HttpHeaders

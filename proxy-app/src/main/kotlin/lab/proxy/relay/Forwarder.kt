@@ -8,7 +8,7 @@
  * with a short text body. After it started, the connection is dropped: a truncated body is
  * never passed off as complete.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.HttpClient
 import io.ktor.client.request.header
@@ -29,6 +29,11 @@ import io.ktor.server.response.respondText
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.job
+import lab.proxy.client.ClientProvider
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.Outcome
+import lab.proxy.metrics.ProxyMetrics
+import lab.proxy.server.ServerGuards
 
 class Forwarder(
     private val config: ProxyConfig,

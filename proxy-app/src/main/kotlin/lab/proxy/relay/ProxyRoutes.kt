@@ -4,7 +4,7 @@
  * The own endpoints answer however the target is written: an absolute-form
  * `GET http://any/metrics` is the proxy's `/metrics`, never forwarded.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.http.ContentType
 import io.ktor.server.application.Application
@@ -13,6 +13,9 @@ import io.ktor.server.response.respondText
 import io.ktor.server.routing.get
 import io.ktor.server.routing.route
 import io.ktor.server.routing.routing
+import lab.proxy.client.ClientProvider
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.ProxyMetrics
 
 fun Application.configureRouting(config: ProxyConfig, clients: ClientProvider, metrics: ProxyMetrics) {
     val own = OwnEndpoints(config, metrics)

@@ -12,7 +12,7 @@
  * the engine ends as if complete cannot be told apart here: that is the engine's to see
  * (docs/studies/faults.md).
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.statement.HttpResponse
 import io.ktor.client.statement.bodyAsChannel
@@ -32,6 +32,7 @@ import io.ktor.utils.io.readRemaining
 import io.ktor.utils.io.writeFully
 import kotlinx.io.readByteArray
 import kotlinx.coroutines.CancellationException
+import lab.proxy.server.ServerGuards
 import java.io.IOException
 import java.util.concurrent.atomic.AtomicBoolean
 

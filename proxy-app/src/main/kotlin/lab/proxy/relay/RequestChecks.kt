@@ -8,7 +8,7 @@
  * - A `Transfer-Encoding` other than `chunked` cannot be framed (501): the server codec would read
  *   its body as the next request, so the connection is closed after the answer.
  * - `Content-Length` beside `Transfer-Encoding` (400, the connection closed: RFC 9112 section 6.1;
- *   the codec keeps both visible, [ServerCodec]): a sign of request smuggling, never forwarded.
+ *   the codec keeps both visible, [lab.proxy.server.ServerCodec]): a sign of request smuggling, never forwarded.
  * - GET and HEAD with a body (400): one engine (OkHttp) drops such a body but keeps its
  *   `Content-Length`, which desyncs the pooled upstream connection for the next caller. Refused
  *   for every engine alike.
@@ -16,7 +16,7 @@
  *
  * A refused request's body is never read, so [Refusal.close] asks for the connection to close.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.http.Headers
 import io.ktor.http.HttpHeaders

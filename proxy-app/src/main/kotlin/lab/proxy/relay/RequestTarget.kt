@@ -6,7 +6,8 @@
  * climb above the root, hide a `/` or `\` in an encoded segment, or carry control characters
  * is rejected. Everything else is kept byte for byte, so the upstream sees what the client sent.
  */
-package lab.proxy
+package lab.proxy.relay
+
 
 sealed interface Target {
     /** [pathAndQuery] starts with `/`; append it to the upstream base URL. */

@@ -4,11 +4,12 @@
  * Each engine throws its own types (and some wrap them), so the whole cause chain is read.
  * [FailureLog] keeps a failing upstream from writing a stack trace per request.
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.network.sockets.ConnectTimeoutException
 import io.ktor.client.plugins.HttpRequestTimeoutException
 import io.ktor.http.HttpStatusCode
+import lab.proxy.metrics.Outcome
 import org.slf4j.LoggerFactory
 import java.io.InterruptedIOException
 import java.net.ConnectException

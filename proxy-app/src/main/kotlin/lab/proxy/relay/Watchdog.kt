@@ -11,7 +11,7 @@
  * one volatile write, and only a watch that reaches its deadline does more (it looks at the last
  * progress and, if any, waits again for the rest).
  */
-package lab.proxy
+package lab.proxy.relay
 
 import io.netty.util.HashedWheelTimer
 import io.netty.util.Timeout

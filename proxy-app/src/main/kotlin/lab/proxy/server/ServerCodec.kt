@@ -4,9 +4,9 @@
  * so the proxy would answer it and keep the connection open. RFC 9112 section 6.1: such a request
  * may be processed by Transfer-Encoding alone, but "regardless, the server MUST close the
  * connection after responding". Here the decoder still frames it by Transfer-Encoding, and the
- * `Content-Length` stays visible, so [RequestChecks] refuses the request (400) and closes.
+ * `Content-Length` stays visible, so [lab.proxy.relay.RequestChecks] refuses the request (400) and closes.
  */
-package lab.proxy
+package lab.proxy.server
 
 import io.netty.handler.codec.http.DefaultHttpHeaders
 import io.netty.handler.codec.http.DefaultHttpHeadersFactory

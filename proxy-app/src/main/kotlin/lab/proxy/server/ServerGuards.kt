@@ -12,12 +12,12 @@
  *   request whose body was never read must not be parsed as the next request).
  * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
  *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
- *   pipelined request too, is dropped unread, and [RequestChecks] refuses it and closes. A request
+ *   pipelined request too, is dropped unread, and [lab.proxy.relay.RequestChecks] refuses it and closes. A request
  *   Netty could not decode at all gets Ktor's 400 and the connection closes after it too.
  * - [abort]: an answer that cannot be finished never gets its last part (for a chunked body, the
  *   last chunk), however the close and Ktor's writer race; the connection closes instead.
  */
-package lab.proxy
+package lab.proxy.server
 
 import io.ktor.server.application.ApplicationCall
 import io.ktor.server.netty.NettyApplicationCall
@@ -39,6 +39,7 @@ import io.netty.handler.codec.http.HttpUtil
 import io.netty.handler.codec.http.LastHttpContent
 import io.netty.util.AttributeKey
 import io.netty.util.ReferenceCountUtil
+import lab.proxy.config.ProxyConfig
 import java.nio.channels.ClosedChannelException
 import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicInteger

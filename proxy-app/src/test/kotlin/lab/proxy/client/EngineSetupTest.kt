@@ -1,7 +1,12 @@
-package lab.proxy
+package lab.proxy.client
 
+import lab.proxy.config.BuildInfo
+import lab.proxy.config.ConfigException
+import lab.proxy.config.Engine
+import lab.proxy.config.Limits
+import lab.proxy.config.ProxyConfig
+import lab.proxy.config.RetryOnStale
 import java.io.File
-import lab.proxy.engines.EngineSetup
 import kotlin.test.Test
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith

@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.config
 
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.CsvSource

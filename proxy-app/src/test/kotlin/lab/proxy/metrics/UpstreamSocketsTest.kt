@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.metrics
 
 import java.io.File
 import kotlin.io.path.createTempFile

@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.utils.io.ByteChannel
 import io.ktor.utils.io.ByteReadChannel

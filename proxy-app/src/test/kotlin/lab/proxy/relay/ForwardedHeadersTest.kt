@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.http.headersOf
 import kotlin.test.Test

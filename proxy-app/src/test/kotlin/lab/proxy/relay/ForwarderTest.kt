@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.mock.MockEngine
@@ -23,7 +23,12 @@ import io.ktor.server.testing.testApplication
 import io.ktor.utils.io.ByteReadChannel
 import io.ktor.utils.io.toByteArray
 import kotlinx.coroutines.delay
-import lab.proxy.engines.labCommon
+import lab.proxy.client.ClientProvider
+import lab.proxy.client.labCommon
+import lab.proxy.config.Lifetime
+import lab.proxy.config.ProxyConfig
+import lab.proxy.metrics.ProxyMetrics
+import lab.proxy.module
 import java.util.concurrent.CopyOnWriteArrayList
 import kotlin.test.Test
 import kotlin.test.assertEquals

@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.mock.MockEngine
@@ -36,7 +36,7 @@ import kotlin.test.assertTrue
  * [RelayedBodies] in-process, the streamed way down included: a mock engine is the upstream, a
  * real (test-engine) call is the caller's, and the answer is written into a channel here, since
  * Ktor's test engine does not wait for a streamed answer as Netty does. On the real server a
- * failure also aborts the caller's connection ([ServerGuards.abort]; runner/tests/test_cut_bodies.py).
+ * failure also aborts the caller's connection ([lab.proxy.server.ServerGuards.abort]; runner/tests/test_cut_bodies.py).
  */
 class RelayedBodiesTest {
     private val big = ByteArray(300_000) { (it % 251).toByte() }

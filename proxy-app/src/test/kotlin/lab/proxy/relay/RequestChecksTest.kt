@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.http.HttpMethod
 import io.ktor.http.HttpStatusCode

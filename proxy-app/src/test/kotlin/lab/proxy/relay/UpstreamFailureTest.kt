@@ -1,7 +1,8 @@
-package lab.proxy
+package lab.proxy.relay
 
 import io.ktor.client.network.sockets.ConnectTimeoutException
 import io.ktor.http.HttpStatusCode
+import lab.proxy.metrics.Outcome
 import java.io.IOException
 import java.io.InterruptedIOException
 import java.net.ConnectException

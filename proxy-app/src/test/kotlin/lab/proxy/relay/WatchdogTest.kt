@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.relay
 
 import kotlinx.coroutines.Job
 import kotlin.test.Test

@@ -1,4 +1,4 @@
-package lab.proxy
+package lab.proxy.server
 
 import io.netty.buffer.Unpooled
 import io.netty.channel.embedded.EmbeddedChannel

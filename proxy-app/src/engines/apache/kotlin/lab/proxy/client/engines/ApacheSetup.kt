@@ -4,14 +4,19 @@
  */
 @file:Suppress("DEPRECATION") // ktor-client-apache (HttpClient 4) is deprecated, and under test
 
-package lab.proxy.engines
+package lab.proxy.client.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache.Apache
 import io.ktor.client.engine.apache.ApacheEngineConfig
-import lab.proxy.BuildInfo
-import lab.proxy.ProxyConfig
-import lab.proxy.UpstreamTls
+import lab.proxy.client.ClientPart
+import lab.proxy.client.EngineSetup
+import lab.proxy.client.UpstreamTls
+import lab.proxy.client.fair
+import lab.proxy.client.labCommon
+import lab.proxy.client.refuseHttp2
+import lab.proxy.config.BuildInfo
+import lab.proxy.config.ProxyConfig
 import org.apache.http.nio.conn.ssl.SSLIOSessionStrategy
 import org.apache.http.impl.nio.reactor.IOReactorConfig
 

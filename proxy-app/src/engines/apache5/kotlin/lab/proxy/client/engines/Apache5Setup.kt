@@ -5,22 +5,26 @@
  * lab's [StaleConnectionRetry] sends an idempotent request again once on a closed or reset
  * connection and never on a status; `CLIENT_RETRY_ON_STALE=off` disables retries.
  */
-package lab.proxy.engines
+package lab.proxy.client.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.apache5.Apache5
 import io.ktor.client.engine.apache5.Apache5EngineConfig
-import lab.proxy.ClientPools
-import lab.proxy.HttpVersion
-import lab.proxy.ProxyConfig
-import lab.proxy.TlsVersion
-import lab.proxy.UpstreamTls
+import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientPools
+import lab.proxy.client.EngineSetup
+import lab.proxy.client.UpstreamTls
+import lab.proxy.client.fair
+import lab.proxy.client.labCommon
+import lab.proxy.config.HttpVersion
+import lab.proxy.config.ProxyConfig
+import lab.proxy.config.RetryOnStale
+import lab.proxy.config.TlsVersion
 import org.apache.hc.client5.http.config.TlsConfig
 import org.apache.hc.client5.http.impl.async.HttpAsyncClientBuilder
 import org.apache.hc.client5.http.impl.nio.PoolingAsyncClientConnectionManager
 import org.apache.hc.core5.http.ssl.TLS
 import org.apache.hc.core5.http2.HttpVersionPolicy
-import lab.proxy.RetryOnStale
 import org.apache.hc.client5.http.config.ConnectionConfig
 import org.apache.hc.core5.reactor.IOReactorConfig
 import org.apache.hc.client5.http.impl.DefaultHttpRequestRetryStrategy

@@ -4,14 +4,20 @@
  * nothing to retry; the lab keeps that default and shows its cost. `CLIENT_PIPELINING=on` turns
  * pipelining on: GET and HEAD then share connections (and queue behind one another on them).
  */
-package lab.proxy.engines
+package lab.proxy.client.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.cio.CIO
 import io.ktor.client.engine.cio.CIOEngineConfig
 import io.ktor.client.engine.cio.endpoint
-import lab.proxy.ProxyConfig
-import lab.proxy.UpstreamTls
+import lab.proxy.client.ClientPart
+import lab.proxy.client.EngineSetup
+import lab.proxy.client.UpstreamTls
+import lab.proxy.client.fair
+import lab.proxy.client.labCommon
+import lab.proxy.client.refuseHttp2
+import lab.proxy.client.refuseTls13
+import lab.proxy.config.ProxyConfig
 
 object CioSetup : EngineSetup {
     override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(CIO) {

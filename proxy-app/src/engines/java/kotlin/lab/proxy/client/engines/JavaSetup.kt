@@ -8,13 +8,17 @@
  * an idempotent request again once when its pooled connection was closed; that cannot be
  * turned off per client.
  */
-package lab.proxy.engines
+package lab.proxy.client.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.java.Java
-import lab.proxy.HttpVersion
-import lab.proxy.ProxyConfig
-import lab.proxy.UpstreamTls
+import lab.proxy.client.ClientPart
+import lab.proxy.client.EngineSetup
+import lab.proxy.client.UpstreamTls
+import lab.proxy.client.fair
+import lab.proxy.client.labCommon
+import lab.proxy.config.HttpVersion
+import lab.proxy.config.ProxyConfig
 
 object JavaSetup : EngineSetup {
     const val POOL_PROPERTY = "jdk.httpclient.connectionPoolSize"

@@ -3,16 +3,20 @@
  * dispatcher allows 5 requests per host, and its default pool is shared process-wide (closing
  * one per-call client would evict the idle connections of all others).
  */
-package lab.proxy.engines
+package lab.proxy.client.engines
 
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.okhttp.OkHttp
-import lab.proxy.ClientPools
-import lab.proxy.ProxyConfig
-import lab.proxy.RetryOnStale
-import lab.proxy.HttpVersion
-import lab.proxy.TlsVersion
-import lab.proxy.UpstreamTls
+import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientPools
+import lab.proxy.client.EngineSetup
+import lab.proxy.client.UpstreamTls
+import lab.proxy.client.fair
+import lab.proxy.client.labCommon
+import lab.proxy.config.HttpVersion
+import lab.proxy.config.ProxyConfig
+import lab.proxy.config.RetryOnStale
+import lab.proxy.config.TlsVersion
 import okhttp3.ConnectionPool
 import okhttp3.ConnectionSpec
 import okhttp3.Protocol
