@@ -145,7 +145,7 @@ def test_every_mounted_path_exists_in_the_repository(overlays):
 def test_entrypoint_script_is_executable_and_template_variables_are_set():
     """The nginx image runs /docker-entrypoint.d/*.sh only when executable, and envsubst replaces
     only variables that are set: every ${VAR} of the template must be in the service's environment."""
-    for name in ("30-lab-tls.sh", "40-lab-files.sh"):
+    for name in ("05-lab-bind.sh", "30-lab-tls.sh", "40-lab-files.sh"):
         script = REPO / "nginx" / "docker-entrypoint.d" / name
         assert script.stat().st_mode & stat.S_IXUSR
         mode = subprocess.run(
@@ -220,6 +220,54 @@ def test_documented_ports_on_loopback():
         ports = [(p["host_ip"], int(p["published"]), p["target"]) for p in services[name]["ports"]]
         assert ports == [("127.0.0.1", published, target) for published, target in expected], name
     assert "ports" not in services["nginx-exporter"]
+
+
+def test_a_bind_off_loopback_needs_the_lan_overlay_which_gives_every_ui_a_login():
+    """compose/lan.yml: Locust, Prometheus' gate and Grafana on LAB_BIND with a login (LAB_PASSWORD,
+    user lab), Prometheus itself unpublished; the proxy, nginx and Toxiproxy's API stay on
+    LAB_PROXY_BIND, loopback unless set. Without the overlay the base tells nginx's bind check
+    the address, and the check stops the stack (test_bind_check.py, test_compose_stack.py)."""
+    base = render(LAB_BIND="10.1.2.3")["services"]["nginx"]["environment"]
+    assert (base["LAB_BIND"], base["LAB_LOGINS"]) == ("10.1.2.3", "off")
+    with pytest.raises(compose.ComposeError, match="set LAB_PASSWORD, the login of Locust, Prometheus"):
+        render("singleton-cio", "lan", LAB_BIND="10.1.2.3")
+    for overlays in (("singleton-cio", "lan"), ("per-call-okhttp", "distributed", "network", "lan")):
+        services = render(*overlays, LAB_BIND="10.1.2.3", LAB_PASSWORD="pw")["services"]
+        published = {
+            name: sorted((p["host_ip"], p["target"]) for p in s.get("ports", []))
+            for name, s in services.items()
+            if s.get("ports")
+        }
+        expected = {
+            "locust": [("10.1.2.3", 8089)],
+            "prometheus-gate": [("10.1.2.3", 9090)],
+            "grafana": [("10.1.2.3", 3000)],
+            "proxy": [("127.0.0.1", 8080)],
+            "nginx": [("127.0.0.1", 80), ("127.0.0.1", 443)],
+            **({"toxiproxy": [("127.0.0.1", 8474)]} if "network" in overlays else {}),
+        }
+        assert published == expected, overlays
+        assert services["nginx"]["environment"]["LAB_LOGINS"] == "on"
+        assert services["locust"]["environment"]["LAB_PASSWORD"] == "pw"
+        grafana = services["grafana"]["environment"]
+        assert (grafana["LAB_PASSWORD"], grafana["GF_SECURITY_ADMIN_USER"]) == ("pw", "lab")
+        assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+        gate = services["prometheus-gate"]
+        assert gate["image"] == services["nginx"]["image"] and gate["environment"]["LAB_PASSWORD"] == "pw"
+        assert gate["depends_on"]["prometheus"]["condition"] == "service_healthy"
+        assert gate["healthcheck"]["test"][:2] == ["CMD", "curl"]
+        for volume in gate["volumes"]:
+            assert Path(volume["source"]).is_file() and REPO in Path(volume["source"]).parents
+    # the proxy and nginx on the network only on request
+    opened = render("singleton-cio", "lan", LAB_BIND="10.1.2.3", LAB_PASSWORD="pw", LAB_PROXY_BIND="10.1.2.3")
+    assert {p["host_ip"] for n in ("proxy", "nginx") for p in opened["services"][n]["ports"]} == {"10.1.2.3"}
+
+
+def test_the_workers_check_the_master_s_host_against_the_proxy_s():
+    services = render("singleton-cio", "distributed", LAB_ALLOWED_HOSTS="target.example")["services"]
+    for name in ("locust", "locust-worker"):
+        env = services[name]["environment"]
+        assert (env["LOCUST_HOST"], env["LAB_ALLOWED_HOSTS"]) == ("http://proxy:8080", "target.example"), name
 
 
 def test_prometheus_and_grafana_point_at_compose_services():

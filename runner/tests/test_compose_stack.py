@@ -393,10 +393,7 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
             "singleton-cio,per-call-okhttp rtt 20",
             "--loads",
             f"rate/{RATE}/10",
-            "--warmup",
-            "0",
-            "--duration",
-            "10",
+            *("--warmup", "0", "--duration", "10", "--windows", "1", "--aa", "none"),
             "--out",
             str(tmp_path),
         ],
@@ -480,6 +477,15 @@ def test_grafana_entrypoint_never_leaves_admin_admin(compose_engine, tmp_path):
     assert "GF_SECURITY_ADMIN_PASSWORD=\n" not in again
     chosen = start("-e", "GRAFANA_ADMIN_PASSWORD=s3cret-choice")
     assert "GF_SECURITY_ADMIN_PASSWORD=s3cret-choice\n" in chosen
+    # where the UIs ask for a login (swarm, compose/lan.yml): the lab's password, never printed
+    secret = tmp_path / "lab-password"
+    secret.write_text("the-lab-s-secret\n")
+    swarm = start("-e", "LAB_PASSWORD_FILE=/run/secrets/lab-password", "-e", "GF_SECURITY_ADMIN_USER=lab",
+                  "-v", f"{secret}:/run/secrets/lab-password:ro")  # fmt: skip
+    assert "Grafana's admin: user lab, the lab's password (LAB_PASSWORD_FILE)" in swarm
+    assert swarm.count("the-lab-s-secret") == 1 and "GF_SECURITY_ADMIN_PASSWORD=the-lab-s-secret\n" in swarm
+    lan = start("-e", "LAB_PASSWORD=from-lan", "-e", "GRAFANA_ADMIN_PASSWORD=ignored")
+    assert lan.count("from-lan") == 1 and "GF_SECURITY_ADMIN_PASSWORD=from-lan\n" in lan
 
 
 def test_what_a_killed_run_left_is_removed_and_a_live_runs_project_is_not(compose_engine):

@@ -53,6 +53,7 @@ EXTRA_OVERLAYS = {
     "headless": "one Locust run without the UI, its results in results/",
     "https": "the proxy calls nginx over TLS (CLIENT_HTTP_VERSION=2 for HTTP/2)",
     "network": "Toxiproxy between the proxy and nginx (UPSTREAM_RTT_MS, _JITTER_MS, _BANDWIDTH_KBPS)",
+    "lan": "the UIs on LAB_BIND, a network address, each asking for a login (LAB_PASSWORD, user lab)",
 }
 
 
