@@ -192,11 +192,15 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
     plan.warmup_s, plan.duration_s, plan.java_opts = 0, 3, "-Xmx256m"
     backend = NativeBackend()
     stopped: list[int] = []
-    start_case, container_ids = backend.start_case, backend.container_ids
+    start_case, stop_case, container_ids = backend.start_case, backend.stop_case, backend.container_ids
 
     def resume():
         while stopped:
             os.kill(stopped.pop(), signal.SIGCONT)  # so that the stack's SIGTERM ends it
+
+    def resume_and_stop(proxy):
+        resume()  # a stopped JVM never handles the SIGTERM: it would be killed, and gone
+        stop_case(proxy)
 
     def start_and_remember(case, *args, **kwargs):
         proxy = start_case(case, *args, **kwargs)  # both are up before the first window
@@ -210,6 +214,7 @@ def test_a_proxy_that_stops_answering_is_flagged_and_the_matrix_goes_on(tmp_path
         return container_ids()
 
     monkeypatch.setattr(backend, "start_case", start_and_remember)
+    monkeypatch.setattr(backend, "stop_case", resume_and_stop)
     monkeypatch.setattr(backend, "container_ids", stop_the_proxy_as_the_window_begins)
     try:
         backend.open(plan, tmp_path)

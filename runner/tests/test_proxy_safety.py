@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -93,8 +94,11 @@ def test_content_length_beside_transfer_encoding_is_refused_and_the_connection_c
         while chunk := s.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
-    assert b"Content-Length with Transfer-Encoding" in answer
-    assert answer.count(b"HTTP/1.1 ") == 1, answer  # closed after it
+    # Said by the lab's guard, or by Netty's own decoder first (Netty 4.2.16, Ktor 3.5.2's, refuses
+    # the pair itself; 4.2.9, the apache engine's release's, leaves it to the guard).
+    assert b"Content-Length" in answer.split(b"\r\n\r\n", 1)[1] and b"Transfer-Encoding" in answer, answer
+    # closed after it: one status line (Netty's text itself names "HTTP/1.1 messages")
+    assert len(re.findall(rb"(?:^|\r\n)HTTP/1\.1 \d{3} ", answer)) == 1, answer
     nginx_after = requests.get(f"{upstream.status_url}/stub_status", timeout=5).text
     requests_line = [line.split() for text in (nginx_before, nginx_after) for line in text.splitlines()[2:3]]
     # nginx's request count grew by the two status reads alone: nothing was forwarded

@@ -106,7 +106,8 @@ def read(path: Path, top: int = 15, since: datetime | None = None, until: dateti
         if since and until and not since <= event_time(event["values"]["startTime"]) <= until:
             continue
         frames = [
-            f"{f['method']['type']['name']}.{f['method']['name']}"
+            # a type's name as `jfr print --json` gives it, in binary (a.b.C) or internal (a/b/C) form
+            f"{f['method']['type']['name'].replace('/', '.')}.{f['method']['name']}"
             for f in (event["values"].get("stackTrace") or {}).get("frames", [])
         ]
         if not frames:

@@ -67,7 +67,10 @@ class Row:
 
 
 def jmh(run: Jmh, out_json: Path, log: Path) -> list[Row]:
-    """JMH over io-bench's benchmarks, its figures as rows."""
+    """JMH over io-bench's benchmarks, its figures as rows (a release's jar built first when missing
+    or older than its sources)."""
+    if run.release:
+        versions.ensure_jar("io-bench", versions.release(run.release))
     if not run.jar.exists():
         raise FileNotFoundError(
             f"{run.jar.relative_to(REPO)} is missing: make build (mvn -f io-bench package)"
