@@ -11,13 +11,14 @@ DEPS := tools/install-deps.sh
 # of its module (or the shared POM) is newer than it. Unit tests run in `make test`.
 PROXY_JAR := proxy-app/target/proxy-app.jar
 PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main proxy-app/src/engines -type f 2>/dev/null)
-PLAIN_SOURCES := plain-client/pom.xml $(shell find plain-client/src/main plain-client/src/engines -type f 2>/dev/null)
-ENGINEBENCH_JAR := engine-bench/target/engine-bench.jar
-ENGINEBENCH_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) engine-bench/pom.xml $(shell find engine-bench/src/main -type f 2>/dev/null)
-LEAN_JAR := lean-proxy/target/lean-proxy.jar
-LEAN_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) lean-proxy/pom.xml $(shell find lean-proxy/src/main -type f 2>/dev/null)
-IOBENCH_JAR := io-bench/target/benchmarks.jar
-IOBENCH_SOURCES := pom.xml io-bench/pom.xml $(shell find io-bench/src -type f 2>/dev/null)
+# The benchmark-only modules stand together in bench/ (runner/src/ktor_lab/paths.py: MODULE_FOLDERS).
+PLAIN_SOURCES := bench/plain-client/pom.xml $(shell find bench/plain-client/src/main bench/plain-client/src/engines -type f 2>/dev/null)
+ENGINEBENCH_JAR := bench/engine-bench/target/engine-bench.jar
+ENGINEBENCH_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) bench/engine-bench/pom.xml $(shell find bench/engine-bench/src/main -type f 2>/dev/null)
+LEAN_JAR := bench/lean-proxy/target/lean-proxy.jar
+LEAN_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) bench/lean-proxy/pom.xml $(shell find bench/lean-proxy/src/main -type f 2>/dev/null)
+IOBENCH_JAR := bench/io-bench/target/benchmarks.jar
+IOBENCH_SOURCES := pom.xml bench/io-bench/pom.xml $(shell find bench/io-bench/src -type f 2>/dev/null)
 
 .PHONY: help deps-run deps-test setup build test test-unit test-fast test-busy test-cuts run verify matrix bench bench-locust studies lint clean
 
@@ -45,15 +46,15 @@ $(PROXY_JAR): $(PROXY_SOURCES)
 	touch $@
 
 $(ENGINEBENCH_JAR): $(ENGINEBENCH_SOURCES)
-	$(MVN) -q -pl engine-bench -am package -DskipTests
+	$(MVN) -q -pl bench/engine-bench -am package -DskipTests
 	touch $@ $(PROXY_JAR)
 
 $(LEAN_JAR): $(LEAN_SOURCES)
-	$(MVN) -q -pl lean-proxy -am package -DskipTests
+	$(MVN) -q -pl bench/lean-proxy -am package -DskipTests
 	touch $@ $(PROXY_JAR)
 
 $(IOBENCH_JAR): $(IOBENCH_SOURCES)
-	$(MVN) -q -pl io-bench package
+	$(MVN) -q -pl bench/io-bench package
 	touch $@
 
 build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
@@ -109,4 +110,4 @@ lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff format --check runner locust
 
 clean:  ## remove build output, run folders and the generated static files
-	rm -rf proxy-app/target engine-bench/target lean-proxy/target io-bench/target runs .cache tools/compose-config/compose-config
+	rm -rf proxy-app/target bench/plain-client/target bench/engine-bench/target bench/lean-proxy/target bench/io-bench/target runs .cache tools/compose-config/compose-config

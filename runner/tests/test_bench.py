@@ -1,4 +1,4 @@
-"""`lab bench` and its references, the minimal Ktor proxy (lean-proxy/) in its two forms, with
+"""`lab bench` and its references, the minimal Ktor proxy (bench/lean-proxy/) in its two forms, with
 real nginx, real proxies and real wrk; `lab bench-locust`, with real Locust against real nginx."""
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .paths import REPO
+from .paths import MODULE_FOLDERS, REPO
 
 RELEASES_FILE = REPO / "ktor-releases.tsv"
 JVM_DIRS = (Path("/usr/lib/jvm"),)
-# Module -> its runnable jar's name (io-bench's is JMH's benchmarks.jar).
+# Module -> its runnable jar's name (io-bench's is JMH's benchmarks.jar); its folder: module_dir.
 JARS = {
     "proxy-app": "proxy-app.jar",
     "lean-proxy": "lean-proxy.jar",
@@ -162,8 +162,13 @@ def check_dimensions(case: CaseLike) -> None:
         jdk(case.java)
 
 
+def module_dir(module: str) -> Path:
+    """The module's folder (paths.MODULE_FOLDERS: proxy-app/, the benchmark-only ones in bench/)."""
+    return REPO / MODULE_FOLDERS[module]
+
+
 def build_dir(module: str, rel: Release) -> Path:
-    base = REPO / module / "target"
+    base = module_dir(module) / "target"
     return base if rel == default_release() else base / f"ktor-{rel.name}"
 
 
@@ -172,14 +177,16 @@ def jar(module: str, rel: Release) -> Path:
 
 
 def _sources(module: str) -> list[Path]:
-    roots = [REPO / module / "src", REPO / module / "pom.xml", REPO / "pom.xml", RELEASES_FILE]
+    folder = module_dir(module)
+    roots = [folder / "src", folder / "pom.xml", REPO / "pom.xml", RELEASES_FILE]
     if module in ("lean-proxy", "engine-bench"):
+        proxy, plain = module_dir("proxy-app"), module_dir("plain-client")
         roots += [
-            REPO / "proxy-app" / "src" / "main",
-            REPO / "proxy-app" / "src" / "engines",
-            REPO / "proxy-app" / "pom.xml",
-            REPO / "plain-client" / "src",
-            REPO / "plain-client" / "pom.xml",
+            proxy / "src" / "main",
+            proxy / "src" / "engines",
+            proxy / "pom.xml",
+            plain / "src",
+            plain / "pom.xml",
         ]
     out = []
     for root in roots:
@@ -209,7 +216,8 @@ def ensure_jar(module: str, rel: Release, log=sys.stderr) -> Path:
         file=log,
         flush=True,
     )
-    argv = ["mvn", "-B", "-ntp", "-q", "-pl", module, "-am", "package", "-DskipTests"]
+    # -pl takes the module's folder (bench/lean-proxy) or its :artifactId, not its bare name.
+    argv = ["mvn", "-B", "-ntp", "-q", "-pl", MODULE_FOLDERS[module], "-am", "package", "-DskipTests"]
     argv += rel.maven_args(rel == default_release())
     r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     if r.returncode != 0 or not path.exists():

@@ -24,7 +24,7 @@ from ktor_lab.cases import (
     engine_list,
 )
 from ktor_lab.parts import compose
-from ktor_lab.paths import PROXY_DIR, REPO
+from ktor_lab.paths import MODULE_FOLDERS, PROXY_DIR, REPO
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_the_proxy_knows_exactly_the_lab_s_engines_and_lifetimes():
 def test_the_plain_clients_are_built_for_exactly_the_lab_s_engines():
     """plain-client's PlainClients.kt (the reference of lab bench and the engines study) names one
     object per engine, each in the engine's own source root."""
-    plain = REPO / "plain-client" / "src"
+    plain = REPO / MODULE_FOLDERS["plain-client"] / "src"
     text = (plain / "main" / "kotlin" / "lab" / "plain" / "PlainClients.kt").read_text()
     listed = re.findall(r'^        "([\w-]+)" to "(\w+)",', text, re.M)
     assert tuple(engine for engine, _ in listed) == ENGINES
@@ -139,7 +139,7 @@ def test_each_engine_has_one_maven_profile_per_module_that_builds_it():
     """proxy-app's and plain-client's pom.xml: a profile per engine, on unless -Dno.<engine>=true,
     with its Ktor artifact and its source root."""
     for module in ("proxy-app", "plain-client"):
-        pom = (REPO / module / "pom.xml").read_text()
+        pom = (REPO / MODULE_FOLDERS[module] / "pom.xml").read_text()
         ids = re.findall(r"<id>engine-([\w-]+)</id>\s*<activation>", pom)
         assert tuple(ids) == ENGINES, module
         for engine in ENGINES:

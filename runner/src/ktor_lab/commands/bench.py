@@ -2,8 +2,8 @@
 
 Targets, each on its own: nginx serving the file directly, nginx `proxy_pass` to that nginx (the
 reference a proxy is judged by), then the Ktor proxy for each case, started fresh, and after each
-engine's first case that engine's references: the minimal Ktor proxy (lean-proxy/) with a client
-written without any of the lab's code (plain-client/), in three forms:
+engine's first case that engine's references: the minimal Ktor proxy (bench/lean-proxy/) with a
+client written without any of the lab's code (bench/plain-client/), in three forms:
 
 - `plain ENGINE`: the engine's defaults (`HttpClient(Engine) { expectSuccess = false }`), bodies
   read whole (`client.get`, `respondBytes`): the plainest proxy a user writes;
@@ -267,8 +267,8 @@ def measure_lean(lab: stack.Stack, target: str, case: Case, env: dict[str, str],
     return r
 
 
-# The references per engine (lean-proxy's variables): a plain client (plain-client/, no code of
-# the lab's) with the engine's defaults, with only the lab's connection limit, and that one streaming.
+# The references per engine (lean-proxy's variables): a plain client (bench/plain-client/, no code
+# of the lab's) with the engine's defaults, with only the lab's connection limit, and that one streaming.
 REFERENCES = (
     ("plain", {"LEAN_CLIENT": "plain"}),
     ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),

@@ -1,13 +1,13 @@
 """`lab study engines`: each engine's own throughput, in-process, without the proxy.
 
 Ktor's client benchmark, corrected: a fresh JVM per engine, client and mode runs
-`engine-bench/target/engine-bench.jar` (the module engine-bench/) against nginx on loopback:
+`bench/engine-bench/target/engine-bench.jar` (the module bench/engine-bench/) against nginx on loopback:
 unmeasured batches, then 10 batches x 1000 requests behind a real limit of 100 in flight, with
 every request's latency and the JVM's CPU per request. The same engine "as published" (all 1000 of
 a batch launched at once) runs beside it, so the difference between the two designs is on the page.
 
 Beside the lab's client, each engine runs its references, written without any of the lab's code
-(plain-client/): `plain` (the engine's defaults, `client.get(url).bodyAsText()`) and
+(bench/plain-client/): `plain` (the engine's defaults, `client.get(url).bodyAsText()`) and
 `plain-limits` (only the lab's connection limit); the lab's rows show their ratios to both.
 `--ladder` climbs instead from `plain-limits` to the lab's client one setting at a time (LADDER).
 `--repeats` interleaves every run (A B A B); ratios are medians of those taken within a round.
@@ -26,11 +26,11 @@ from .. import render, versions
 from ..cases import ENGINE_FACTS, Case, engine_list
 from ..errors import LabError
 from ..machine import java
-from ..paths import REPO
+from ..paths import MODULE_FOLDERS, REPO
 from ..stack import Stack
 from . import machinery
 
-JAR = REPO / "engine-bench" / "target" / "engine-bench.jar"
+JAR = REPO / MODULE_FOLDERS["engine-bench"] / "target" / "engine-bench.jar"
 
 
 # The clients each engine runs, by name, with engine-bench's options: the lab's, and the references.
@@ -246,7 +246,7 @@ def report(runs: list[Row], args: argparse.Namespace) -> machinery.Report:
         "limit in flight": args.concurrency,
         "clients": "lab: the proxy's ClientFactory, fair limits (CLIENT_MAX_CONNECTIONS=1000); "
         "plain: HttpClient(Engine) { expectSuccess = false }, the engine's defaults; plain-limits: the same "
-        "with only the lab's limit (plain-client/, none of the lab's code); one client per JVM",
+        "with only the lab's limit (bench/plain-client/, none of the lab's code); one client per JVM",
         "repeats": f"{args.repeats}, interleaved; ratios are medians of those within a round",
         "JVM options": args.java_opts,
         "ktor": rows[0].ktor_version,

@@ -21,7 +21,7 @@
  * place of the lean route). With all three and `LEAN_CLIENT=lab` it is the lab's proxy but for
  * its `/metrics` route and access log.
  *
- * CLIENT_ENGINE=okhttp UPSTREAM_URL=http://127.0.0.1:18080 PORT=18091 java -jar lean-proxy/target/lean-proxy.jar
+ * CLIENT_ENGINE=okhttp UPSTREAM_URL=http://127.0.0.1:18080 PORT=18091 java -jar bench/lean-proxy/target/lean-proxy.jar
  */
 package lab.lean
 

@@ -12,7 +12,7 @@
  * or a reference written without the lab's code ([PlainClients]): `plain` (the engine's defaults)
  * and `plain-limits` (only the lab's connection limit), read as a user would (`--read text`).
  *
- * java -jar engine-bench/target/engine-bench.jar --engine cio --url http://127.0.0.1:18080/files/tiny.txt
+ * java -jar bench/engine-bench/target/engine-bench.jar --engine cio --url http://127.0.0.1:18080/files/tiny.txt
  */
 package lab.enginebench
 
