@@ -1,7 +1,7 @@
-"""`lab study io`: Ktor's socket and file I/O against plain JVM I/O, with JMH (io-bench/).
+"""`lab study io`: Ktor's socket and file I/O against plain JVM I/O, with JMH (bench/io-bench/).
 
 The I/O study found Ktor's socket write 3-6x slower than java.net.Socket and Ktor's file
-channel 20x slower than a stream. io-bench/ holds the JMH benchmarks (128 MiB written to a
+channel 20x slower than a stream. bench/io-bench/ holds the JMH benchmarks (128 MiB written to a
 loopback sink until acknowledged; a 128 MiB file read to its end; the same chunk size both
 ways); this runs its jar, reads JMH's JSON and puts each Ktor figure beside its JVM reference.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from .. import render, versions
 from ..machine import java
-from ..paths import REPO
+from ..paths import MODULE_FOLDERS, REPO
 from . import machinery
 
-JAR = REPO / "io-bench" / "target" / "benchmarks.jar"
+JAR = REPO / MODULE_FOLDERS["io-bench"] / "target" / "benchmarks.jar"
 # (what, Ktor's benchmark, the JVM reference)
 PAIRS = [
     ("socket write", "SocketWriteBenchmark.ktorSocket", "SocketWriteBenchmark.javaSocket"),
@@ -73,7 +73,7 @@ def jmh(run: Jmh, out_json: Path, log: Path) -> list[Row]:
         versions.ensure_jar("io-bench", versions.release(run.release))
     if not run.jar.exists():
         raise FileNotFoundError(
-            f"{run.jar.relative_to(REPO)} is missing: make build (mvn -f io-bench package)"
+            f"{run.jar.relative_to(REPO)} is missing: make build (mvn -f bench/io-bench package)"
         )
     argv = [
         java(),
