@@ -283,8 +283,8 @@ def test_report_from_a_stored_result(tmp_path):
     # The figures this result has (one from before the proxy's own timer and the connection figures:
     # the columns no row measured are left out, as are TLS handshakes and pinned virtual threads).
     assert (
-        "| case | windows | network | rps | p50 ms | p95 ms | p99 ms | errors | CPU s / 1000 req | threads max "
-        "| active unparked max | heap max MiB | what set the rate |" in md
+        "| case | windows | network | rps | p50 ms | p95 ms | p99 ms | errors | CPU s / 1000 req "
+        "| threads max | active unparked max | heap max MiB | what set the rate |" in md
     )
     assert "full TLS" not in md.split("## Appendix")[0] and "pinned virtual threads |" not in md
     for case in results["plan"]["cases"]:

@@ -24,14 +24,9 @@ from pathlib import Path
 
 from .. import render, versions
 from ..cases import ENGINE_FACTS, Case, engine_list
-from ..errors import LabError
 from ..machine import java
-from ..paths import MODULE_FOLDERS, REPO
 from ..stack import Stack
 from . import machinery
-
-JAR = REPO / MODULE_FOLDERS["engine-bench"] / "target" / "engine-bench.jar"
-
 
 # The clients each engine runs, by name, with engine-bench's options: the lab's, and the references.
 CLIENTS = (
@@ -102,19 +97,23 @@ class Row:
         return {**own.pop("output"), **own}
 
 
-def jar(args: argparse.Namespace) -> Path:
-    """The benchmark's jar: the default build, or another release's (built on first use)."""
-    if not args.ktor:
-        return JAR
-    return versions.ensure_jar("engine-bench", versions.release(args.ktor))
+def jar(args: argparse.Namespace, engine: str) -> Path:
+    """The benchmark's jar for `engine`: --ktor's release, else the engine's own (the default, or
+    the apache engine's last, 3.4.1), built on first use or when older than its sources."""
+    return versions.ensure_jar("engine-bench", versions.release_of(Case("singleton", engine, ktor=args.ktor)))
 
 
 def plan(args: argparse.Namespace) -> list[Bench]:
-    engines = engine_list(args.engines)
-    if args.ktor:  # another release: its engines only, its own build
-        versions.check_cases(versions.release(args.ktor), [Case("singleton", e) for e in engines])
-    elif not JAR.exists():
-        raise LabError(f"{JAR.relative_to(REPO)} is missing: make build")
+    if args.ktor:
+        versions.release(args.ktor)  # a release of the list, or a ValueError naming them
+    engines = []
+    for engine in engine_list(args.engines):
+        if why := Case("singleton", engine, ktor=args.ktor).refusal():
+            print(f"lab study engines: skips {engine}: {why.split('; ')[0]}", flush=True)
+        else:
+            engines.append(engine)
+    if not engines:
+        raise ValueError(f"no engine of --engines can run on Ktor {args.ktor}")
     modes = [args.concurrency] + ([0] if args.as_published else [])
     clients = LADDER if args.ladder else CLIENTS
     return [
@@ -137,7 +136,7 @@ def measure(lab: Stack, bench: Bench, args: argparse.Namespace) -> list[Row]:
         java(),
         *args.java_opts.split(),
         "-jar",
-        str(jar(args)),
+        str(jar(args, bench.engine)),
         *("--engine", bench.engine, "--url", url),
         *("--batches", str(args.batches), "--batch-size", str(args.batch_size)),
         *("--concurrency", str(bench.concurrency), "--warmup-batches", str(args.warmup_batches)),
