@@ -448,3 +448,32 @@ def test_a_worker_s_users_refuse_a_host_that_is_not_the_lab_s(upstream, tmp_path
     finally:
         worker.stop()
         master.stop()
+
+
+def test_the_ui_behind_the_login_shows_why_a_start_at_another_host_is_refused(upstream, tmp_path, browser):
+    """In Chromium, logged in as the stacks' users are (HTTP Basic auth): the page and its calls
+    work, and a start whose host is not the lab's shows the refusal's message in the form."""
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    svc = Service(
+        "locust-ui-login",
+        loadgen.argv("-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port)),
+        tmp_path / "ui.log",
+        env={"LAB_PASSWORD": "ui-secret"},
+    )
+    try:
+        assert wait_until(lambda: answers(f"{web}/metrics") or not svc.alive(), timeout=30), svc.tail()
+        context = browser.new_context(http_credentials={"username": "lab", "password": "ui-secret"})
+        page = context.new_page()
+        page.goto(web + "/")
+        page.locator("input[name=userCount]").fill("1")
+        page.locator("input[name=spawnRate]").fill("1")
+        page.locator("input[name=host]").fill("http://192.0.2.1:8080")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text("refused: http://192.0.2.1:8080 is not the lab's proxy", exact=False).wait_for(
+            timeout=10_000
+        )
+        assert loadgen.LocustWeb(web, auth=("lab", "ui-secret")).stats().state == "ready"
+        context.close()
+    finally:
+        svc.stop()

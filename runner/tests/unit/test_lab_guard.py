@@ -182,3 +182,29 @@ def test_a_headless_run_at_another_host_stops_at_start_in_one_line(capsys):
         err.startswith("lab: refused to start: http://example.com is not the lab's proxy")
         and err.count("\n") == 1
     )
+
+
+def test_native_locust_asks_for_no_login_whatever_the_shell_exports(monkeypatch, tmp_path):
+    """A LAB_PASSWORD exported for a stack is not the native Locust's: lab up and lab run keep
+    calling it without a login."""
+    from ktor_lab.parts import loadgen
+
+    started = []
+
+    class Recorded:
+        def __init__(self, name, argv, log, env=None):
+            started.append(env)
+
+        def wait_http(self, *_, **__):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setenv("LAB_PASSWORD", "for-the-swarm")
+    monkeypatch.setattr(loadgen, "Service", Recorded)
+    monkeypatch.setattr(loadgen, "wait_until", lambda *_, **__: True)
+    loadgen.start(tmp_path, "locust", 1, [])
+    loadgen.start(tmp_path, "locust", 1, [], workers=2)
+    assert started == [loadgen.NO_LOGIN] * 4
+    assert lab_guard.read_password({"LAB_PASSWORD": "", "LAB_PASSWORD_FILE": ""}) is None

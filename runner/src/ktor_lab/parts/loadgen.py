@@ -37,6 +37,11 @@ def argv(*options: str, sweep: bool = False) -> list[str]:
     return [locust_bin(), "-f", ",".join(files), "--config", str(LOCUST_DIR / "locust.conf"), *options]
 
 
+# Natively the UI is on loopback and asks for no login: a LAB_PASSWORD exported for a stack
+# (compose/lan.yml, lab swarm) is not Locust's here (locust/lab_guard.py reads "" as none).
+NO_LOGIN = {"LAB_PASSWORD": "", "LAB_PASSWORD_FILE": ""}
+
+
 def run_finished(web: str) -> bool:
     """True once the Locust web UI at `web` reports its run as stopped (as --autostart runs end)."""
     try:
@@ -77,6 +82,7 @@ def start(
                         sweep=sweep,
                     ),
                     run_dir / f"{name}-master.log",
+                    NO_LOGIN,
                 )
             )
             for i in range(workers):
@@ -92,10 +98,13 @@ def start(
                             sweep=sweep,
                         ),
                         run_dir / f"{name}-worker-{i}.log",
+                        NO_LOGIN,
                     )
                 )
         else:
-            services.append(Service(name, argv(*web, *options, sweep=sweep), run_dir / f"{name}.log"))
+            services.append(
+                Service(name, argv(*web, *options, sweep=sweep), run_dir / f"{name}.log", NO_LOGIN)
+            )
         services[0].wait_http(local_url(web_port, "/metrics"), timeout=60)
         if workers:
             client = LocustWeb(local_url(web_port))
