@@ -21,6 +21,7 @@ object ClientFactory {
         val setup = EngineSetup.of(config.engine)
         setup.refusal(config)?.let { throw ConfigException(it) }
         UpstreamTls.of(config)
+        ClientThreads.prepare(config)
         setup.prepareJvm(config)
     }
 
@@ -32,7 +33,7 @@ object ClientFactory {
     fun effectiveSettings(config: ProxyConfig): Map<String, String> {
         val engine = EngineSetup.of(config.engine).settings(config)
         val max = if (config.limits == Limits.FAIR) linkedMapOf("max_connections" to config.maxConnections.toString()) else linkedMapOf()
-        return max + engine + EngineSetup.common(config) + linkedMapOf(
+        return max + engine + EngineSetup.common(config) + ClientThreads.settings(config) + linkedMapOf(
             "header_timeout_ms" to config.headerTimeoutMs.toString(),
             "idle_timeout_ms" to config.idleTimeoutMs.toString(),
             // Every answer is read as a stream (`execute { }`), so a 100 MB body passes a small heap.

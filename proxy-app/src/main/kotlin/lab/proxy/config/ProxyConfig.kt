@@ -70,6 +70,33 @@ enum class TlsVersion(override val id: String, val jsse: String) : Choice {
     TLS_1_3("1.3", "TLSv1.3"),
 }
 
+/**
+ * Where the client's coroutines and blocking calls run. [id] is the value of `CLIENT_DISPATCHER`:
+ * `io` (Ktor's default, `Dispatchers.IO`: 64 threads), `io:N` (that pool raised to N threads, by
+ * `kotlinx.coroutines.io.parallelism` before it is first used), or `virtual` (a virtual thread per
+ * task, JDK 21 and later).
+ */
+sealed class ClientDispatcher(val id: String) {
+    data object Io : ClientDispatcher("io")
+
+    data class IoPool(val threads: Int) : ClientDispatcher("io:$threads")
+
+    data object Virtual : ClientDispatcher("virtual")
+
+    override fun toString(): String = id
+
+    companion object {
+        const val ACCEPTS = "io, io:N (N threads, 1-4096), virtual"
+
+        fun parse(value: String): ClientDispatcher? = when {
+            value.lowercase() == "io" -> Io
+            value.lowercase() == "virtual" -> Virtual
+            value.lowercase().startsWith("io:") -> value.substring(3).toIntOrNull()?.takeIf { it in 1..4096 }?.let(::IoPool)
+            else -> null
+        }
+    }
+}
+
 class ConfigException(message: String) : RuntimeException(message)
 
 data class ProxyConfig(
@@ -102,6 +129,7 @@ data class ProxyConfig(
      * proxy does not apply it; it shows it in `lab_network_info`, beside `lab_proxy_info`.
      */
     val network: UpstreamNetwork = UpstreamNetwork(),
+    val dispatcher: ClientDispatcher = ClientDispatcher.Io,
 ) {
     /** The case name used in compose overlays and reports, e.g. `per-call-okhttp`. */
     val caseName: String get() = "${lifetime.id}-${engine.id}"
@@ -160,6 +188,7 @@ data class ProxyConfig(
         val HTTP_VERSION = choice("CLIENT_HTTP_VERSION", HttpVersion.entries)
         val TLS_VERSION = choice("CLIENT_TLS_VERSION", TlsVersion.entries)
         val PIPELINING = onOff("CLIENT_PIPELINING")
+        val DISPATCHER = Variable("CLIENT_DISPATCHER", ClientDispatcher.ACCEPTS, ClientDispatcher::parse)
 
         // The network's values, worded as toxiproxy/lab_network.py words them (the runner and compose's
         // toxiproxy-init check them there first).
@@ -176,7 +205,7 @@ data class ProxyConfig(
         private val ALL: List<Variable<*>> = listOf(
             ENGINE, LIFETIME, UPSTREAM_URL, HOST, PORT, MAX_CONNECTIONS, LIMITS, CONNECT_TIMEOUT, REQUEST_TIMEOUT,
             ACCESS_LOG, RETRY_ON_STALE, HEADER_TIMEOUT, IDLE_TIMEOUT, CA_FILE, HTTP_VERSION, TLS_VERSION, PIPELINING,
-            RTT, JITTER, BANDWIDTH,
+            DISPATCHER, RTT, JITTER, BANDWIDTH,
         )
 
         /** Variable name to a one-line description of what it accepts (for errors and docs). */
@@ -204,11 +233,34 @@ data class ProxyConfig(
                 tlsVersion = TLS_VERSION.read(env),
                 pipelining = PIPELINING.read(env) ?: d.pipelining,
                 network = UpstreamNetwork(RTT.read(env) ?: 0, JITTER.read(env) ?: 0, BANDWIDTH.read(env) ?: 0),
+                dispatcher = DISPATCHER.read(env) ?: d.dispatcher,
             )
             return config.also {
                 it.checkTls()
                 it.checkPipelining()
+                it.checkDispatcher()
                 it.network.check()
+            }
+        }
+
+        /** The first JDK with virtual threads. */
+        const val VIRTUAL_THREADS_JDK = 21
+
+        /** A dispatcher the engine cannot use, or virtual threads on a JDK without them: one line each. */
+        private fun ProxyConfig.checkDispatcher() {
+            if (dispatcher == ClientDispatcher.Io) return
+            if (engine == Engine.APACHE || engine == Engine.APACHE5) {
+                throw ConfigException(
+                    "CLIENT_DISPATCHER=${dispatcher.id} changes nothing of CLIENT_ENGINE=${engine.id}: its I/O reactor " +
+                        "runs its own threads; use CLIENT_DISPATCHER=io or another engine",
+                )
+            }
+            val jdk = Runtime.version().feature()
+            if (dispatcher == ClientDispatcher.Virtual && jdk < VIRTUAL_THREADS_JDK) {
+                throw ConfigException(
+                    "CLIENT_DISPATCHER=virtual needs JDK $VIRTUAL_THREADS_JDK or later; this JVM is $jdk: " +
+                        "run the proxy on a newer JDK or use CLIENT_DISPATCHER=io",
+                )
             }
         }
 

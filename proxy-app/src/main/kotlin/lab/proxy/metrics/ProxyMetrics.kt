@@ -25,6 +25,7 @@ import lab.proxy.client.ClientFactory
 import lab.proxy.client.ClientPools
 import lab.proxy.client.UpstreamTls
 import lab.proxy.config.BuildInfo
+import lab.proxy.config.ClientDispatcher
 import lab.proxy.config.ProxyConfig
 import lab.proxy.server.ServerGuards
 import java.lang.management.ManagementFactory
@@ -119,6 +120,9 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
         Gauge.builder("lab.threads.active.unparked", ThreadSampler) { it.activeUnparked().toDouble() }
             .description("Live threads whose top stack frame is not park (runnable, blocked in I/O or waiting on a monitor)")
             .register(registry)
+        if (config.dispatcher == ClientDispatcher.Virtual && VirtualThreads.startCounting()) {
+            VirtualThreads.bind(registry)
+        }
         registerInfo(registry)
         registerNetworkInfo(registry)
         bindConnections(registry)

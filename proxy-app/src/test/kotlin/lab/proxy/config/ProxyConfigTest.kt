@@ -27,6 +27,31 @@ class ProxyConfigTest {
     }
 
     @Test
+    fun `the client's dispatcher is read, and refused where it cannot apply, in one line`() {
+        assertEquals(ClientDispatcher.Io, ProxyConfig.fromEnv(emptyMap()).dispatcher)
+        assertEquals(ClientDispatcher.IoPool(512), ProxyConfig.fromEnv(mapOf("CLIENT_DISPATCHER" to "io:512")).dispatcher)
+        val bad = assertFailsWith<ConfigException> { ProxyConfig.fromEnv(mapOf("CLIENT_DISPATCHER" to "io:0")) }
+        assertEquals("CLIENT_DISPATCHER='io:0' is not valid; valid values: ${ClientDispatcher.ACCEPTS}", bad.message)
+        for (engine in listOf("apache", "apache5")) {
+            val refused = assertFailsWith<ConfigException> {
+                ProxyConfig.fromEnv(mapOf("CLIENT_ENGINE" to engine, "CLIENT_DISPATCHER" to "io:128"))
+            }
+            assertTrue("its I/O reactor runs its own threads" in refused.message!!, refused.message)
+        }
+        val jdk = Runtime.version().feature()
+        val virtual = runCatching { ProxyConfig.fromEnv(mapOf("CLIENT_ENGINE" to "okhttp", "CLIENT_DISPATCHER" to "virtual")) }
+        if (jdk < ProxyConfig.VIRTUAL_THREADS_JDK) {
+            assertEquals(
+                "CLIENT_DISPATCHER=virtual needs JDK 21 or later; this JVM is $jdk: run the proxy on a newer JDK or use " +
+                    "CLIENT_DISPATCHER=io",
+                virtual.exceptionOrNull()?.message,
+            )
+        } else {
+            assertEquals(ClientDispatcher.Virtual, virtual.getOrThrow().dispatcher)
+        }
+    }
+
+    @Test
     fun `blank values take the default`() {
         assertEquals(ProxyConfig(), ProxyConfig.fromEnv(mapOf("CLIENT_ENGINE" to " ", "PORT" to "")))
     }
@@ -115,7 +140,7 @@ class ProxyConfigTest {
                 "CLIENT_ENGINE", "CLIENT_LIFETIME", "UPSTREAM_URL", "HOST", "PORT", "CLIENT_MAX_CONNECTIONS",
                 "CLIENT_LIMITS", "CLIENT_CONNECT_TIMEOUT_MS", "CLIENT_REQUEST_TIMEOUT_MS", "ACCESS_LOG",
                 "CLIENT_RETRY_ON_STALE", "SERVER_HEADER_TIMEOUT_MS", "SERVER_IDLE_TIMEOUT_MS",
-                "UPSTREAM_CA_FILE", "CLIENT_HTTP_VERSION", "CLIENT_TLS_VERSION", "CLIENT_PIPELINING",
+                "UPSTREAM_CA_FILE", "CLIENT_HTTP_VERSION", "CLIENT_TLS_VERSION", "CLIENT_PIPELINING", "CLIENT_DISPATCHER",
                 "UPSTREAM_RTT_MS", "UPSTREAM_JITTER_MS", "UPSTREAM_BANDWIDTH_KBPS",
             ),
             documented,

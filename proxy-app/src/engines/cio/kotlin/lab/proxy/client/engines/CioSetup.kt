@@ -11,6 +11,7 @@ import io.ktor.client.engine.cio.CIO
 import io.ktor.client.engine.cio.CIOEngineConfig
 import io.ktor.client.engine.cio.endpoint
 import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientThreads
 import lab.proxy.client.EngineSetup
 import lab.proxy.client.UpstreamTls
 import lab.proxy.client.fair
@@ -21,7 +22,10 @@ import lab.proxy.config.ProxyConfig
 
 object CioSetup : EngineSetup {
     override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(CIO) {
-        engine { configure(config, parts) }
+        engine {
+            configure(config, parts)
+            ClientThreads.engineDispatcher(config)?.let { dispatcher = it }
+        }
         labCommon(config, parts)
     }
 

@@ -13,6 +13,7 @@ package lab.proxy.client.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.java.Java
 import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientThreads
 import lab.proxy.client.EngineSetup
 import lab.proxy.client.UpstreamTls
 import lab.proxy.client.fair
@@ -29,6 +30,8 @@ object JavaSetup : EngineSetup {
 
     override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient = HttpClient(Java) {
         engine {
+            // Ktor gives the JDK's client `executor(dispatcher.asExecutor())`: its tasks on virtual threads too.
+            ClientThreads.engineDispatcher(config)?.let { dispatcher = it }
             // The engine's default, HTTP/2, sends an h2c upgrade over cleartext: the lab asks for what is set.
             if (ClientPart.ENGINE in parts || config.tls) protocolVersion = version(config)
             if (ClientPart.TIMEOUTS in parts) config { connectTimeout(java.time.Duration.ofMillis(config.connectTimeoutMs)) }

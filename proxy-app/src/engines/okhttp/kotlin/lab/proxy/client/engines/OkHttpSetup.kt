@@ -8,12 +8,14 @@ package lab.proxy.client.engines
 import io.ktor.client.HttpClient
 import io.ktor.client.engine.okhttp.OkHttp
 import lab.proxy.client.ClientPart
+import lab.proxy.client.ClientThreads
 import lab.proxy.client.ClientPools
 import lab.proxy.client.EngineSetup
 import lab.proxy.client.UpstreamTls
 import lab.proxy.client.fair
 import lab.proxy.client.labCommon
 import lab.proxy.config.HttpVersion
+import lab.proxy.config.ClientDispatcher
 import lab.proxy.config.ProxyConfig
 import lab.proxy.config.RetryOnStale
 import lab.proxy.config.TlsVersion
@@ -28,7 +30,10 @@ object OkHttpSetup : EngineSetup {
     override fun create(config: ProxyConfig, parts: Set<ClientPart>): HttpClient {
         val pool = ownPool(config, parts)
         val client = HttpClient(OkHttp) {
-            engine { config { configure(this, config, parts, pool) } }
+            engine {
+                config { configure(this, config, parts, pool) }
+                ClientThreads.engineDispatcher(config)?.let { dispatcher = it }
+            }
             labCommon(config, parts)
         }
         // Its own pool, counted until the client closes (lab_client_pool_connections).
@@ -48,8 +53,14 @@ object OkHttpSetup : EngineSetup {
             null
         }
 
-    /** The dispatcher this client uses: the lab's limit, or OkHttp's own (64, 5 per host). */
-    private fun dispatcher(config: ProxyConfig, parts: Set<ClientPart>): Dispatcher = Dispatcher().apply {
+    /**
+     * The dispatcher this client uses: the lab's limit, or OkHttp's own (64, 5 per host); its calls
+     * on OkHttp's own thread pool, or on a virtual thread each (an executor per client: Ktor shuts a
+     * client's down when it closes).
+     */
+    private fun dispatcher(config: ProxyConfig, parts: Set<ClientPart>): Dispatcher = (
+        if (config.dispatcher == ClientDispatcher.Virtual) Dispatcher(ClientThreads.newVirtualThreadExecutor()) else Dispatcher()
+        ).apply {
         if (config.fair && ClientPart.LIMITS in parts) {
             maxRequests = config.maxConnections
             maxRequestsPerHost = config.maxConnections
