@@ -193,9 +193,9 @@ def test_distance_plans_a_fixed_rate_over_every_case_distance_and_protocol():
         STUDIES["distance"].plan(options("distance", "--load", "closed/50/0"))
 
 
-def test_make_studies_runs_every_study_but_protocols_and_distance():
+def test_make_studies_runs_every_study_but_the_long_ones():
     """The Makefile's `studies` target names the studies by hand: each must be one of the
-    registry's, and only protocols and distance (each long, run on their own) are left out."""
+    registry's, and only protocols, distance and dispatchers (each long, run on their own) are left out."""
     import re
 
     from ktor_lab.paths import REPO
@@ -205,7 +205,7 @@ def test_make_studies_runs_every_study_but_protocols_and_distance():
     target = re.search(r"^studies:.*?\n((?:\t.*\n)+)", text, re.M)[1]
     run = re.findall(r"lab study (\w+)", target)
     assert len(run) == len(set(run)) and set(run) <= set(STUDIES), run
-    assert set(STUDIES) - set(run) == {"protocols", "distance"}
+    assert set(STUDIES) - set(run) == {"protocols", "distance", "dispatchers"}
 
 
 def test_distance_gives_the_proxy_s_cpu_per_request_with_and_without_its_jit_compiler_s():

@@ -9,11 +9,23 @@ import shlex
 
 from .. import stack
 from ..errors import LabError
-from . import distance, engines, faults, io, machinery, protocols, replay, streaming, threads, versions
+from . import (
+    dispatchers,
+    distance,
+    engines,
+    faults,
+    io,
+    machinery,
+    protocols,
+    replay,
+    streaming,
+    threads,
+    versions,
+)
 
 STUDIES: dict[str, machinery.Study] = {
     m.STUDY.name: m.STUDY
-    for m in (threads, replay, streaming, engines, io, faults, versions, protocols, distance)
+    for m in (threads, replay, streaming, engines, io, faults, versions, protocols, distance, dispatchers)
 }
 
 

@@ -71,12 +71,12 @@ class Study(Generic[Item, Row, Parts]):
         )
 
 
-def add_engines(p: argparse.ArgumentParser) -> None:
+def add_engines(p: argparse.ArgumentParser, default: str = "") -> None:
     """`--engines`, as every study that runs per engine takes it (all by default)."""
     p.add_argument(
         "--engines",
-        default=",".join(ENGINES),
-        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
+        default=default or ",".join(ENGINES),
+        help=f"comma-separated (default: {default or all_of(ENGINES, 'engines')})",
     )
 
 
