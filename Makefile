@@ -32,11 +32,11 @@ deps-run:
 deps-test:
 	@$(DEPS) test
 
-$(VENV)/.installed: runner/pyproject.toml
+$(VENV)/.installed: runner/pyproject.toml locust/pyproject.toml toxiproxy/pyproject.toml
 	@$(DEPS) venv
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e 'runner[test]'
+	$(VENV)/bin/pip install -q -e 'runner[test]' -e locust -e toxiproxy
 	touch $@
 
 setup: $(VENV)/.installed  ## Python venv with the lab command (.venv/bin/lab) and test tools
@@ -65,7 +65,7 @@ test: deps-test setup  ## every test: installs what is missing, the unit tier, K
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
-	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit --durations=25
+	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit --durations=40
 
 test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
 	$(VENV)/bin/pytest runner/tests/unit

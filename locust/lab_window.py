@@ -1,8 +1,9 @@
 """What Locust's /lab/stats answers (lab_export.window_stats): the totals of a window, named once.
 
 The export fills a WindowStats; `lab run` reads the JSON back into one (runner/src/ktor_lab/
-parts/loadgen.py loads this file by its path). Plain Python, nothing of Locust: the runner must
-not import Locust, which patches the process it is imported into.
+parts/loadgen.py imports this module, installed beside the runner by locust/pyproject.toml).
+Plain Python, nothing of Locust: the runner must not import Locust, which patches the process it
+is imported into.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One definition for both sides. In compose the one-shot `toxiproxy-init` service runs this file
 (`python /lab-network/lab_network.py`) with the values from the shell or .env; natively the runner
-loads it by its path (runner/src/ktor_lab/network.py). Standard library only: the Locust image's
+imports it (runner/src/ktor_lab/network.py; installed beside it by toxiproxy/pyproject.toml). Standard library only: the Locust image's
 Python runs it.
 
     UPSTREAM_RTT_MS=20 TOXIPROXY_URL=http://127.0.0.1:8474 python toxiproxy/lab_network.py

@@ -5,18 +5,11 @@ real Locust on loopback, test_swarm_stack.py and test_compose_stack.py in the st
 from __future__ import annotations
 
 import base64
-import sys
 from types import SimpleNamespace
 
 import pytest
 
-from ktor_lab.paths import LOCUST_DIR
-
-sys.path.insert(0, str(LOCUST_DIR))
-try:
-    import lab_guard
-finally:
-    sys.path.remove(str(LOCUST_DIR))
+import lab_guard  # locust/lab_guard.py (pip install -e locust)
 
 
 def options(host="http://proxy:8080", web_host="0.0.0.0", **more):

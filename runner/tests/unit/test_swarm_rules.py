@@ -4,7 +4,6 @@ test_swarm_stack.py deploys the same stack on a real one-node swarm."""
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -127,11 +126,8 @@ def test_a_setting_the_stack_does_not_read_is_refused_by_name():
 
 
 def test_the_node_exporter_reads_a_hosts_proc(tmp_path):
-    sys.path.insert(0, str(REPO / "locust"))
-    try:
-        import lab_node
-    finally:
-        sys.path.remove(str(REPO / "locust"))
+    import lab_node  # locust/lab_node.py (pip install -e locust)
+
     (tmp_path / "stat").write_text("cpu  100 0 50 850 0 0 0 0 0 0\ncpu0 50 0 25 425\ncpu1 50 0 25 425\n")
     (tmp_path / "meminfo").write_text("MemTotal:       2048 kB\nMemFree:  1 kB\nMemAvailable:   1024 kB\n")
     (tmp_path / "loadavg").write_text("0.50 0.40 0.30 1/100 42\n")

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
 import requests
 
+from lab_window import WindowStats  # locust/lab_window.py (pip install -e locust)
+
 from ..paths import LOCUST_DIR
 from ..processes import Service, free_port, local_url, wait_until
-
-
-def _load_window_module():
-    """locust/lab_window.py, the one definition of /lab/stats, loaded by its path (no Locust)."""
-    if "lab_window" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("lab_window", LOCUST_DIR / "lab_window.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["lab_window"] = module  # before running it: its dataclass looks itself up
-        spec.loader.exec_module(module)
-    return sys.modules["lab_window"]
-
-
-WindowStats = _load_window_module().WindowStats
 
 
 def locust_bin() -> str:
