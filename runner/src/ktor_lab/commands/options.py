@@ -102,7 +102,8 @@ def add_versions(p: argparse.ArgumentParser, many: bool) -> None:
         default="",
         help=f"{each}Ktor release{'s' if many else ''} of ktor-releases.tsv, e.g. "
         f"{'3.4.0,3.5.1' if many else '3.5.1'}; a release other than the default is built into "
-        "proxy-app/target/ktor-<release>/ on first use (default: the pom's, 3.4.0)",
+        "proxy-app/target/ktor-<release>/ on first use (default: the pom's, "
+        f"{versions.default_release().name})",
     )
     p.add_argument(
         "--java",

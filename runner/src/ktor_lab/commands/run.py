@@ -12,6 +12,7 @@ from ..cases import (
     DIMENSIONS,
     DISPATCHER_TITLES,
     HTTP2_ENGINES,
+    OWN_IO_THREADS,
     PROTOCOL_TITLES,
     SCENARIOS,
     all_of,
@@ -127,7 +128,9 @@ def add_parser(sub) -> None:
         help="comma-separated, each a dimension of every case: where the client's coroutines and "
         "blocking calls run: "
         + "; ".join(f"{k} ({v})" for k, v in DISPATCHER_TITLES.items())
-        + " (default: io only). Apache and Apache5 run their own I/O threads: skipped for the others",
+        + " (default: io only). Skipped for "
+        + " and ".join(OWN_IO_THREADS)
+        + ", whose I/O runs on threads of their own",
     )
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
