@@ -7,10 +7,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,11 +25,8 @@ from ktor_lab.cases import Case
 from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
 from ktor_lab.parts import compose, faults, jfr, nginx, proxy
-from ktor_lab.paths import LOCUST_DIR
 from ktor_lab.processes import Guardian, Service, free_port, wait_until
-
-sys.path.insert(0, str(LOCUST_DIR))
-from lab_payload import payload  # noqa: E402  (the locustfile's own definition)
+from lab_payload import payload  # the locustfile's own definition (pip install -e locust)
 
 __all__ = ["payload", "scrape", "wait_until"]
 
@@ -136,6 +131,19 @@ def pytest_sessionstart(session):
 def pytest_terminal_summary(terminalreporter):
     if busy_report:
         terminalreporter.write_line(busy_report)
+    # Where the suite's time went, per file (setup, call and teardown): docs/testing.md's table.
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                file = report.nodeid.split("::")[0]
+                per_file[file] = per_file.get(file, 0.0) + report.duration
+    if sum(per_file.values()) >= 120:
+        terminalreporter.write_sep("=", "time per file (those of 6 s or more)")
+        for file, seconds in sorted(per_file.items(), key=lambda item: -item[1]):
+            if seconds >= 6:
+                terminalreporter.write_line(f"{seconds / 60:6.1f} min  {file}")
+        terminalreporter.write_line(f"{sum(per_file.values()) / 60:6.1f} min  in all")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -266,43 +274,6 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory):
             service.stop()
 
     return _start
-
-
-class SilentServer:
-    """Accepts TCP connections on loopback and never answers; closes them all on stop()."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-                self.conns.append(conn)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
-
-
-@pytest.fixture
-def silent_server() -> Iterator[SilentServer]:
-    server = SilentServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -244,54 +244,7 @@ def test_clients_opened_equal_closed_and_threads_return(case_proxy):
     assert returned, f"live threads {live} did not return to baseline {baseline}"
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_refused_upstream_gives_502_and_proxy_keeps_serving(case, start_proxy):
-    # Bound and never listening: connections are refused, and nothing else can take the port.
-    with (
-        socket.socket() as held,
-        start_proxy(case, f"http://127.0.0.1:{bound(held)}", CLIENT_CONNECT_TIMEOUT_MS="2000") as p,
-    ):
-        for _ in range(3):
-            t0 = time.monotonic()
-            r = requests.get(f"{p.url}/files/tiny.txt", timeout=10)
-            assert r.status_code == 502
-            assert "502" in r.text and len(r.text) < 300
-            assert time.monotonic() - t0 < 3
-        assert requests.get(f"{p.url}/health", timeout=5).status_code == 200
-        assert p.metric("lab_upstream_requests_seconds_count", outcome="unreachable") == 3
-        assert p.open_clients() == (1 if case.startswith("singleton") else 0)
-        assert "\tat " not in p.service.tail(200), "a stack trace was logged"
-
-
-def bound(sock: socket.socket) -> int:
-    sock.bind(("127.0.0.1", 0))
-    return sock.getsockname()[1]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", CASES)
-def test_silent_upstream_gives_504_within_timeout(case, start_proxy, silent_server):
-    with start_proxy(case, f"http://127.0.0.1:{silent_server.port}", CLIENT_REQUEST_TIMEOUT_MS="1000") as p:
-
-        def one(_):
-            t0 = time.monotonic()
-            r = requests.get(f"{p.url}/files/tiny.txt", timeout=15)
-            return r.status_code, time.monotonic() - t0, r.text
-
-        with ThreadPoolExecutor(5) as pool:
-            results = list(pool.map(one, range(5)))
-        for status, elapsed, text in results:
-            assert status == 504, text
-            assert "504" in text
-            assert 0.9 < elapsed < 3.5, elapsed
-        assert requests.get(f"{p.url}/health", timeout=5).status_code == 200
-        assert p.metric("lab_upstream_requests_seconds_count", outcome="timeout") == 5
-        assert p.open_clients() == (1 if case.startswith("singleton") else 0)
-        assert "\tat " not in p.service.tail(200), "a stack trace was logged"
-
-
 def test_caller_disconnect_still_closes_the_client(case_proxy):
-    import socket
 
     opened_before = case_proxy.metric("lab_clients_opened_total")
     exchanges_before = case_proxy.metric("lab_upstream_requests_seconds_count")
