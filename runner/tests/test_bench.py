@@ -129,25 +129,33 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_ladder_climbs_from_the_plain_proxy_to_the_lab_s(tmp_path):
-    """Every rung starts (its lean proxy takes the variables of the rung) and serves."""
+def test_bench_ladder_climbs_from_the_plain_proxy_to_the_lab_s_each_jvm_warmed_once(tmp_path):
+    """Every rung starts (its lean proxy takes the variables of the rung) and serves; each JVM is
+    warmed once and measured in both rounds, in turn with the others (A B C A B C)."""
     from ktor_lab.commands.bench import LADDER
 
     r = subprocess.run(
-        [LAB, "bench", "--ladder", "--cases", "singleton-okhttp", "--warmup", "3", "--duration", "2"]
-        + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
+        [LAB, "bench", "--ladder", "--cases", "singleton-okhttp", "--warmup", "3", "--duration", "1"]
+        + ["--repeats", "2", "--settle", "1", "--connections", "8", "--run-dir", str(tmp_path)]
+        + ["--java-opts=-Xmx256m"]
         + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    results = json.loads((tmp_path / "bench.json").read_text())["results"]
-    assert [x["target"] for x in results] == ["nginx direct", "nginx proxy_pass"] + [
-        f"{rung} okhttp" for rung, _ in LADDER
-    ]
-    for x in results:
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    rungs = [f"{rung} okhttp" for rung, _ in LADDER]
+    assert [x["target"] for x in bench["results"]] == ["nginx direct", "nginx proxy_pass"] + rungs
+    for x in bench["results"]:
         assert x["requests"] > 0 and x["errors"] == 0, x
+        assert x["rounds"] == 2, x
+    jvm_windows = [(w["round"], w["target"]) for w in bench["rounds"] if w["pid"]]
+    assert jvm_windows == [(1, t) for t in rungs] + [(2, t) for t in rungs]
+    for target in rungs:
+        first, second = [w for w in bench["rounds"] if w["target"] == target]
+        assert first["pid"] == second["pid"] and first["warmup_s"] == second["warmup_s"], (first, second)
+    assert r.stdout.count("warm: ") == len(rungs)
 
 
 def bench_locust(run_dir: Path, locust_port: int) -> subprocess.CompletedProcess:

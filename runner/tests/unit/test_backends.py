@@ -215,4 +215,7 @@ def test_lab_bench_runs_a_case_on_its_release_and_refuses_another_jdk_before_any
     )
     out = capsys.readouterr().out
     assert "skips singleton-java ktor 3.4.1: Ktor 3.4.1 does not publish the java engine" in out
-    assert "would measure singleton-okhttp ktor 3.4.1 and their references" in out
+    assert (
+        "(singleton-okhttp ktor 3.4.1, plain okhttp, plain-limits okhttp, plain-limits streamed okhttp)"
+        in out
+    )

@@ -83,3 +83,24 @@ def test_a_sample_is_charged_to_the_first_frame_of_known_code_below_the_jdk_s():
     assert owner(
         ["jdk.internal.misc.Unsafe.park", "kotlinx.coroutines.scheduling.CoroutineScheduler.run"]
     ) == ("kotlinx.coroutines")
+
+
+def test_the_bench_groups_its_jvms_per_engine_and_takes_the_rungs_it_is_given():
+    from ktor_lab.commands.bench import LAB_PROXY, groups, ladder_rungs
+    from ktor_lab.errors import LabError
+
+    cases = [Case.parse(c) for c in ("singleton-cio", "per-call-java", "per-call-cio")]
+    plain = groups(cases, ladder=False, rungs=[])
+    assert [[name for name, _, _ in g] for g in plain] == [
+        ["singleton-cio", "per-call-cio", "plain cio", "plain-limits cio", "plain-limits streamed cio"],
+        ["per-call-java", "plain java", "plain-limits java", "plain-limits streamed java"],
+    ]
+    rungs = ladder_rungs("lab-proxy, streaming,plain-limits")  # the ladder's order, whatever the given one
+    ladder = groups(cases, ladder=True, rungs=rungs)
+    assert [[name for name, _, _ in g] for g in ladder] == [
+        ["plain-limits cio", "+ streaming cio", "lab proxy cio"],
+        ["plain-limits java", "+ streaming java", "lab proxy java"],
+    ]
+    assert ladder[0][-1][2] is LAB_PROXY and ladder[0][0][1].name == "singleton-cio"
+    with pytest.raises(LabError, match="'stream' is not a rung; give some of plain, plain-limits, streaming"):
+        ladder_rungs("stream")

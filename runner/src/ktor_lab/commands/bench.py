@@ -16,10 +16,13 @@ client written without any of the lab's code (bench/plain-client/), in three for
 piece at a time (LADDER: streaming, the lab's client, its metrics, its connection guards, its
 forwarding), each rung's CPU per request and rate against the first rung's in the same round.
 
-Every target is warmed up until its rate is stable and its JIT quiet (warmup.py), then measured
-over a fixed window with fixed connections; for a JVM, its CPU time and its threads' voluntary
-context switches (handoffs between threads) per request over the window too. Figures and every
-setting go to bench.json in the run folder.
+Every JVM is started once and warmed up until its rate is stable and its JIT quiet (warmup.py);
+the JVMs of one engine (its cases and references, or its rungs) then stay up, and each round
+measures every one of them in turn over a fixed window with fixed connections (A B C A B C), after
+a few seconds of unmeasured load for one that idled. `--fresh` starts and warms a fresh JVM for
+every window instead. For a JVM, its CPU time and its threads' voluntary context switches
+(handoffs between threads) per request over the window too. Figures and every setting go to
+bench.json in the run folder.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import platform
 import statistics
 import time
+from dataclasses import dataclass
 
 from .. import render, stack, versions
 from ..cases import CASES, Case, all_of, case_list
@@ -36,7 +40,7 @@ from ..errors import LabError
 from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
 from ..parts import jfr, wrk
 from ..rundirs import run_dir
-from ..warmup import JitClock, warm_up
+from ..warmup import JitClock, Warmup, warm_up
 from . import options
 
 
@@ -86,26 +90,67 @@ def add_parser(sub) -> None:
         help="per engine of --cases, from the plain proxy with the lab's limits up to the lab's proxy, "
         "one piece at a time, instead of the cases and their references",
     )
+    p.add_argument(
+        "--rungs",
+        default=",".join(RUNGS),
+        help="with --ladder, comma-separated rungs, of: " + ", ".join(RUNGS) + " (default: all)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a fresh JVM, warmed again, for every window (default: each JVM warmed once, its windows "
+        "interleaved with the others' of its engine)",
+    )
+    p.add_argument(
+        "--settle",
+        type=int,
+        default=3,
+        help="seconds of unmeasured load before each window of a JVM that idled (default: %(default)s)",
+    )
 
 
-def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None = None) -> dict:
-    recording = None
-    if jvm_pid and args.profile:
+@dataclass
+class Target:
+    """A target of the bench: what it is called, its URL and, for a JVM, its process."""
+
+    name: str
+    url: str
+    pid: int | None = None
+    proxy: stack.Proxy | None = None
+    warm: Warmup | None = None
+    recording: jfr.Recording | None = None
+
+
+def warm(target: Target, args: argparse.Namespace) -> None:
+    """The target's warm-up (warmup.py's rule); a JFR recording starts before it with --profile."""
+    if target.pid and args.profile:
         # Before the warm-up: JFR's start costs compiled code, and the warm-up waits that out.
-        recording = jfr.Recording(jvm_pid, args.profile_dir / f"{_file_name(name)}.jfr")
-        recording.start()
-    warm = warm_up(lambda s: wrk.run(url, args.connections, args.threads, s)["rps"], args.warmup, jvm_pid)
+        target.recording = jfr.Recording(target.pid, args.profile_dir / f"{_file_name(target.name)}.jfr")
+        target.recording.start()
+    target.warm = warm_up(
+        lambda s: wrk.run(target.url, args.connections, args.threads, s)["rps"], args.warmup, target.pid
+    )
+
+
+def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
+    """One measured window of the warm target (after `settle` s of unmeasured load)."""
+    if settle:
+        wrk.run(target.url, args.connections, args.threads, settle)
+    jvm_pid = target.pid
     jit = JitClock(jvm_pid) if jvm_pid else None
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
     began = jfr.now()
-    r = wrk.run(url, args.connections, args.threads, args.duration)
+    r = wrk.run(target.url, args.connections, args.threads, args.duration)
+    recording, target.recording = target.recording, None  # the first window's profile
     if recording:
         recording.stop(began, jfr.now())
     r.update(
-        target=name,
-        warmup_s=warm.seconds,
-        warmup_settled=warm.settled,
+        target=target.name,
+        pid=jvm_pid,
+        warmup_s=target.warm.seconds,
+        warmup_settled=target.warm.settled,
+        settle_s=settle,
         cpu_ms_per_request=None,
         switches_per_request=None,
     )
@@ -117,13 +162,14 @@ def measure(name: str, url: str, args: argparse.Namespace, jvm_pid: int | None =
             r["switches_per_request"] = switches / r["requests"]
     if recording:
         r["profile"] = recording.read().to_json()
-    note = "" if warm.settled else "  (not warm at the end of the warm-up)"
+    note = "" if target.warm.settled else "  (not warm at the end of the warm-up)"
     cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
     if r["switches_per_request"] is not None:
         cpu += f"  {r['switches_per_request']:.1f} switches/req"
     print(
-        f"  {name:<22} {r['rps']:>9.0f} rps  p50 {r['p50_us'] / 1000:7.2f} ms  "
-        f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}{cpu}  warm-up {warm.seconds:.0f} s{note}",
+        f"  {target.name:<22} {r['rps']:>9.0f} rps  p50 {r['p50_us'] / 1000:7.2f} ms  "
+        f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}{cpu}  "
+        f"warm-up {target.warm.seconds:.0f} s{note}",
         flush=True,
     )
     return r
@@ -179,15 +225,25 @@ def bench_cases(args: argparse.Namespace) -> list[Case]:
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
+    if args.settle < 0:
+        raise LabError(f"--settle {args.settle}: give 0 or more seconds")
     cases = bench_cases(args)
+    if args.rungs != ",".join(RUNGS) and not args.ladder:
+        raise LabError("--rungs picks rungs of the ladder: add --ladder")
+    rungs = ladder_rungs(args.rungs)
+    plan = groups(cases, args.ladder, rungs)
     if args.dry_run:
-        print(f"lab bench: dry run; would measure {', '.join(c.name for c in cases)} and their references")
+        print(f"lab bench: dry run; {plan_text(plan, args)}")
         return 0
     if problem := wrk.missing():
         raise LabError(problem)
     stack.require(stack.missing(prometheus_too=False))
     ports = options.ports(args)
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
+    # Every jar before any JVM starts: building lean-proxy (-am) packages proxy-app again, and a
+    # JVM already running from that jar would lose its classes under it.
+    releases = {r.name: r for r in (versions.release_of(c.with_dimensions(lifetime="singleton")) for c in cases)}
+    versions.ensure_jars(list(releases.values()), ("proxy-app", "lean-proxy"))
     d = run_dir("bench", args.run_dir)
     args.profile_dir = d
     settings = {
@@ -197,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "repeats": args.repeats,
+        "jvms": "a fresh JVM per window"
+        if args.fresh
+        else "each warmed once, windows interleaved per engine",
+        "settle_s": 0 if args.fresh else args.settle,
         "java_opts": args.java_opts,
         "client_max_connections": "1000 (proxy default)",
         "cpus": cpus(),
@@ -207,13 +267,13 @@ def run(args: argparse.Namespace) -> int:
         "java": version([java(), "-version"]),
     }
     print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
+    print(f"lab bench: {plan_text(plan, args)}", flush=True)
     rounds: list[dict] = []
     with stack.Stack(d, ports, args.java_opts.split()) as lab:
         lab.nginx()
-        for n in range(1, args.repeats + 1):
-            if args.repeats > 1:
-                print(f"round {n} of {args.repeats}", flush=True)
-            rounds.extend(dict(r, round=n) for r in one_round(lab, cases, args))
+        rounds.extend(measure_nginx(lab, args))
+        for group in plan:
+            rounds.extend(measure_group(lab, group, args))
     results = summarize(rounds, cases)
     text = table(results).markdown()
     if args.profile:
@@ -227,44 +287,115 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def one_round(lab: stack.Stack, cases: list[Case], args: argparse.Namespace) -> list[dict]:
-    """Every target once: nginx, nginx proxy_pass, then each case and, after each engine's first
-    case, that engine's references (or, with --ladder, each engine's rungs)."""
-    results = [measure("nginx direct", lab.upstream_url + args.path, args)]
-    reference, url = lab.proxy_pass()
-    results.append(measure("nginx proxy_pass", url + args.path, args))
-    lab.stop_service(reference)
-    if args.ladder:
-        for case in {c.engine: c for c in cases}.values():
-            for rung, env in LADDER:
-                results.append(measure_lean(lab, rung_target(case.engine, rung), case, env, args))
-        return results
-    seen: set[str] = set()
+# A JVM the bench starts: its name in the tables, its case, and its variables (None: the case's own
+# proxy; LAB_PROXY: the lab's proxy as a singleton of the case's engine; else lean-proxy's).
+Spec = tuple[str, Case, "dict[str, str] | None"]
+
+
+def ladder_rungs(text: str) -> list[tuple[str, dict[str, str]]]:
+    """The rungs --rungs names, in the ladder's order; LabError naming the known ones otherwise."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in RUNGS]:
+        raise LabError(f"--rungs: {unknown[0]!r} is not a rung; give some of {', '.join(RUNGS)}")
+    if not names:
+        raise LabError(f"--rungs: name at least one of {', '.join(RUNGS)}")
+    return [RUNGS[n] for n in RUNGS if n in names]
+
+
+def groups(cases: list[Case], ladder: bool, rungs: list[tuple[str, dict[str, str]]]) -> list[list[Spec]]:
+    """The JVMs per engine, in the order they are measured: with --ladder its rungs; else its cases,
+    then its references."""
+    if ladder:
+        firsts = {c.engine: c for c in reversed(cases)}
+        return [
+            [(rung_target(c.engine, rung), c, env) for rung, env in rungs]
+            for c in sorted(firsts.values(), key=cases.index)
+        ]
+    by_engine: dict[str, list[Spec]] = {}
     for case in cases:
-        proxy = lab.proxy(case)
-        results.append(measure(case.name, proxy.url + args.path, args, jvm_pid=proxy.service.pid))
-        lab.stop_proxy()
-        time.sleep(1)
-        if case.engine not in seen:
-            seen.add(case.engine)
-            for reference, env in REFERENCES:
-                results.append(measure_lean(lab, rung_target(case.engine, reference), case, env, args))
-    return results
+        by_engine.setdefault(case.engine, []).append((case.name, case, None))
+    for engine, specs in by_engine.items():
+        specs.extend((rung_target(engine, ref), specs[0][1], env) for ref, env in REFERENCES)
+    return list(by_engine.values())
 
 
-def measure_lean(lab: stack.Stack, target: str, case: Case, env: dict[str, str], args) -> dict:
-    """The minimal proxy (or a rung of the ladder) with `env`, built on `case`'s release, with its
-    engine as a singleton; the lab's own proxy for LAB_PROXY."""
-    singleton = case.with_dimensions(lifetime="singleton")
-    if env is LAB_PROXY:
-        proxy = lab.proxy(singleton)
+def plan_text(plan: list[list[Spec]], args: argparse.Namespace) -> str:
+    """What the bench will measure and about how long it takes (a JVM's warm-up: 1-2 min here)."""
+    jvms = sum(len(g) for g in plan)
+    window = args.duration + (0 if args.fresh else args.settle) + 1
+    warmups = jvms * args.repeats if args.fresh else jvms
+    seconds = 2 * 15 + warmups * min(args.warmup, 100) + args.repeats * (jvms + 2) * window
+    how = (
+        f"a fresh JVM warmed for each of its {args.repeats} window(s)"
+        if args.fresh
+        else f"each JVM warmed once, then {args.repeats} round(s) of its engine's windows"
+    )
+    names = "; ".join(", ".join(name for name, _, _ in g) for g in plan)
+    return (
+        f"would measure nginx, nginx proxy_pass and {jvms} JVMs ({names}): {how}; about {seconds // 60} min"
+    )
+
+
+def start(lab: stack.Stack, spec: Spec) -> Target:
+    """The JVM of `spec`, up beside the others (each on a free port)."""
+    name, case, env = spec
+    if env is None:
+        proxy = lab.proxy(case, keep=True)
+    elif env is LAB_PROXY:
+        proxy = lab.proxy(case.with_dimensions(lifetime="singleton"), keep=True)
     else:
+        singleton = case.with_dimensions(lifetime="singleton")
         jar = versions.ensure_jar("lean-proxy", versions.release_of(singleton))
-        proxy = lab.proxy(singleton, jar=jar, **env)
-    r = measure(target, proxy.url + args.path, args, jvm_pid=proxy.service.pid)
-    lab.stop_proxy()
-    time.sleep(1)
-    return r
+        proxy = lab.proxy(singleton, jar=jar, keep=True, **env)
+    return Target(name, proxy.url, proxy.service.pid, proxy)
+
+
+def measure_nginx(lab: stack.Stack, args: argparse.Namespace) -> list[dict]:
+    """nginx direct and nginx proxy_pass, each warmed, then a window of each per round."""
+    reference, url = lab.proxy_pass()
+    targets = [
+        Target("nginx direct", lab.upstream_url + args.path),
+        Target("nginx proxy_pass", url + args.path),
+    ]
+    for t in targets:
+        warm(t, args)
+    out = [dict(window(t, args), round=n) for n in range(1, args.repeats + 1) for t in targets]
+    lab.stop_service(reference)
+    return out
+
+
+def measure_group(lab: stack.Stack, group: list[Spec], args: argparse.Namespace) -> list[dict]:
+    """One engine's JVMs: each warmed once and measured once per round, in turn (A B C A B C); with
+    --fresh, a fresh JVM warmed for every window."""
+    out = []
+    if args.fresh:
+        for n in range(1, args.repeats + 1):
+            for spec in group:
+                t = start(lab, spec)
+                t.url += args.path
+                try:
+                    warm(t, args)
+                    out.append(dict(window(t, args), round=n))
+                finally:
+                    lab.stop_proxy(t.proxy)
+                time.sleep(1)
+        return out
+    up: list[Target] = []
+    try:
+        for spec in group:
+            t = start(lab, spec)
+            t.url += args.path
+            up.append(t)
+            warm(t, args)
+            print(f"  warm: {t.name} after {t.warm.seconds:.0f} s", flush=True)
+        for n in range(1, args.repeats + 1):
+            if args.repeats > 1:
+                print(f"round {n} of {args.repeats}", flush=True)
+            out.extend(dict(window(t, args, settle=args.settle), round=n) for t in up)
+    finally:
+        for t in up:
+            lab.stop_proxy(t.proxy)
+    return out
 
 
 # The references per engine (lean-proxy's variables): a plain client (bench/plain-client/, no code
@@ -279,20 +410,21 @@ BASES = ("plain-limits", "plain", "plain-limits streamed")
 LAB_PROXY: dict[str, str] = {}
 # From the plain proxy (the engine's defaults, then the lab's limits) to the lab's proxy, one
 # piece at a time; judged against plain-limits.
-LADDER = (
-    ("plain", {"LEAN_CLIENT": "plain"}),
-    ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
-    ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
-    ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
-    (
+RUNGS = {
+    "plain": ("plain", {"LEAN_CLIENT": "plain"}),
+    "plain-limits": ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
+    "streaming": ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
+    "lab-client": ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
+    "httptimeout": (
         "+ lab client, timeouts by HttpTimeout",
         {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags,engine,timeouts-plugin"},
     ),
-    ("+ metrics", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics"}),
-    ("+ guards", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics,guards"}),
-    ("+ forwarder", {"LEAN_CLIENT": "lab", "LEAN_SERVER": "metrics,guards,forwarder"}),
-    ("lab proxy", LAB_PROXY),
-)
+    "metrics": ("+ metrics", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics"}),
+    "guards": ("+ guards", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_SERVER": "metrics,guards"}),
+    "forwarder": ("+ forwarder", {"LEAN_CLIENT": "lab", "LEAN_SERVER": "metrics,guards,forwarder"}),
+    "lab-proxy": ("lab proxy", LAB_PROXY),
+}
+LADDER = tuple(RUNGS.values())
 
 
 def rung_target(engine: str, rung: str) -> str:
