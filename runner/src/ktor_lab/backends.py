@@ -81,6 +81,9 @@ class Backend(Protocol):
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         """The new connections nginx logged between `since` and `until` (seconds since the epoch)."""
 
+    def proxy_log(self, proxy: ProxyHandle) -> str | None:
+        """What `proxy` has logged since it started (None: it cannot be read)."""
+
     def container_ids(self) -> tuple[str, ...]:
         """Containers whose processes count as the lab's (machine figures)."""
 
@@ -176,6 +179,9 @@ class NativeBackend:
 
     def connections(self, since: float, until: float) -> list[nginx.Connection]:
         return self._stack.connections(since, until)
+
+    def proxy_log(self, proxy: ProxyHandle) -> str | None:
+        return proxy.handle.service.own_log() if proxy.handle is not None else None  # type: ignore[attr-defined]
 
     def container_ids(self) -> tuple[str, ...]:
         return ()  # every part is a child of this process
@@ -311,6 +317,20 @@ class ComposeBackend:
         return nginx.parse_connections(
             self._project.read_file("nginx", compose.CONNECTIONS_LOG), since, until
         )
+
+    def proxy_log(self, proxy: ProxyHandle) -> str | None:
+        """The proxy container's log (a fresh container each window: its lines only)."""
+        r = self._project.compose(
+            self._project.case,
+            "logs",
+            "--no-color",
+            "--no-log-prefix",
+            "proxy",
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        return r.stdout + r.stderr if r.returncode == 0 else None
 
     def container_ids(self) -> tuple[str, ...]:
         """The project's containers: their processes count as the lab's, not as other work."""

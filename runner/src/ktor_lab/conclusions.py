@@ -402,6 +402,11 @@ def risks(results: Results, group: Group) -> list[str]:
     out = []
     if leaks := [r.name for r in group.rows if "leak" in r.flags]:
         out.append(f"Leak: kept threads or open files after the load: {', '.join(leaks)}.")
+    if logged := [r.name for r in group.rows if "proxy-exceptions" in r.flags]:
+        out.append(
+            f"Exceptions: the proxy logged exceptions with a stack trace (proxy-exceptions, named in the "
+            f"notes below the table): {', '.join(logged)}."
+        )
     deprecated = sorted({r.case.engine for r in group.rows if r.case.engine == "apache"})
     for engine in deprecated:
         notes = {r.runs[0].proxy.settings.get("engine_note") for r in group.rows if r.case.engine == engine}

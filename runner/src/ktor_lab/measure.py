@@ -13,6 +13,7 @@ rewritten after every window, so Ctrl-C keeps what finished.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from .results import (
     MachineFigures,
     PrometheusFigures,
     ProxyFigures,
+    ProxyLog,
     Results,
     Run,
     Window,
@@ -179,6 +181,7 @@ class Live:
     warmups: dict[tuple[str, str], Warmup] = field(default_factory=dict)
     pending: Run | None = None
     stopped: float = 0.0  # time.monotonic() when its last window's load stopped
+    log_seen: int = 0  # how much of its log (characters) earlier windows' counts have read
 
 
 def start_live(backend: Backend, p: ProxySpec, plan: Plan, keep: bool) -> Live:
@@ -194,7 +197,7 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     case = spec.case
     backend.use(live.proxy)
     switched = time.time()
-    finish_leak_check(live)  # its previous window's, now that it has idled
+    finish_leak_check(backend, live)  # its previous window's, now that it has idled
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.copy, run.fork = spec.copy, spec.fork
     run.dimensions = plan.has_dimensions
@@ -214,15 +217,19 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     return run
 
 
-def finish_leak_check(live: Live) -> None:
+def finish_leak_check(backend: Backend, live: Live) -> None:
     """The leak check of `live`'s last window: its threads and open files once it has idled at
-    least LEAK_SETTLE_S (waiting for the rest), against the proxy's before any load."""
+    least LEAK_SETTLE_S (waiting for the rest), against the proxy's before any load; and the
+    exceptions the proxy logged since its window before (from its start for the first)."""
     run, live.pending = live.pending, None
     if run is None:
         return
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - live.stopped)))
     settled = ProxyScraper(live.proxy.url, run)("leak check")
     run.leak = leak_check(live.idle, settled, time.monotonic() - live.stopped)
+    text = backend.proxy_log(live.proxy)
+    run.proxy_log = proxy_log(text[live.log_seen :] if text is not None else None)
+    live.log_seen = len(text) if text is not None else live.log_seen
     run.verdict = verdict.judge(run)
 
 
@@ -384,6 +391,30 @@ def explain_connections(run: Run, unparked_idle: float | None) -> None:
         c.connect_rtt_ms_per_request = round(c.per_1000_requests / 1000 * run.rtt_ms, 2)
 
 
+# A Java exception's first line ("Exception in thread ..." when nothing caught it), then a frame.
+EXCEPTION_LINE = re.compile(r'^(?:Exception in thread "[^"]*" )?([A-Za-z_$][\w$]*(?:\.[\w$]+)+)(?::.*)?$')
+FRAME_LINE = re.compile(r"^\s+at \S")
+
+
+def proxy_log(text: str | None) -> ProxyLog | None:
+    """The exceptions in the proxy's log with their stack traces (an exception line followed by a
+    frame; "Caused by:" is part of the one before), by class; None when the log could not be read."""
+    if text is None:
+        return None
+    lines = text.splitlines()
+    found = ProxyLog()
+    for i, line in enumerate(lines[:-1]):
+        m = EXCEPTION_LINE.match(line)
+        if m is None or not FRAME_LINE.match(lines[i + 1]):
+            continue
+        found.exceptions += 1
+        found.kinds[m.group(1)] = found.kinds.get(m.group(1), 0) + 1
+        if found.first is None:
+            logged = lines[i - 1] if i and not FRAME_LINE.match(lines[i - 1]) else ""
+            found.first = " / ".join(s.strip()[:200] for s in (logged, line) if s)
+    return found
+
+
 def leak_check(
     idle: metrics.Samples, settled: metrics.Samples | None, settle_s: float = LEAK_SETTLE_S
 ) -> Leak:
@@ -514,13 +545,13 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
                 live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
                 run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
                 if not keep:
-                    finish_leak_check(live)
+                    finish_leak_check(backend, live)
                     backend.stop_case(live.proxy)
                 results.runs.append(run)
                 results.write(out_dir)
                 progress.finish_one(summary_line(run))
             for live in lives.values():
-                finish_leak_check(live)
+                finish_leak_check(backend, live)
                 backend.stop_case(live.proxy)
     except KeyboardInterrupt:
         results.interrupted = True

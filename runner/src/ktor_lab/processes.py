@@ -174,6 +174,8 @@ class Service:
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        # Where this process's lines begin: the log is appended to (a case run again, same port).
+        self.log_start = self._log_file.tell()
         self.proc = subprocess.Popen(
             argv,
             stdout=self._log_file,
@@ -214,6 +216,17 @@ class Service:
             self._log_file.flush()
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def own_log(self) -> str:
+        """What this process has written to its log so far, not the lines of an earlier one."""
+        if not self._log_file.closed:
+            self._log_file.flush()
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.log_start)
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
 

@@ -169,6 +169,17 @@ class Leak:
 
 
 @dataclass
+class ProxyLog:
+    """The exceptions the proxy logged with a stack trace from its start to the leak check
+    (measure.proxy_log): none is expected; the proxy's own one-line notes of upstream failures
+    ("upstream failed: ...") are counted by its metrics, not here."""
+
+    exceptions: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)  # class name -> how many
+    first: str | None = None  # the first one's log line and exception line
+
+
+@dataclass
 class Verdict:
     flags: list[str] = field(default_factory=list)
     capacity: bool = True
@@ -236,6 +247,9 @@ class Run:
     # CPU cores the other proxies (up and idle) used during the window (None: no other was up).
     idle_proxies: int = 0
     idle_proxies_cores: float | None = None
+
+    # None: the proxy's log could not be read (or results.json is older than the count).
+    proxy_log: ProxyLog | None = None
 
     @property
     def row(self) -> str:

@@ -37,9 +37,13 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   columns are largely the generator's (a busy Python process, queueing before the proxy).
   The server's percentiles stand beside Locust's in the report. It says nothing about who
   set the rate.
+- `proxy-exceptions`: the proxy logged an exception with its stack trace between its start and
+  the leak check (results' `proxy_log`): something in it failed that its counters may not show
+  (an engine's I/O thread dying, say; Apache5's close race is one, docs/proxy.md). It says
+  nothing about who set the rate; the reason names the classes and the first one's line.
 
-A run without a rate flag (all but `leak` and `generator-latency`) ran the proxy at the limit
-of what it does with that concurrency: its rate is presented as the case's capacity.
+A run without a rate flag (all but `leak`, `generator-latency` and `proxy-exceptions`) ran the
+proxy at the limit of what it does with that concurrency: its rate is presented as the case's capacity.
 """
 
 from __future__ import annotations
@@ -147,4 +151,12 @@ def judge(run: Run) -> Verdict:
                 f"(threshold {max_threads:.0f} and {max_files:.0f}: {LEAK_THREADS} and {LEAK_FILES}, "
                 f"and one of each per user for the pools)"
             )
+    logged = run.proxy_log
+    if logged is not None and logged.exceptions:
+        flags.append("proxy-exceptions")
+        kinds = ", ".join(f"{name.rsplit('.', 1)[-1]} x{n}" for name, n in logged.kinds.items())
+        reasons.append(
+            f"the proxy logged {logged.exceptions} exception(s) with a stack trace ({kinds}); "
+            f"first: {logged.first}"
+        )
     return Verdict(flags, not any(f in RATE_FLAGS for f in flags), reasons)
