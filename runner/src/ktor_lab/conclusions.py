@@ -97,6 +97,10 @@ FIGURES = [
 BY_KEY = {f.key: f for f in FIGURES}
 # The figures the first screen answers on, in its order.
 VERDICT_FIGURES = ("rps", "p99", "cpu", "threads", "heap")
+# A window taken while other work loaded the machine (verdict's `machine-busy`) is left out of its
+# row's figures when at least this many of the row's windows, and half of them, were quiet: one busy
+# window does not take a row out of the ranking. With fewer, the row keeps them all and its flag.
+QUIET_WINDOWS_KEPT = 2
 # The connection figure a "connection per request" risk is read from: at or above this many new
 # connections per 1,000 requests, the engine opened one for (nearly) every request.
 CONNECTION_PER_REQUEST = 900
@@ -112,6 +116,8 @@ class Row:
     flags: list[str] = field(default_factory=list)
     capacity: bool = True
     reasons: list[str] = field(default_factory=list)
+    # Windows taken on a busy machine, left out of `runs` and the figures (QUIET_WINDOWS_KEPT).
+    busy: list[Run] = field(default_factory=list)
 
     @property
     def windows(self) -> int:
@@ -184,7 +190,7 @@ def groups(results: Results) -> list[Group]:
     for (scenario, _), (load_level, rows) in by_cell.items():
         made = []
         for name in sorted(rows, key=place):  # stable: releases and JDKs in the order they ran
-            runs = rows[name]
+            runs, busy = quiet(rows[name])
             made.append(
                 Row(
                     name,
@@ -192,11 +198,33 @@ def groups(results: Results) -> list[Group]:
                     {f.key: Estimate.of([f.get(r) for r in runs]) for f in FIGURES},
                     sorted({f for r in runs for f in r.verdict.flags}),
                     all(r.verdict.capacity for r in runs),
-                    reasons(runs),
+                    reasons(runs) + left_out_busy(busy, len(runs)),
+                    busy,
                 )
             )
         out.append(Group(scenario, load_level, made))
     return out
+
+
+def quiet(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """A row's windows split into those its figures are made of and the busy ones left out: every
+    window when too few were quiet (QUIET_WINDOWS_KEPT)."""
+    busy = [r for r in runs if "machine-busy" in r.verdict.flags]
+    kept = [r for r in runs if "machine-busy" not in r.verdict.flags]
+    if busy and len(kept) >= QUIET_WINDOWS_KEPT and 2 * len(kept) >= len(runs):
+        return kept, busy
+    return runs, []
+
+
+def left_out_busy(busy: list[Run], kept: int) -> list[str]:
+    if not busy:
+        return []
+    worst = max(busy, key=lambda r: r.machine.others_share if r.machine else 0)
+    share = worst.machine.others_share if worst.machine else 0
+    return [
+        f"{len(busy)} of {len(busy) + kept} windows left out of its figures: other processes used up to "
+        f"{share:.0%} of the CPUs in them (machine-busy); its figures are its {kept} quiet windows'"
+    ]
 
 
 def reasons(runs: list[Run]) -> list[str]:
@@ -392,7 +420,12 @@ def engines_answer(group: Group) -> list[str]:
         lines.insert(
             0,
             f"Engines, {among}: {' and '.join(best)} lead or tie on {top} of {len(VERDICT_FIGURES)} figures "
-            "(rps, p99, CPU per request, threads, heap); each figure below, with its 95% interval and test.",
+            "(rps, p99, CPU per request, threads, heap); each figure below, with its 95% interval and test."
+            + (
+                " Apache (HttpAsyncClient 4) is deprecated (below): choose among the others if it leads."
+                if any(r.name in best and r.case.engine == "apache" for r in group.rows)
+                else ""
+            ),
         )
     return lines
 

@@ -63,18 +63,25 @@ def verdict_text(row: Row) -> str:
     return ", ".join((["capacity"] if row.capacity else []) + row.flags)
 
 
-def busy_line(results: Results) -> str | None:
-    """The report's first warning: windows taken while other work loaded the machine."""
+def busy_line(results: Results, made: list[Group]) -> str | None:
+    """The report's first warning: windows taken while other work loaded the machine, and what
+    became of them (left out of their rows' figures, or their rows flagged)."""
     busy = [r for r in results.runs if "machine-busy" in r.verdict.flags]
     if not busy:
         return None
     worst = max(busy, key=lambda r: r.machine.others_share if r.machine else 0)
     share = worst.machine.others_share if worst.machine else 0
-    return (
+    left_out = sum(len(row.busy) for g in made for row in g.rows)
+    kept = len(busy) - left_out
+    text = (
         f"The machine was busy: in {len(busy)} of {len(results.runs)} windows other processes used at least "
-        f"{verdict.BUSY_SHARE:.0%} of the CPUs (up to {share:.0%}, in {worst.title()}). Their rates are "
-        "not capacity; run again on a quiet machine."
+        f"{verdict.BUSY_SHARE:.0%} of the CPUs (up to {share:.0%}, in {worst.title()})."
     )
+    if left_out:
+        text += f" {left_out} of them are left out of their rows' figures (each row kept enough quiet windows)."
+    if kept:
+        text += f" {kept} could not be left out: those rows' rates are not capacity; run again on a quiet machine."
+    return text
 
 
 def answers(results: Results, g: Group) -> list[str]:
@@ -278,7 +285,7 @@ def engine_notes(results: Results) -> list[str]:
 def markdown(results: Results) -> str:
     gs = groups(results)
     lines = ["# Lab report", "", intro(results), "", "## Verdict", ""]
-    if busy := busy_line(results):
+    if busy := busy_line(results, gs):
         lines += [busy, ""]
     for g in gs:
         lines += [f"### {g.heading}", "", *[f"- {line}" for line in answers(results, g)], ""]
@@ -325,7 +332,7 @@ def page(results: Results) -> str:
         f"<h1>Lab report</h1><p>{html.escape(intro(results))}</p>",
         '<section class="verdict"><h2>Verdict</h2>',
     ]
-    if busy := busy_line(results):
+    if busy := busy_line(results, gs):
         body.append(f'<p class="busy">{html.escape(busy)}</p>')
     for g in gs:
         body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(answers(results, g))}")

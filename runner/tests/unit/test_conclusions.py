@@ -17,6 +17,7 @@ from ktor_lab.results import (
     ConnectionFigures,
     Leak,
     LocustFigures,
+    MachineFigures,
     PrometheusFigures,
     ProxyFigures,
     Results,
@@ -193,3 +194,35 @@ def test_warmth_compares_windows_after_idling_with_the_first():
     line = conclusions.warmth(group)
     assert line.startswith("Warmth: windows after the proxy idled (120-120 s) against its first")
     assert "rps 1.00x (median of 2 rows, 1.00-1.01x)" in line
+
+
+def busy(run: Run, share: float) -> Run:
+    run.machine = MachineFigures(cpus=2, others_cores=2 * share, others_share=share)
+    return run
+
+
+def test_a_busy_window_is_left_out_of_its_row_not_the_row_out_of_the_ranking():
+    results = results_of(
+        {
+            "singleton-okhttp": [(r, 0.25) for r in jittered(4000, 0.01, 1)],
+            "singleton-apache5": [(r, 0.22) for r in jittered(4600, 0.01, 2)],
+            "singleton-cio": [(r, 0.50) for r in jittered(2600, 0.01, 3)],
+        }
+    )
+    apache5 = [r for r in results.runs if r.case == "singleton-apache5"]
+    busy(apache5[2], 0.19).locust.rps = 2000.0  # one window of five with other work on the machine
+    for r in [r for r in results.runs if r.case == "singleton-cio"][:3]:
+        busy(r, 0.30)  # three of five: too few quiet windows to leave them out
+    (group,) = conclusions.groups(results)
+    rows = {r.name: r for r in group.rows}
+    kept = rows["singleton-apache5"]
+    assert kept.windows == 4 and len(kept.busy) == 1 and kept.capacity
+    assert kept.figures["rps"].mean > 4400  # the busy window's 2,000 rps is not in the mean
+    assert any("1 of 5 windows left out of its figures" in why for why in kept.reasons)
+    cio = rows["singleton-cio"]
+    assert cio.windows == 5 and not cio.busy and not cio.capacity and "machine-busy" in cio.flags
+    s = conclusions.standing(group, conclusions.BY_KEY["rps"])
+    assert [r.name for r, _ in s.leaders] == ["singleton-apache5"]
+    first = run_report.busy_line(results, [group])
+    assert first is not None and "4 of 15 windows" in first
+    assert "1 of them are left out" in first and "3 could not be left out" in first
