@@ -78,9 +78,11 @@ def busy_line(results: Results, made: list[Group]) -> str | None:
         f"{verdict.BUSY_SHARE:.0%} of the CPUs (up to {share:.0%}, in {worst.title()})."
     )
     if left_out:
-        text += f" {left_out} of them are left out of their rows' figures (each row kept enough quiet windows)."
+        text += f" {left_out} of them are left out of their rows' figures (each row kept enough quiet ones)."
     if kept:
-        text += f" {kept} could not be left out: those rows' rates are not capacity; run again on a quiet machine."
+        text += (
+            f" {kept} could not be left out: their rows' rates are not capacity; run again on a quiet one."
+        )
     return text
 
 

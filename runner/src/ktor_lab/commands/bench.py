@@ -242,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
     # Every jar before any JVM starts: building lean-proxy (-am) packages proxy-app again, and a
     # JVM already running from that jar would lose its classes under it.
-    releases = {r.name: r for r in (versions.release_of(c.with_dimensions(lifetime="singleton")) for c in cases)}
+    singletons = [c.with_dimensions(lifetime="singleton") for c in cases]
+    releases = {r.name: r for r in map(versions.release_of, singletons)}
     versions.ensure_jars(list(releases.values()), ("proxy-app", "lean-proxy"))
     d = run_dir("bench", args.run_dir)
     args.profile_dir = d
