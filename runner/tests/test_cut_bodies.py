@@ -11,7 +11,7 @@ direction and machine state (30 here and in CI, 300 in `make test-cuts`).
   200 whose framing says whole, and the proxy must not send the request again once the answer
   began. CIO's own defect (it ends a chunked body that stops where the
   next chunk would start as if complete: docs/proxy.md) is held apart: the proxy cannot see it
-  (faults.engine_sees).
+  (cuts.engine_sees).
 
 Netty's leak detector runs at its paranoid level in every proxy here; at the end of each case the
 proxy collects its garbage (jcmd GC.run) and serves a few more requests, so that a buffer dropped
@@ -24,7 +24,7 @@ import pytest
 
 from conftest import answers, collect_garbage, machine, wait_until
 from ktor_lab.cases import CASES
-from ktor_lab.parts import faults
+from ktor_lab.parts import cuts, raw_http
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +44,7 @@ def cut_proxy(request, fault_server, start_proxy):
         # A leaked buffer is reported once it was collected, at the next allocation Netty tracks.
         collect_garbage(p.service.pid)
         for _ in range(3):
-            faults.cut_download(p.url, faults.Cut("content-length", "fin", 0.0), "after-gc")
+            cuts.cut_download(p.url, cuts.Cut("content-length", "fin", 0.0), "after-gc")
         log = p.service.log.read_text(errors="replace")
         assert "LEAK:" not in log, log[log.index("LEAK:") :][:3000]
 
@@ -53,11 +53,11 @@ def cut_proxy(request, fault_server, start_proxy):
 def test_a_cut_upload_never_reaches_the_upstream_as_complete(cut_proxy, fault_server, cut_tries, state):
     tag = f"up-{cut_proxy.case}-{state}"
     with machine(state):
-        tally = faults.try_cut_uploads(cut_proxy.url, fault_server, faults.cuts(cut_tries), tag)
+        tally = cuts.try_cut_uploads(cut_proxy.url, fault_server, cuts.cuts(cut_tries), tag)
     assert not tally.passed, f"{tally}: {tally.passed}"
     assert not [a for a in tally.answers if a.startswith("2")], str(tally)
     # The proxy serves on: a whole upload passes whole.
-    reply = faults.exchange(
+    reply = raw_http.exchange(
         cut_proxy.url, b"PUT /upload HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\n\r\nhello"
     )
     assert (reply.status, reply.body) == (200, b'{"bytes": 5, "complete": true}'), reply
@@ -66,10 +66,10 @@ def test_a_cut_upload_never_reaches_the_upstream_as_complete(cut_proxy, fault_se
 @pytest.mark.parametrize("state", ["idle", "busy"])
 def test_a_cut_download_never_reaches_the_caller_as_whole(cut_proxy, fault_server, cut_tries, state):
     engine = cut_proxy.case.rsplit("-", 1)[1]
-    cut_list = faults.cuts(cut_tries, lambda cut: faults.engine_sees(engine, cut))
+    cut_list = cuts.cuts(cut_tries, lambda cut: cuts.engine_sees(engine, cut))
     tag = f"down-{cut_proxy.case}-{state}"
     with machine(state):
-        tally = faults.try_cut_downloads(cut_proxy.url, cut_list, tag)
+        tally = cuts.try_cut_downloads(cut_proxy.url, cut_list, tag)
     assert not tally.passed, f"{tally}: {tally.passed}"
     # A request sent again once the answer had begun leaves the caller's download stalled until a
     # timeout (HttpClient 5 did so after a reset, docs/proxy.md): each try reaches the upstream once.
@@ -79,7 +79,7 @@ def test_a_cut_download_never_reaches_the_caller_as_whole(cut_proxy, fault_serve
         # Ktor's decodeChunked (ktor-http-cio 3.4.0 and 3.5.1) ends its loop when the input ends where
         # the next chunk's size line would start: CIO ends the body as if complete. When this fails,
         # Ktor fixed it: hold CIO to every cut point above.
-        reply = faults.cut_download(cut_proxy.url, faults.Cut("chunk-boundary", "fin", 0.0), "cio-defect")
-        assert (reply.status, reply.whole, len(reply.body)) == (200, True, faults.DOWNLOAD_SENT), reply
-    reply = faults.exchange(cut_proxy.url, faults.get("/ok"))
+        reply = cuts.cut_download(cut_proxy.url, cuts.Cut("chunk-boundary", "fin", 0.0), "cio-defect")
+        assert (reply.status, reply.whole, len(reply.body)) == (200, True, cuts.DOWNLOAD_SENT), reply
+    reply = raw_http.exchange(cut_proxy.url, raw_http.get("/ok"))
     assert (reply.status, reply.body) == (200, b"ok\n"), reply

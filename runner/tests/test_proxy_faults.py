@@ -21,7 +21,7 @@ import requests
 from conftest import answers, wait_until
 from ktor_lab.cases import CASES, ENGINES
 from ktor_lab.parts import nginx
-from ktor_lab.parts.faults import exchange, get, read_reply
+from ktor_lab.parts.raw_http import exchange, get, read_reply
 from ktor_lab.processes import free_port
 
 REQUEST_TIMEOUT_MS = 1500

@@ -29,8 +29,9 @@ import requests
 
 from .. import metrics, render
 from ..cases import ENGINES, LIFETIMES, Case, engine_list
-from ..parts import faults
-from ..parts.faults import FaultServer, exchange, get
+from ..parts import cuts, raw_http
+from ..parts.faults import FaultServer
+from ..parts.raw_http import exchange, get
 from ..processes import busy_cores, wait_until
 from ..stack import Stack
 from . import machinery
@@ -113,7 +114,7 @@ CLOSE = {"mid-chunk": "fin", "chunk-boundary": "rst", "content-length": "fin"}
 BY_NAME = {f.name: f for f in FAULTS}
 
 
-def describe(reply: faults.Reply) -> str:
+def describe(reply: raw_http.Reply) -> str:
     """`502`, `200 whole`, `200 cut`, `dropped` (no status line)."""
     if reply.status == 0:
         return "dropped"
@@ -184,7 +185,7 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
     if fault.upload:
         server.clear()
         # No pause before the close: the one timing that found the race (issue 28).
-        status = faults.cut_upload(proxy_url, faults.Cut(fault.upload, CLOSE[fault.upload], 0.0), "study")
+        status = cuts.cut_upload(proxy_url, cuts.Cut(fault.upload, CLOSE[fault.upload], 0.0), "study")
         out = Trial("reset by the caller" if status is None else str(status) if status else "closed")
         # What reached the upstream is logged once its body ended (or was cut): 2 s at most.
         seen = wait_until(
