@@ -301,8 +301,10 @@ def sentence(s: Standing) -> str:
     else:
         ties = [c for _, c in s.leaders[1:] if c is not None and c.difference is not None]
         spread = max((abs(c.difference) for c in ties), default=0.0)  # type: ignore[arg-type]
+        blind = [c for c in ties if c.p is not None and not c.can_tell]
+        verdict_word = "not told apart (too few windows a row for the test)" if blind else "indistinguishable"
         text = (
-            f"{head}: {', '.join(f'{r.name} {value(r, f)}' for r, _ in s.leaders)} lead, indistinguishable "
+            f"{head}: {', '.join(f'{r.name} {value(r, f)}' for r, _ in s.leaders)} lead, {verdict_word} "
             f"(within {spread:.1%} of {best.name}: {ties_words(s)})"
         )
     if s.behind:
@@ -320,7 +322,13 @@ def ties_words(s: Standing) -> str:
         if c is None:
             continue
         why = (
-            "one window" if c.p is None else f"p={c.p:.2g}" if not c.significant else "under the noise floor"
+            "one window"
+            if c.p is None
+            else f"p={c.p:.2g}, too few windows to tell"
+            if not c.significant and not c.can_tell
+            else f"p={c.p:.2g}"
+            if not c.significant
+            else "under the noise floor"
         )
         parts.append(f"{row.name} {why}")
     return ", ".join(parts)
@@ -599,6 +607,11 @@ class Change:
             text += ". One window a side: no test possible (lab run --windows 5)."
         elif clear:
             text += f". A difference on {', '.join(clear)}."
+        elif not self.comparison(self.keys[0]).can_tell:
+            n = min(self.before.windows, self.after.windows)
+            text += (
+                f". Too few windows a side ({n}) for the test to name any difference (lab run --windows 5)."
+            )
         else:
             text += ". No difference the windows and the noise floor support."
         flagged = sorted(set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS))
@@ -619,6 +632,9 @@ def _dim_order(name: str, value: str) -> tuple:
     d = next(d for d in DIMENSIONS if d.title == name)
     if d.field == "protocol":
         return (PROTOCOLS.index(value) if value in PROTOCOLS else len(PROTOCOLS),)
+    if d.field == "dispatcher":  # io, then io:N by N, then virtual
+        kind, _, size = value.partition(":")
+        return (0 if value == "io" else 1 if kind == "io" else 2, int(size) if size.isdigit() else 0)
     return version_key(value.removesuffix(" ms"))
 
 

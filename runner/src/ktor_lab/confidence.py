@@ -83,6 +83,11 @@ class Comparison:
         return self.p is not None and self.p < ALPHA
 
     @property
+    def can_tell(self) -> bool:
+        """Whether these windows could give p < ALPHA at all (3 and 3 cannot: see smallest_p)."""
+        return smallest_p(self.a.n, self.b.n) < ALPHA
+
+    @property
     def beyond_floor(self) -> bool:
         return self.difference is not None and abs(self.difference) > self.floor
 
@@ -98,11 +103,27 @@ class Comparison:
         if self.p is None:
             return f"{self.difference:+.1%}, not tested (one window)"
         text = f"{self.difference:+.1%}, p={self.p:.2g}"
+        if not self.significant and not self.can_tell:
+            return text + f", too few windows to tell ({self.a.n} and {self.b.n})"
         if not self.significant:
             return text + ", not significant"
         if not self.beyond_floor:
             return text + f", under the noise floor of {self.floor:.1%}"
         return text
+
+
+def smallest_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p Mann-Whitney U can give with these many windows a side (every
+    window of one side above every one of the other): 2 / C(n_a + n_b, n_a). With 3 and 3 it is
+    0.1, so no difference can be named; with 4 and 4, 0.029; with 5 and 5, 0.008."""
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+
+
+def fewest_windows() -> int:
+    """The fewest windows a side with which the test can reach ALPHA."""
+    return next(n for n in range(2, 100) if smallest_p(n, n) < ALPHA)
 
 
 def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparison:

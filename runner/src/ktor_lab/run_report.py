@@ -111,9 +111,10 @@ def directions(group: Group) -> str:
 
 
 CHANGES_INTRO = (
-    "Each line holds the case, the scenario, the load and all but one of Ktor release, JDK, protocol and "
-    "round trip (RTT), and changes that one: means before -> after, with the change and its test over the "
-    "windows. A change is named only when the test says so (p < 0.05) and it exceeds the run's noise floor."
+    "Each line holds the case, the scenario, the load and all but one of Ktor release, JDK, protocol, "
+    "round trip (RTT) and dispatcher, and changes that one: means before -> after, with the change and its "
+    "test over the windows. A change is named only when the test says so (p < 0.05) and it exceeds the "
+    "run's noise floor."
 )
 
 

@@ -226,3 +226,38 @@ def test_a_busy_window_is_left_out_of_its_row_not_the_row_out_of_the_ranking():
     first = run_report.busy_line(results, [group])
     assert first is not None and "4 of 15 windows" in first
     assert "1 of them are left out" in first and "3 could not be left out" in first
+
+
+def test_too_few_windows_are_said_to_be_too_few_not_indistinguishable():
+    # With 3 windows a side Mann-Whitney's smallest two-sided p is 0.1: no lead can be named, and
+    # the verdict must say why rather than call two clearly different rows alike.
+    assert confidence.smallest_p(3, 3) == pytest.approx(0.1)
+    assert confidence.smallest_p(4, 4) < confidence.ALPHA < confidence.smallest_p(3, 4)
+    assert confidence.fewest_windows() == 4
+    a, b = Estimate.of([4990, 4966, 4995]), Estimate.of([6185, 6621, 6727])
+    c = confidence.compare(a, b)
+    assert c.p == pytest.approx(0.1) and not c.can_tell and not c.clear
+    assert c.words().endswith("too few windows to tell (3 and 3)")
+    five = confidence.compare(
+        Estimate.of([4990, 4966, 4995, 5001, 4980]), Estimate.of([6185, 6621, 6727, 6400, 6500])
+    )
+    assert five.can_tell and five.clear and "too few" not in five.words()
+    results = results_of(
+        {
+            "singleton-okhttp": [(r, 0.21) for r in (4990, 4966, 4995, 5001, 4980)],
+            "singleton-apache5": [(r, 0.13) for r in (6185, 6621, 6727, 6400, 6500)],
+        }
+    )
+    three = results_of(
+        {
+            "singleton-okhttp": [(r, 0.21) for r in (4990, 4966, 4995, 5001, 4980)],
+            "singleton-apache5": [(r, 0.13) for r in (6185, 6621, 6727, 6400, 6500)],
+        }
+    )
+    three.runs = [r for r in three.runs if r.repeat <= 3]
+    (group,) = conclusions.groups(three)
+    text = conclusions.sentence(conclusions.standing(group, conclusions.BY_KEY["rps"]))
+    assert "not told apart (too few windows a row for the test)" in text and "indistinguishable" not in text
+    (group,) = conclusions.groups(results)
+    text = conclusions.sentence(conclusions.standing(group, conclusions.BY_KEY["rps"]))
+    assert "behind: singleton-okhttp" in text

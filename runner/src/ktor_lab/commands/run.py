@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import backends, measure, run_report, verdict, versions
+from .. import backends, confidence, measure, run_report, verdict, versions
 from ..cases import (
     CASES,
     DIMENSIONS,
@@ -200,6 +200,12 @@ def run(args: argparse.Namespace) -> int:
     skipped = plan.skipped()
     for case, why in skipped:
         print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
+    if 1 < (n := plan.repeats * plan.forks) < (fewest := confidence.fewest_windows()):
+        print(
+            f"lab run: with {n} windows a row no difference can be named (the test's smallest p "
+            f"is {confidence.smallest_p(n, n):.2g}); give --windows {fewest} or more",
+            flush=True,
+        )
     if args.dry_run:
         print(
             f"lab run: dry run; {len(plan.proxies())} proxies: {', '.join(p.title for p in plan.proxies())}"
