@@ -261,9 +261,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--rate-load", default="rate/100/200", help="distance: the fixed rate (default: %(default)s)"
     )
     p.add_argument("--windows", type=int, default=3, help="measured windows per row (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=150, help="most seconds of warm-up per proxy (default: 150)")
-    p.add_argument("--duration", type=int, default=10, help="seconds per window (default: %(default)s)")
-    p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")
+    machinery.add_proxy_runs(p)
 
 
 STUDY = machinery.Study(

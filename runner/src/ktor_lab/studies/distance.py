@@ -489,15 +489,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=True,
         help="also singleton CIO with CLIENT_PIPELINING=on (default: on)",
     )
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=150,
-        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
-        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
-    )
-    p.add_argument("--duration", type=int, default=10, help="seconds measured per run (default: %(default)s)")
-    p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")
+    machinery.add_proxy_runs(p)
 
 
 STUDY = machinery.Study(

@@ -85,6 +85,22 @@ def add_lifetimes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
 
 
+def add_proxy_runs(p: argparse.ArgumentParser, duration: int = 10, java_opts: str = "-Xmx512m") -> None:
+    """`--warmup`, `--duration` and `--java-opts`, as every study made of `lab run` windows takes
+    them: each proxy warmed once, then windows of `duration` seconds."""
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=150,
+        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
+        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--duration", type=int, default=duration, help="seconds measured per window (default: %(default)s)"
+    )
+    p.add_argument("--java-opts", default=java_opts, help="the proxy's JVM options (default: %(default)s)")
+
+
 def run(study: Study, args: argparse.Namespace, command: str) -> Path:
     """Plans, measures every run, writes results.json, the charts and report.md; returns its path."""
     started = time.time()

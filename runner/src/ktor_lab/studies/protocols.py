@@ -345,9 +345,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parts", default="matrix,uploads", help="matrix, uploads, or both (default: both)")
     p.add_argument("--rate-load", default="rate/200", help="the fixed rate (default: %(default)s)")
     p.add_argument("--capacity-load", default="closed/50/0", help="capacity (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=150, help="most seconds of warm-up per run (default: 150)")
-    p.add_argument("--duration", type=int, default=20, help="seconds measured per run (default: 20)")
-    p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
+    machinery.add_proxy_runs(p, duration=20)
     p.add_argument("--sizes", default="15m,100m", help="upload sizes (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="transfers per upload cell (default: %(default)s)")
     p.add_argument(

@@ -266,15 +266,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--capacity-load", default="closed/50/0", help="a closed loop without wait (default: %(default)s)"
     )
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=150,
-        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
-        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
-    )
-    p.add_argument("--duration", type=int, default=30, help="seconds measured per run (default: %(default)s)")
-    p.add_argument("--java-opts", default="-Xmx512m", help="proxy JVM options (default: %(default)s)")
+    machinery.add_proxy_runs(p, duration=30)
     p.add_argument(
         "--from-matrix",
         type=Path,

@@ -296,14 +296,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default="rate/200",
         help="one load level, below every case's capacity (default: %(default)s)",
     )
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=150,
-        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
-        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
-    )
-    p.add_argument("--duration", type=int, default=10, help="seconds measured per run (default: %(default)s)")
+    machinery.add_proxy_runs(p)
     p.add_argument(
         "--windows",
         "--repeats",
@@ -312,7 +305,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=3,
         help="measured windows per row, interleaved across the rows (default: %(default)s)",
     )
-    p.add_argument("--java-opts", default="-Xmx512m", help="the proxy's JVM options (default: %(default)s)")
     p.add_argument(
         "--io", action=argparse.BooleanOptionalAction, default=True, help="also the io study per release"
     )
