@@ -249,6 +249,10 @@ def settings(results: Results) -> list[str]:
     return lines
 
 
+def warm_up_end(w) -> str:
+    return "settled" if w.settled else "stopped answering" if w.collapsed else "not settled"
+
+
 def warmups(results: Results) -> list[str]:
     """One line per proxy and scenario and load: how long its warm-up took, and its rates."""
     lines = []
@@ -257,7 +261,7 @@ def warmups(results: Results) -> list[str]:
             continue
         w = run.warmup
         lines.append(
-            f"Warm-up of {run.title()}: {w.seconds} s, {'settled' if w.settled else 'not settled'}, "
+            f"Warm-up of {run.title()}: {w.seconds} s, {warm_up_end(w)}, "
             f"5 s rates {w.window_rates}"
             + ("" if w.jit_nice is None else f", JIT compiler threads at nice {w.jit_nice} until the window")
             + "."

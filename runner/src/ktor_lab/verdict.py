@@ -13,7 +13,8 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `errors`: more than 1% of the requests failed.
 - `not-warm`: the warm-up ended before the rate was stable and the JIT quiet, or the JIT
   compiler threads used more than JIT_WINDOW_SHARE of a core during the window itself; the
-  figures may still climb.
+  figures may still climb. A proxy that stopped answering in its warm-up (warmup.collapsed)
+  ends it there and is flagged with that reason.
 - `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
   threads or LEAK_FILES open files (and one of each per user: a pool may keep a connection and
   a thread per request that was in flight until its keep-alive, which grows with the users, a
@@ -49,6 +50,7 @@ proxy at the limit of what it does with that concurrency: its rate is presented 
 from __future__ import annotations
 
 from .results import Run, Verdict
+from .warmup import COLLAPSED_SHARE, COLLAPSED_WINDOWS, WINDOW_S
 
 SATURATION_CPU_PERCENT = 90.0
 WAIT_SHARE_LIMIT = 0.5
@@ -102,7 +104,13 @@ def judge(run: Run) -> Verdict:
         flags.append("errors")
         reasons.append(f"{locust.failures} of {locust.requests} requests failed")
     jit = run.proxy.jit_cpu_seconds_in_window
-    if not run.warmup.settled:
+    if run.warmup.collapsed:
+        flags.append("not-warm")
+        reasons.append(
+            f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
+            f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {run.warmup.seconds:.0f} s"
+        )
+    elif not run.warmup.settled:
         flags.append("not-warm")
         reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
     elif jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds:

@@ -9,6 +9,10 @@ During the warm-up those compiler threads run at nice JIT_NICE (when this proces
 root, or CAP_SYS_NICE), so the JIT gets the CPU it needs first instead of a third of a core
 beside Locust and the proxy's own threads; they are back at the JVM's own nice value before
 anything is measured.
+
+A proxy whose rate falls below COLLAPSED_SHARE of its best window for COLLAPSED_WINDOWS windows in a
+row has stopped answering (per-call Java under 50 users: it never settles); its warm-up ends there,
+not warm and `collapsed`, rather than loading a proxy that serves nothing until the limit.
 The measured JVM is the same: only the order in which the scheduler serves its threads changed
 while it warmed.
 """
@@ -24,6 +28,8 @@ WINDOW_S = 5
 TOLERANCE = 0.05
 JIT_QUIET_SHARE = 0.02
 JIT_NICE = -10
+COLLAPSED_SHARE = 0.1
+COLLAPSED_WINDOWS = 4
 
 
 def thread_cpu_seconds(stat: Path) -> float:
@@ -91,6 +97,8 @@ class Warmup:
     window_jit_s: list[float] = field(default_factory=list)
     # the compiler threads' nice value during the warm-up (None: left as they were)
     jit_nice: int | None = None
+    # the rate stayed under COLLAPSED_SHARE of its best for COLLAPSED_WINDOWS windows: ended early
+    collapsed: bool = False
 
 
 def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None) -> Warmup:
@@ -106,6 +114,9 @@ def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = 
             if result.jit_nice is not None:
                 jit.prioritize(JIT_NICE)  # compiler threads the JVM started since
             if window_settles(window, result, jit, previous):
+                break
+            if collapsed(result.window_rates):
+                result.collapsed = True
                 break
             previous = result.window_rates[-1]
     finally:
@@ -126,3 +137,11 @@ def window_settles(window, result: Warmup, jit: JitClock | None, previous: float
         quiet = used < JIT_QUIET_SHARE * WINDOW_S
     result.settled = bool(quiet and previous and abs(rate - previous) <= TOLERANCE * previous)
     return result.settled
+
+
+def collapsed(rates: list[float]) -> bool:
+    """The last COLLAPSED_WINDOWS rates all under COLLAPSED_SHARE of the best one before them."""
+    if len(rates) <= COLLAPSED_WINDOWS:
+        return False
+    best = max(rates[:-COLLAPSED_WINDOWS])
+    return best > 0 and all(r < COLLAPSED_SHARE * best for r in rates[-COLLAPSED_WINDOWS:])

@@ -26,6 +26,21 @@ def test_still_climbing_at_the_limit_is_not_warm():
     assert w.window_jit_s == [] and not w.jvm_visible
 
 
+def test_a_proxy_that_stops_answering_ends_its_warm_up_not_warm():
+    # per-call Java at 50 users, as measured: climbs, then serves almost nothing
+    rates = [250, 410, 460, 560, 590, 550, 650, 53, 18, 21, 15, 0, 14, 500, 380]
+    w = warm_up(scripted(rates), 150)
+    assert (w.settled, w.collapsed, w.seconds) == (False, True, 11 * WINDOW_S)
+    assert w.window_rates == rates[:11]
+
+
+def test_a_dip_shorter_than_the_rule_or_a_slow_start_is_not_a_collapse():
+    w = warm_up(scripted([5, 8, 300, 20, 15, 12, 290, 300]), 150)  # three low windows, then back
+    assert (w.settled, w.collapsed, w.seconds) == (True, False, 8 * WINDOW_S)
+    w = warm_up(scripted([0, 0, 0, 0, 0, 0, 0]), 35)  # nothing answered from the start: no best to fall from
+    assert (w.settled, w.collapsed, w.seconds) == (False, False, 35)
+
+
 def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
     task = proc / "4242" / "task" / str(tid)
     task.mkdir(parents=True, exist_ok=True)
