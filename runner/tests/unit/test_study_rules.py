@@ -222,3 +222,33 @@ def test_distance_gives_the_proxy_s_cpu_per_request_with_and_without_its_jit_com
     assert (row_of(run).cpu_per_1000, row_of(run).cpu_per_1000_without_jit) == (3.5, 1.5)
     run.proxy.jit_cpu_seconds_in_window = None
     assert row_of(run).cpu_per_1000_without_jit is None
+
+
+def test_dispatchers_measures_each_case_s_variants_in_one_batch():
+    """The study's notes compare one case on io, virtual and io:256: a plan larger than the proxies
+    that fit up at once is measured in batches, and each case's rows must share one to be
+    interleaved (the first full run put io and virtual in different batches, 20 min apart)."""
+    from collections import Counter
+
+    from ktor_lab.measure import batches
+
+    ((_, plan),) = STUDIES["dispatchers"].plan(options("dispatchers", "--parts", "slow"))[0].parts
+    # cio, okhttp, java x both lifetimes, each on JDK 17 (io) and 25 (io, virtual, io:256)
+    assert len(plan.proxies()) == 24 and len(batches(plan)) == 2
+    whole = Counter((s.case.lifetime, s.case.engine) for s in plan.proxies())
+    for batch in batches(plan):
+        mine = Counter((s.case.lifetime, s.case.engine) for s in batch)
+        assert all(mine[key] == whole[key] == 4 for key in mine), mine
+
+
+def test_a_study_s_dry_run_says_its_proxies_windows_and_time():
+    from ktor_lab.measure import WINDOW_OVERHEAD_S, format_seconds
+    from ktor_lab.studies import dry_run_lines
+
+    items = STUDIES["dispatchers"].plan(options("dispatchers", "--parts", "slow", "--warmup", "30"))
+    most = 24 * 30 + 72 * (3 + 10 + WINDOW_OVERHEAD_S)  # a warm-up per proxy; windows with their settle
+    assert dry_run_lines(items)[0] == (
+        f"slow: 24 proxies, 72 windows of 10 s, warm-up <= 30 s; at most about {format_seconds(most)}"
+    )
+    lines = dry_run_lines(STUDIES["versions"].plan(options("versions")))
+    assert lines[0].startswith("ktor: ") and "in all" in lines[-2] and lines[-1].endswith("not estimated")

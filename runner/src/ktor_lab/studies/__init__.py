@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import is_dataclass
 
-from .. import stack
+from .. import measure, stack
 from ..errors import LabError
+from ..plan import Plan
 from . import (
     dispatchers,
     distance,
@@ -41,6 +43,45 @@ def add_parser(sub) -> None:
         study.add_parser(studies)
 
 
+def plans_in(item) -> list[tuple[str, Plan]]:
+    """The `lab run` plans an item of a study holds (itself, a field, or named parts), by name."""
+    if isinstance(item, Plan):
+        return [("", item)]
+    found = []
+    for name, value in vars(item).items() if hasattr(item, "__dict__") or is_dataclass(item) else ():
+        if isinstance(value, Plan) and name != "whole":
+            found.append((name, value))
+        elif isinstance(value, tuple):  # named parts: (("slow", plan), ...)
+            pairs = [v for v in value if isinstance(v, tuple) and len(v) == 2]
+            found += [
+                (part, plan) for part, plan in pairs if isinstance(part, str) and isinstance(plan, Plan)
+            ]
+    return found
+
+
+def dry_run_lines(items: list) -> list[str]:
+    """Per `lab run` plan of the study: its proxies, windows and most time; the others counted."""
+    lines, total, others = [], 0.0, 0
+    for item in items:
+        plans = plans_in(item)
+        others += not plans
+        for name, plan in plans:
+            seconds = measure.planned_seconds(plan)
+            total += seconds
+            skipped = len(plan.skipped())
+            lines.append(
+                f"{name or 'matrix'}: {len(plan.proxies())} proxies, {len(plan.runs())} windows of "
+                f"{plan.duration_s} s, warm-up <= {plan.warmup_s} s"
+                + (f", {skipped} combinations skipped" if skipped else "")
+                + f"; at most about {measure.format_seconds(seconds)}"
+            )
+    if total:
+        lines.append(f"the lab run matrices: at most about {measure.format_seconds(total)} in all")
+    if others:
+        lines.append(f"{others} other item(s) (benchmarks, transfers): their time is not estimated")
+    return lines
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     study = STUDIES[args.study]
     command = shlex.join(["lab", "study", *argv[argv.index(args.study) :]])
@@ -50,6 +91,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         except ValueError as e:
             raise LabError(f"study {args.study}: {e}") from None
         print(f"lab study {args.study}: dry run; {len(items)} item(s) planned")
+        for line in dry_run_lines(items):
+            print(f"lab study {args.study}: {line}")
         return 0
     if study.needs != "java":
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))

@@ -68,16 +68,17 @@ def matrices(args: argparse.Namespace) -> Matrices:
     dispatchers = versions.names(args.dispatchers)
     older, newer = versions.names(args.java_platform), versions.names(args.java)
     # Each case on the platform JDKs with Ktor's default dispatcher, and on the newer ones with each
-    # dispatcher; what a case cannot take is skipped, by name.
+    # dispatcher; what a case cannot take is skipped, by name. A case's variants stand together: a
+    # plan too large to be up at once is measured in batches (measure.batches), and the rows a note
+    # compares (one case, io against virtual) must share a batch to be interleaved.
     variants = [
-        *(Case(lifetime, engine, java=j) for j in older for lifetime in lifetimes for engine in engines),
-        *(
-            Case(lifetime, engine, java=j, dispatcher=d)
-            for j in newer
-            for d in dispatchers
-            for lifetime in lifetimes
-            for engine in engines
-        ),
+        variant
+        for lifetime in lifetimes
+        for engine in engines
+        for variant in (
+            *(Case(lifetime, engine, java=j) for j in older),
+            *(Case(lifetime, engine, java=j, dispatcher=d) for j in newer for d in dispatchers),
+        )
     ]
     cases = [c for c in variants if not c.refusal()]
     for case in (c for c in variants if c.refusal()):
