@@ -78,11 +78,12 @@ def test_the_lean_proxy_refuses_a_body_form_it_does_not_know():
 
 
 @pytest.mark.slow
-def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
+def test_bench_measures_each_case_beside_the_minimal_proxy_and_says_where_its_cpu_went(tmp_path):
+    """One bench with --profile: the ratios to the minimal proxies, and the JFR profile of the window."""
     if shutil.which("wrk") is None:
         pytest.fail("wrk is missing: apt-get install wrk")
     r = subprocess.run(
-        [LAB, "bench", "--cases", "singleton-cio,per-call-java", "--warmup", "5", "--duration", "3"]
+        [LAB, "bench", "--cases", "singleton-cio", "--profile", "--warmup", "5", "--duration", "3"]
         + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
         + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
         capture_output=True,
@@ -92,8 +93,8 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     results = json.loads((tmp_path / "bench.json").read_text())["results"]
     by = {x["target"]: x for x in results}
-    # Each engine's minimal proxy right after its first case; per-call Java has no singleton
-    # case here, so its engine's reference follows it.
+    # The case, then its engine's minimal proxies (the order over several engines and lifetimes:
+    # unit/test_bench_rounds.py).
     assert list(by) == [
         "nginx direct",
         "nginx proxy_pass",
@@ -101,10 +102,6 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
         "plain cio",
         "plain-limits cio",
         "plain-limits streamed cio",
-        "per-call-java",
-        "plain java",
-        "plain-limits java",
-        "plain-limits streamed java",
     ]
     for x in results:
         assert x["requests"] > 0 and x["errors"] == 0, x
@@ -126,6 +123,17 @@ def test_bench_measures_each_case_beside_the_minimal_proxy(tmp_path):
     table = (tmp_path / "bench.md").read_text()
     assert "| plain cio |" in table and "| plain-limits streamed cio |" in table
     assert "CPU x plain-limits" in table and "rps x plain" in table and "switches / req" in table
+    # Recorded from before the warm-up, read for the window only: samples outside it are not counted.
+    rounds = {x["target"]: x for x in json.loads((tmp_path / "bench.json").read_text())["rounds"]}
+    profile = rounds["singleton-cio"]["profile"]
+    assert profile["samples"] > 0 and profile["top_frames"]
+    recording = tmp_path / "singleton-cio.jfr"
+    assert jfr.read(recording).samples >= profile["samples"]
+    later = jfr.now() + timedelta(hours=1)
+    assert jfr.read(recording, since=later, until=later + timedelta(seconds=10)).samples == 0
+    assert abs(sum(profile["owners"].values()) - 1) < 0.01 and {"ktor", "netty"} <= set(profile["owners"])
+    assert "nginx direct" in rounds and "profile" not in rounds["nginx direct"]
+    assert "## Profiles of the measured windows (JFR)" in table
 
 
 @pytest.mark.slow
@@ -197,27 +205,3 @@ def test_bench_locust_names_the_option_when_locusts_port_is_taken(tmp_path):
         "with --locust-port"
     ], r.stderr
     assert not (tmp_path / "run").exists()  # checked before anything started
-
-
-@pytest.mark.slow
-def test_bench_profile_says_where_the_window_s_cpu_went(tmp_path):
-    r = subprocess.run(
-        [LAB, "bench", "--cases", "singleton-cio", "--profile", "--warmup", "3", "--duration", "3"]
-        + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
-        + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    rounds = {x["target"]: x for x in json.loads((tmp_path / "bench.json").read_text())["rounds"]}
-    profile = rounds["singleton-cio"]["profile"]
-    assert profile["samples"] > 0 and profile["top_frames"]
-    # Recorded from before the warm-up, read for the window only: samples outside it are not counted.
-    recording = tmp_path / "singleton-cio.jfr"
-    assert jfr.read(recording).samples >= profile["samples"]
-    later = jfr.now() + timedelta(hours=1)
-    assert jfr.read(recording, since=later, until=later + timedelta(seconds=10)).samples == 0
-    assert abs(sum(profile["owners"].values()) - 1) < 0.01 and {"ktor", "netty"} <= set(profile["owners"])
-    assert "nginx direct" in rounds and "profile" not in rounds["nginx direct"]
-    assert "## Profiles of the measured windows (JFR)" in (tmp_path / "bench.md").read_text()

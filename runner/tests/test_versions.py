@@ -81,7 +81,7 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
             LAB,
             "run",
             *("--ktor", f"3.4.0,{NEWER.name}", "--java", ",".join(java)),
-            *("--cases", "singleton-okhttp,per-call-cio", "--loads", "rate/20"),
+            *("--cases", "per-call-cio", "--loads", "rate/20"),
             *("--warmup", "0", "--duration", "3", "--windows", "1", "--aa", "none", "--out", str(out)),
         ],
         capture_output=True,
@@ -93,30 +93,21 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
     runs = data["runs"]
     # Every combination once, each proxy saying itself which release and JDK it ran on.
     seen = {(run["case"], run["ktor"], run["java"].split(".")[0]) for run in runs}
-    assert seen == {
-        (case, ktor, j)
-        for case in ("singleton-okhttp", "per-call-cio")
-        for ktor in ("3.4.0", NEWER.name)
-        for j in java
-    }
+    assert seen == {("per-call-cio", ktor, j) for ktor in ("3.4.0", NEWER.name) for j in java}
     for run in runs:
         assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
         assert run["locust"]["requests"] > 0
-    # Like with like: for each case, 2 Ktor changes (one per JDK) and 2 JDK changes (one per release).
+    # Like with like: 2 Ktor changes (one per JDK) and 2 JDK changes (one per release).
     results = Results.from_json(data)
     (group,) = run_report.groups(results)
     changes = run_report.changes(group)
     assert sorted((c.case, c.dimension, c.same) for c in changes) == sorted(
-        [(case, "Ktor", f"JDK {j}") for case in ("singleton-okhttp", "per-call-cio") for j in java]
-        + [
-            (case, "JDK", f"Ktor {k}")
-            for case in ("singleton-okhttp", "per-call-cio")
-            for k in ("3.4.0", NEWER.name)
-        ]
+        [("per-call-cio", "Ktor", f"JDK {j}") for j in java]
+        + [("per-call-cio", "JDK", f"Ktor {k}") for k in ("3.4.0", NEWER.name)]
     )
     report = (out / "report.md").read_text()
     assert "## One dimension changed" in report
-    assert f"singleton-okhttp on JDK {java[0]}, Ktor 3.4.0 -> {NEWER.name}: rps " in report
+    assert f"per-call-cio on JDK {java[0]}, Ktor 3.4.0 -> {NEWER.name}: rps " in report
     assert f"| per-call-cio ktor {NEWER.name} jdk {java[1]} |" in report
     assert "One dimension changed" in (out / "report.html").read_text()
 
