@@ -113,10 +113,11 @@ def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = 
         while result.seconds + WINDOW_S <= limit_s:
             if result.jit_nice is not None:
                 jit.prioritize(JIT_NICE)  # compiler threads the JVM started since
-            if window_settles(window, result, jit, previous):
+            settles = window_settles(window, result, jit, previous)
+            if collapsed(result.window_rates):  # two windows of nothing agree too: not warm
+                result.collapsed, result.settled = True, False
                 break
-            if collapsed(result.window_rates):
-                result.collapsed = True
+            if settles:
                 break
             previous = result.window_rates[-1]
     finally:
