@@ -9,12 +9,12 @@ During the warm-up those compiler threads run at nice JIT_NICE (when this proces
 root, or CAP_SYS_NICE), so the JIT gets the CPU it needs first instead of a third of a core
 beside Locust and the proxy's own threads; they are back at the JVM's own nice value before
 anything is measured.
+The measured JVM is the same: only the order in which the scheduler serves its threads changed
+while it warmed.
 
 A proxy whose rate falls below COLLAPSED_SHARE of its best window for COLLAPSED_WINDOWS windows in a
 row has stopped answering (per-call Java under 50 users: it never settles); its warm-up ends there,
 not warm and `collapsed`, rather than loading a proxy that serves nothing until the limit.
-The measured JVM is the same: only the order in which the scheduler serves its threads changed
-while it warmed.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import is_dataclass
 
 from .. import measure, stack
 from ..errors import LabError
@@ -48,7 +47,7 @@ def plans_in(item) -> list[tuple[str, Plan]]:
     if isinstance(item, Plan):
         return [("", item)]
     found = []
-    for name, value in vars(item).items() if hasattr(item, "__dict__") or is_dataclass(item) else ():
+    for name, value in vars(item).items() if hasattr(item, "__dict__") else ():
         if isinstance(value, Plan) and name != "whole":
             found.append((name, value))
         elif isinstance(value, tuple):  # named parts: (("slow", plan), ...)
