@@ -40,7 +40,7 @@ class ProxyHandle:
 class Backend(Protocol):
     kind: ClassVar[str]
     # How often Prometheus scrapes: the measurement waits for the window's last scrape.
-    scrape_seconds: ClassVar[int]
+    scrape_seconds: int
     # Whether several proxies can be up at once, each warmed once and measured in windows
     # interleaved with the others' (natively); otherwise a fresh proxy per window (compose).
     keeps_proxies: ClassVar[bool]
@@ -102,8 +102,12 @@ class NativeBackend:
     scrape_seconds = 2
     keeps_proxies = True
 
-    def __init__(self, grafana: bool = False):
+    def __init__(self, grafana: bool = False, ports: Ports | None = None, scrape_seconds: int = 0):
+        """`ports`: the parts' ports (lab up's, which a user gives); by default free ones, so that a
+        run never clashes with a `lab up` beside it. `scrape_seconds`: lab up's 5 s, as in compose."""
         self.grafana = grafana
+        self.ports = ports
+        self.scrape_seconds = scrape_seconds or self.scrape_seconds
         self.stack: Stack | None = None
         self.java_opts = ""
         self.workers = 0
@@ -141,7 +145,9 @@ class NativeBackend:
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts
         self.java_opts, self.workers = plan.java_opts, plan.workers
-        self.stack = Stack(out_dir / "logs", Ports.free(), plan.java_opts.split(), f"{self.scrape_seconds}s")
+        self.stack = Stack(
+            out_dir / "logs", self.ports or Ports.free(), plan.java_opts.split(), f"{self.scrape_seconds}s"
+        )
         self.stack.nginx()
         self.stack.exporter()
         self.stack.prometheus()

@@ -65,9 +65,14 @@ PORT_OWNERS = {
 def busy_ports(ports: Ports, parts: tuple[str, ...] | None = None) -> list[str]:
     """One line per port of `parts` (all by default) already in use on 127.0.0.1, naming the
     part and the option that moves it; checked before anything starts."""
-    problems = []
+    problems, owner = [], {}
     for name in parts or tuple(PORT_OWNERS):
         port = getattr(ports, name)
+        if port in owner:  # two parts given one port: the second would fail as it starts
+            first, (part, option, _) = PORT_OWNERS[owner[port]][0], PORT_OWNERS[name]
+            problems.append(f"port {port} is given to both {first} and {part}: choose another with {option}")
+            continue
+        owner[port] = name
         if port_in_use(port):
             part, option, _ = PORT_OWNERS[name]
             problems.append(f"port {port} ({part}) is in use: free it, or choose another with {option}")

@@ -219,3 +219,18 @@ def test_lab_bench_runs_a_case_on_its_release_and_refuses_another_jdk_before_any
         "(singleton-okhttp ktor 3.4.1, plain okhttp, plain-limits okhttp, plain-limits streamed okhttp)"
         in out
     )
+
+
+def test_two_parts_given_one_port_are_refused_naming_the_option_of_the_second():
+    """`lab up --proxy-port 18080` gave the proxy nginx's default port: it failed as it started,
+    after nginx took it. Refused before anything starts, with the option that moves it."""
+    from ktor_lab.processes import free_port
+    from ktor_lab.stack import Ports, busy_ports
+
+    ports = Ports.free()
+    ports.proxy = ports.nginx
+    assert busy_ports(ports) == [
+        f"port {ports.nginx} is given to both nginx and the proxy: choose another with --proxy-port"
+    ]
+    ports.proxy = free_port()
+    assert busy_ports(ports) == []

@@ -133,3 +133,18 @@ def test_parts_come_up_only_through_the_stack():
         text = path.read_text()
         offenders += [f"{path.relative_to(SRC)}: {s}" for s in starters if s in text]
     assert not offenders, offenders
+
+
+def test_lab_run_lab_up_and_the_locust_studies_start_proxies_through_a_backend():
+    """`lab run`, `lab up` and the studies that run lab-run matrices start their parts and proxies
+    through a backend (backends.py: check, open, start_case); only what docs/README.md names as
+    outside it (bench, bench-locust, verify, machinery.upstream's transfer studies) makes a Stack."""
+    through_a_backend = [
+        SRC / "commands" / "run.py",
+        SRC / "commands" / "up.py",
+        *(SRC / "studies" / f"{s}.py" for s in ("replay", "versions", "distance", "dispatchers")),
+        SRC / "studies" / "protocols.py",
+    ]
+    offenders = [str(p.relative_to(SRC)) for p in through_a_backend if "Stack(" in p.read_text()]
+    assert offenders == ["studies/protocols.py"], offenders  # its uploads part: a transfer on a Stack
+    assert "NativeBackend(" in (SRC / "commands" / "up.py").read_text()

@@ -252,3 +252,24 @@ def test_a_study_s_dry_run_says_its_proxies_windows_and_time():
     )
     lines = dry_run_lines(STUDIES["versions"].plan(options("versions")))
     assert lines[0].startswith("ktor: ") and "in all" in lines[-2] and lines[-1].endswith("not estimated")
+
+
+def test_every_lab_run_a_study_makes_is_in_its_dry_run():
+    """A study item holding lab-run plans names them all in `named_plans()` (the dry run's lines):
+    a Plan field added to a study's Matrices without it would run untimed by --dry-run."""
+    from dataclasses import fields, is_dataclass
+
+    from ktor_lab.plan import Plan
+    from ktor_lab.studies import plans_in
+
+    for name, study in STUDIES.items():
+        for item in study.plan(options(name)):
+            if not is_dataclass(item) or isinstance(item, Plan):
+                continue
+            held = [getattr(item, f.name) for f in fields(item) if f.name != "whole"]
+            held = [v for v in held if isinstance(v, Plan)] + [
+                p for v in held if isinstance(v, tuple) for pair in v if isinstance(pair, tuple) for p in pair
+            ]
+            plans = [p for p in held if isinstance(p, Plan)]
+            named = [p for _, p in plans_in(item)]
+            assert all(any(p is n for n in named) for p in plans), (name, type(item).__name__)

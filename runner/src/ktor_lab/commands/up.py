@@ -1,4 +1,5 @@
-"""`lab up CASE`: the whole stack for one case on 127.0.0.1 until Ctrl-C."""
+"""`lab up CASE`: the whole stack for one case on 127.0.0.1 until Ctrl-C, started through the
+native backend as `lab run` starts its parts (backends.NativeBackend), on the ports a user gives."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import sys
 import time
 
 from .. import stack
-from ..cases import CASES
+from ..backends import NativeBackend
+from ..cases import CASES, SCENARIOS
+from ..plan import Plan, parse_load
 from ..rundirs import run_dir
 from . import options
 
@@ -38,42 +41,46 @@ def run(args: argparse.Namespace) -> int:
         return 0
     stack.require(stack.missing(network=network.on))
     ports = options.ports(args)
-    parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or stack.grafana_binary())
+    grafana = stack.grafana_binary() is not None
+    parts = tuple(p for p in stack.PORT_OWNERS if p != "grafana" or grafana)
     stack.require(stack.busy_ports(ports, parts))
+    # The plan of what the Locust UI first offers: the case, its first scenario, 50 users.
+    plan = Plan(
+        [case],
+        [next(iter(SCENARIOS))],
+        [parse_load("closed/50/0")],
+        workers=args.workers,
+        java_opts=args.java_opts,
+        proxy_env=extra,
+    )
     d = run_dir(case.id, args.run_dir)
     options.handle_signals()
-    with stack.Stack(d, ports, args.java_opts.split()) as lab:
-        try:
-            lab.nginx()
-            lab.exporter()
-            lab.proxy(case, network=network, **extra)
-            lab.prometheus()
-            lab.locust(case, args.workers)
-            why_no_grafana = lab.grafana()
-            print(f"lab: {case.id} is up (logs in {d})")
-            print(f"  Locust     {lab.locust_url}/  (start a run there; its stats at /metrics)")
-            if why_no_grafana:
-                print(f"  Grafana    not started: {why_no_grafana}")
-            else:
-                print(f"  Grafana    {lab.grafana_url}/  (Lab overview, no login to view)")
-            print(f"  Prometheus {lab.prometheus_url}/")
-            print(f"  proxy      {lab.proxy_url}/  (/metrics, /health)")
-            print(
-                f"  nginx      {lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)"
-            )
-            if lab.toxiproxy and network.on:
-                print(
-                    f"  network    {network.describe()}: Toxiproxy {lab.toxiproxy.api}/proxies between them"
-                )
-            print("  Ctrl-C stops everything", flush=True)
-            while True:
-                if exited := lab.exited():
-                    s = exited[0]
-                    print(f"lab: {s.name} exited with {s.proc.returncode}:\n{s.tail()}", file=sys.stderr)
-                    return 1
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            lab.stop()
-            print("lab: stopped", flush=True)
+    backend = NativeBackend(grafana=grafana, ports=ports, scrape_seconds=5)
+    try:
+        backend.open(plan, d)
+        backend.start_case(case, extra, network)
+        lab = backend.stack
+        assert lab is not None
+        print(f"lab: {case.id} is up (logs in {d / 'logs'})")
+        print(f"  Locust     {lab.locust_url}/  (start a run there; its stats at /metrics)")
+        if grafana:
+            print(f"  Grafana    {lab.grafana_url}/  (Lab overview, no login to view)")
+        else:
+            print("  Grafana    not started: grafana is not installed (its dashboards run in compose)")
+        print(f"  Prometheus {lab.prometheus_url}/")
+        print(f"  proxy      {lab.proxy_url}/  (/metrics, /health)")
+        print(f"  nginx      {lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)")
+        if lab.toxiproxy and network.on:
+            print(f"  network    {network.describe()}: Toxiproxy {lab.toxiproxy.api}/proxies between them")
+        print("  Ctrl-C stops everything", flush=True)
+        while True:
+            if exited := lab.exited():
+                s = exited[0]
+                print(f"lab: {s.name} exited with {s.proc.returncode}:\n{s.tail()}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        backend.close()
+        print("lab: stopped", flush=True)

@@ -43,19 +43,12 @@ def add_parser(sub) -> None:
 
 
 def plans_in(item) -> list[tuple[str, Plan]]:
-    """The `lab run` plans an item of a study holds (itself, a field, or named parts), by name."""
+    """The `lab run` plans an item of a study is (a Plan) or says it makes (`named_plans()`, as each
+    study's Matrices does), by name; none for any other item (a benchmark, a transfer)."""
     if isinstance(item, Plan):
         return [("", item)]
-    found = []
-    for name, value in vars(item).items() if hasattr(item, "__dict__") else ():
-        if isinstance(value, Plan) and name != "whole":
-            found.append((name, value))
-        elif isinstance(value, tuple):  # named parts: (("slow", plan), ...)
-            pairs = [v for v in value if isinstance(v, tuple) and len(v) == 2]
-            found += [
-                (part, plan) for part, plan in pairs if isinstance(part, str) and isinstance(plan, Plan)
-            ]
-    return found
+    named = getattr(item, "named_plans", None)
+    return named() if callable(named) else []
 
 
 def dry_run_lines(items: list) -> list[str]:

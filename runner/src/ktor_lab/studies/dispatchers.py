@@ -36,6 +36,10 @@ class Matrices:
     whole: Plan
     parts: tuple[tuple[str, Plan], ...]  # ("slow", plan), ("distance", plan)
 
+    def named_plans(self) -> list[tuple[str, Plan]]:
+        """The lab runs it makes, by name (its dry run's lines)."""
+        return list(self.parts)
+
 
 @dataclass
 class Row:

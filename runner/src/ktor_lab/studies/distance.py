@@ -44,6 +44,10 @@ class Matrices:
     cases: Plan
     pipelining: Plan | None
 
+    def named_plans(self) -> list[tuple[str, Plan]]:
+        """The lab runs it makes, by name (its dry run's lines)."""
+        return [("cases", self.cases), *([("pipelining", self.pipelining)] if self.pipelining else [])]
+
 
 @dataclass
 class Row:

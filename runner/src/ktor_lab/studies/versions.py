@@ -29,6 +29,10 @@ class Matrices:
     ktor: Plan
     jdk: Plan
 
+    def named_plans(self) -> list[tuple[str, Plan]]:
+        """The lab runs it makes, by name (its dry run's lines)."""
+        return [("ktor", self.ktor), ("jdk", self.jdk)]
+
 
 @dataclass(frozen=True)
 class IoRun:
