@@ -73,6 +73,8 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
             "--loads",
             "rate/200",
             *("--windows", "1", "--aa", "none"),
+            # each proxy warmed at capacity first (up to 5 s), then at the measured rate
+            *("--warm-first", "closed/10/0"),
             "--warmup",
             "5",
             "--duration",
@@ -89,7 +91,13 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert [run["case"] for run in results["runs"]] == ["singleton-cio", "per-call-java"]
+    assert results["plan"]["warm_first"]["label"] == "closed/10/0"
     for run in results["runs"]:
+        w = run["warmup"]
+        first = (w["first_load"], w["first_scenario"], w["first_seconds"])
+        assert first == ("closed/10/0", "static-small", 5), w
+        assert w["seconds"] == 5 and w["window_rates"][0] <= 200 * 1.05, w  # then the rate's own
+        # Only the measured rate's requests are in the window, Locust's and the proxy's alike.
         sent, counted = run["locust"]["requests"], run["proxy"]["upstream_requests"]
         assert sent > 0 and run["locust"]["rps"] <= 200 * 1.05, run["locust"]
         # Locust's count and the proxy's agree but for the requests in the gap between their
@@ -136,6 +144,8 @@ def test_two_case_matrix_agrees_with_the_proxys_own_count(tmp_path):
     assert "target" in md  # 200 rps is far below capacity: flagged, not presented as capacity
     for run in results["runs"]:
         assert f"{run['locust']['rps']:,.0f} (not capacity)" in md
+    first = "Warm-up of singleton-cio static-small rate/200/20 #1: first 5 s at closed/10/0 on static-small"
+    assert first in md
     # What it prints at its end is that report up to its appendix: the verdict and the tables.
     assert md.split("\n## Appendix")[0] in r.stdout and "## Appendix" not in r.stdout
 

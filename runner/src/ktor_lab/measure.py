@@ -13,6 +13,7 @@ rewritten after every window, so Ctrl-C keeps what finished.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import time
@@ -28,7 +29,7 @@ from . import machine, metrics, verdict
 from .machine import environment
 from .parts import nginx
 from .parts.loadgen import LocustWeb, WindowStats
-from .plan import Plan, ProxySpec, Spec
+from .plan import WARM_FIRST_SCENARIO, Load, Plan, ProxySpec, Spec
 from .processes import wait_until
 from .results import (
     ConnectionFigures,
@@ -179,6 +180,8 @@ class Live:
     proxy: ProxyHandle
     idle: metrics.Samples
     warmups: dict[tuple[str, str], Warmup] = field(default_factory=dict)
+    # Its warm-up at the plan's warm_first load (once per proxy, before its first other warm-up).
+    first: Warmup | None = None
     pending: Run | None = None
     stopped: float = 0.0  # time.monotonic() when its last window's load stopped
     log_seen: int = 0  # how much of its log (characters) earlier windows' counts have read
@@ -250,21 +253,15 @@ def load_and_measure(
     load = spec.load
     pid = live.proxy.pid
     idle_pids = [o.proxy.pid for o in others if o.proxy.pid]
+    cell = (spec.scenario, load.label)
     try:
-        web.swarm(
-            backend.locust_host(live.proxy),
-            load.users,
-            load.users,
-            scenario=spec.scenario,
-            load_model=load.model,
-            wait_min=load.wait_min,
-            wait_max=load.wait_max,
-            target_rps=load.target_rps,
-            lab_case=spec.case.id,
-        )
-        cell = (spec.scenario, load.label)
+        if cell not in live.warmups and needs_warm_first(live, spec, plan):
+            live.first = warm_first(web, backend.locust_host(live.proxy), plan, spec, pid)
+        swarm(web, backend.locust_host(live.proxy), spec.scenario, load, spec.case.id)
         if cell not in live.warmups:
             live.warmups[cell] = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
+            if live.first is not None:
+                live.warmups[cell] = with_first(live.warmups[cell], live.first, plan)
             run.after = "warm-up" if backend.keeps_proxies and not plan.fresh else "fresh"
         else:
             run.after, run.idle_s = "idle", round(time.monotonic() - live.stopped, 1)
@@ -312,6 +309,52 @@ def load_and_measure(
         stopped = time.monotonic()
     return WindowEdges(
         before, after, stats, cpu_before, cpu_after, cpu_span_s, jit_s, started, ended, edges_s, stopped
+    )
+
+
+def swarm(web: LocustWeb, host: str, scenario: str, load: Load, case_id: str) -> None:
+    """Locust's load at `load` on `scenario` through the proxy at `host`."""
+    web.swarm(
+        host,
+        load.users,
+        load.users,
+        scenario=scenario,
+        load_model=load.model,
+        wait_min=load.wait_min,
+        wait_max=load.wait_max,
+        target_rps=load.target_rps,
+        lab_case=case_id,
+    )
+
+
+def needs_warm_first(live: Live, spec: Spec, plan: Plan) -> bool:
+    """The plan warms first, this proxy has not been, and its load is not that warm-up itself."""
+    first = plan.warm_first
+    if first is None or live.first is not None or plan.warmup_s == 0:
+        return False
+    return (spec.scenario, spec.load.label) != (WARM_FIRST_SCENARIO, first.label)
+
+
+def warm_first(web: LocustWeb, host: str, plan: Plan, spec: Spec, pid: int | None) -> Warmup:
+    """The proxy warmed by the rule at the plan's warm_first load on WARM_FIRST_SCENARIO (capacity:
+    the JIT compiles the proxy's path in 30-60 s), then Locust stopped for the measured load."""
+    assert plan.warm_first is not None
+    swarm(web, host, WARM_FIRST_SCENARIO, plan.warm_first, spec.case.id)
+    try:
+        return warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
+    finally:
+        web.stop()
+
+
+def with_first(w: Warmup, first: Warmup, plan: Plan) -> Warmup:
+    """The warm-up at the measured load, recording the warm-up at capacity before it."""
+    assert plan.warm_first is not None
+    return dataclasses.replace(
+        w,
+        first_load=plan.warm_first.label,
+        first_scenario=WARM_FIRST_SCENARIO,
+        first_seconds=first.seconds,
+        first_end=first.end,
     )
 
 
@@ -484,12 +527,13 @@ def format_seconds(s: float) -> str:
 
 
 def planned_seconds(plan: Plan, keeps_proxies: bool = True) -> float:
-    """The most a plan takes: natively, every proxy's warm-up limit once per scenario and load and
-    every window with its settle; with a fresh proxy per window, each window's warm-up too."""
-    windows = len(plan.runs())
+    """The most a plan takes: natively, every proxy's warm-up limit once per scenario and load (and
+    once more at capacity with warm_first) and every window with its settle; with a fresh proxy per
+    window, each window's warm-ups too."""
+    windows, first = len(plan.runs()), int(plan.warm_first is not None)
     if plan.fresh or not keeps_proxies:
-        return windows * (plan.warmup_s + plan.duration_s + RUN_OVERHEAD_S)
-    warmups = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads)
+        return windows * (plan.warmup_s * (1 + first) + plan.duration_s + RUN_OVERHEAD_S)
+    warmups = len(plan.proxies()) * (len(plan.scenarios) * len(plan.loads) + first)
     return warmups * plan.warmup_s + windows * (plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S)
 
 

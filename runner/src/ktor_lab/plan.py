@@ -17,6 +17,8 @@ from .cases import DIMENSIONS, SCENARIOS, Case
 from .network import Network
 
 LOAD_HELP = "closed/USERS/WAIT (e.g. closed/50/0, closed/1000/1-2) or rate/RPS[/USERS] (e.g. rate/500)"
+# What --warm-first loads: the smallest file, which exercises the proxy's whole path fastest.
+WARM_FIRST_SCENARIO = "static-small"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class Load:
 
     def to_json(self) -> dict:
         return {"label": self.label, **asdict(self)}
+
+
+def parse_warm_first(text: str) -> Load | None:
+    """--warm-first: a load level, or "" / "none" for no warm-up before the measured load's."""
+    return None if text.strip() in ("", "none") else parse_load(text)
 
 
 def parse_load(text: str) -> Load:
@@ -138,6 +145,10 @@ class Plan:
     fresh: bool = False
     # Seconds of unmeasured load before a window on a warm proxy that has idled (its pools refill).
     settle_s: int = 3
+    # A load that warms each proxy once, on WARM_FIRST_SCENARIO, before its first warm-up at a
+    # measured load (lab run --warm-first): at capacity the JIT compiles the proxy's path in
+    # 30-60 s, at a fixed 100 rps or on the slow scenario it still compiles after minutes.
+    warm_first: Load | None = None
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
@@ -239,4 +250,5 @@ class Plan:
         d = asdict(self)
         d["cases"] = [case.name for case in self.cases]
         d["loads"] = [load.to_json() for load in self.loads]
+        d["warm_first"] = self.warm_first.to_json() if self.warm_first else None
         return d

@@ -30,6 +30,7 @@ from .conclusions import (
     value,
     warmth,
 )
+from .plan import WARM_FIRST_SCENARIO
 from .results import Results, load
 
 # The figures whose cells say "not exposed" for an engine whose pool the proxy cannot see.
@@ -212,8 +213,13 @@ def settings(results: Results) -> list[str]:
         + (f"; A/A pair: {plan.aa}" if plan.aa else "")
         + ".",
         f"Per proxy: warm-up up to {plan.warmup_s} s per scenario and load (until two 5 s windows agree "
-        f"within 5% and the JIT is quiet); a window on a proxy that idled first gets {plan.settle_s} s of "
-        "unmeasured load.",
+        f"within 5% and the JIT is quiet)"
+        + (
+            f", after a first one at {plan.warm_first.label} on {WARM_FIRST_SCENARIO} (the same rule)"
+            if plan.warm_first
+            else ""
+        )
+        + f"; a window on a proxy that idled first gets {plan.settle_s} s of unmeasured load.",
         f"Proxy: JAVA_OPTS {plan.java_opts}"
         + (f", extra {_pairs(plan.proxy_env)}" if plan.proxy_env else "")
         + ".",
@@ -249,10 +255,6 @@ def settings(results: Results) -> list[str]:
     return lines
 
 
-def warm_up_end(w) -> str:
-    return "settled" if w.settled else "stopped answering" if w.collapsed else "not settled"
-
-
 def warmups(results: Results) -> list[str]:
     """One line per proxy and scenario and load: how long its warm-up took, and its rates."""
     lines = []
@@ -260,8 +262,13 @@ def warmups(results: Results) -> list[str]:
         if run.after not in ("warm-up", "fresh"):
             continue
         w = run.warmup
+        first = (
+            f"first {w.first_seconds} s at {w.first_load} on {w.first_scenario}, {w.first_end}; then "
+            if w.first_load
+            else ""
+        )
         lines.append(
-            f"Warm-up of {run.title()}: {w.seconds} s, {warm_up_end(w)}, "
+            f"Warm-up of {run.title()}: {first}{w.seconds} s, {w.end}, "
             f"5 s rates {w.window_rates}"
             + ("" if w.jit_nice is None else f", JIT compiler threads at nice {w.jit_nice} until the window")
             + "."

@@ -13,8 +13,8 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `errors`: more than 1% of the requests failed.
 - `not-warm`: the warm-up ended before the rate was stable and the JIT quiet, or the JIT
   compiler threads used more than JIT_WINDOW_SHARE of a core during the window itself; the
-  figures may still climb. A proxy that stopped answering in its warm-up (warmup.collapsed)
-  ends it there and is flagged with that reason.
+  figures may still climb. A proxy that stopped answering in its warm-up (warmup.collapsed),
+  or in its first one at capacity (--warm-first), ends it there and is flagged with that reason.
 - `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
   threads or LEAK_FILES open files (and one of each per user: a pool may keep a connection and
   a thread per request that was in flight until its keep-alive, which grows with the users, a
@@ -76,6 +76,12 @@ RATE_FLAGS = (
 )
 
 
+def slow_to_warm(run: Run) -> bool:
+    """A load under which the JIT warms slowly, with no warm-up at capacity before it."""
+    load = run.load
+    return not run.warmup.first_load and (load.model == "rate" or load.wait_max > 0 or run.scenario == "slow")
+
+
 def judge(run: Run) -> Verdict:
     """The flags of one run, each with its reason; `capacity` when none is a rate flag."""
     load, locust = run.load, run.locust
@@ -110,6 +116,12 @@ def judge(run: Run) -> Verdict:
             f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
             f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {run.warmup.seconds:.0f} s"
         )
+    elif run.warmup.first_end == "stopped answering":
+        flags.append("not-warm")
+        reasons.append(
+            f"stopped answering in its first warm-up, at {run.warmup.first_load} (--warm-first), which "
+            "ended there: its windows are of a proxy that collapsed before them"
+        )
     elif not run.warmup.settled:
         flags.append("not-warm")
         reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
@@ -118,6 +130,11 @@ def judge(run: Run) -> Verdict:
         reasons.append(
             f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "
             f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb"
+        )
+    if "not-warm" in flags and not run.warmup.collapsed and slow_to_warm(run):
+        reasons[-1] += (
+            "; at a fixed rate, a wait or slow answers the JIT compiles for minutes: --warm-first "
+            "closed/50/0 warms the proxy at capacity first"
         )
     if run.unanswered:
         flags.append("unresponsive")

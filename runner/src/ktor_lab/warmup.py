@@ -99,6 +99,18 @@ class Warmup:
     jit_nice: int | None = None
     # the rate stayed under COLLAPSED_SHARE of its best for COLLAPSED_WINDOWS windows: ended early
     collapsed: bool = False
+    # A warm-up at capacity before this one (the plan's warm_first): its load, scenario, seconds
+    # and how it ended (`end`; "": none). At a fixed rate of 50-100 rps the JIT compiles the
+    # proxy's path for minutes; at capacity in 30-60 s.
+    first_load: str = ""
+    first_scenario: str = ""
+    first_seconds: int = 0
+    first_end: str = ""
+
+    @property
+    def end(self) -> str:
+        """How it ended: settled, stopped answering (collapsed) or not settled (the limit)."""
+        return "settled" if self.settled else "stopped answering" if self.collapsed else "not settled"
 
 
 def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None) -> Warmup:

@@ -526,3 +526,72 @@ def test_bad_network_values_stop_lab_up_in_one_line_naming_the_variable(capsys):
     assert "--rtt: UPSTREAM_RTT_MS='abc' is not valid" in capsys.readouterr().err
     assert main(["up", "singleton-cio", "--rtt", "2", "--jitter", "3"]) == 2
     assert "UPSTREAM_JITTER_MS=3 is more than UPSTREAM_RTT_MS=2" in capsys.readouterr().err
+
+
+# --- a warm-up at capacity first (--warm-first) -------------------------------------------------
+
+
+def test_a_not_warm_row_at_a_fixed_rate_names_warm_first_and_one_warmed_first_does_not():
+    run = a_run(model="rate", users=20, target=100.0, rps=100.0)
+    run.warmup = Warmup(seconds=30, settled=False)
+    reason = next(r for r in verdict.judge(run).reasons if r.startswith("not warm after 30 s"))
+    assert reason.endswith("--warm-first closed/50/0 warms the proxy at capacity first")
+    run.warmup = Warmup(seconds=30, settled=False, first_load="closed/50/0", first_seconds=45)
+    reason = next(r for r in verdict.judge(run).reasons if r.startswith("not warm after 30 s"))
+    assert "--warm-first" not in reason
+    # at capacity the measured load warms the JIT itself: no hint
+    capacity = a_run()
+    capacity.warmup = Warmup(seconds=150, settled=False)
+    assert not any("--warm-first" in r for r in verdict.judge(capacity).reasons)
+
+
+def test_warm_first_comes_once_per_proxy_before_its_first_other_load_and_only_with_a_warm_up():
+    from ktor_lab import measure
+    from ktor_lab.plan import Spec, parse_warm_first
+
+    plan = Plan(["singleton-cio"], ["slow", "static-small"], [parse_load("rate/100")], warmup_s=30)
+    assert plan.warm_first is None and parse_warm_first("none") is None and parse_warm_first("") is None
+    plan.warm_first = parse_warm_first("closed/50/0")
+    live = measure.Live(plan.proxies()[0], proxy=None, idle=None)  # type: ignore[arg-type]
+    slow, small = (Spec(1, plan.cases[0], s, plan.loads[0]) for s in ("slow", "static-small"))
+    assert measure.needs_warm_first(live, slow, plan)
+    # the measured load is the warm-up's own: nothing to do first
+    assert not measure.needs_warm_first(live, Spec(1, plan.cases[0], "static-small", plan.warm_first), plan)
+    live.first = Warmup(seconds=45, settled=True)
+    assert not measure.needs_warm_first(live, small, plan)  # once per proxy
+    live.first, plan.warmup_s = None, 0
+    assert not measure.needs_warm_first(live, slow, plan)  # --warmup 0: no warm-up of any kind
+    # recorded with the warm-up at the measured load, and counted in the plan's time
+    w = measure.with_first(Warmup(seconds=10, settled=True), Warmup(seconds=45, settled=True), plan)
+    assert (w.first_load, w.first_scenario, w.first_seconds, w.first_end) == (
+        "closed/50/0",
+        "static-small",
+        45,
+        "settled",
+    )
+    plan.warmup_s = 30
+    without = copy.copy(plan)
+    without.warm_first = None
+    assert measure.planned_seconds(plan) - measure.planned_seconds(without) == 30
+
+
+def test_warm_first_and_its_record_survive_results_json(tmp_path):
+    plan = Plan(["singleton-cio"], ["slow"], [parse_load("rate/50")], warm_first=parse_load("closed/50/0"))
+    run = a_run(model="rate", users=10, target=50.0, rps=50.0)
+    run.warmup = Warmup(seconds=10, settled=True, first_load="closed/50/0", first_scenario="static-small")
+    results = Results(plan, {"kind": "native"}, {"versions": {}, "machine": {}}, "now", runs=[run])
+    again = Results.from_json(json.loads(json.dumps(results.to_json())))
+    assert again.plan.warm_first == parse_load("closed/50/0")
+    assert again.runs[0].warmup.first_load == "closed/50/0"
+    # a results.json written before --warm-first reads as none
+    old = results.to_json()
+    del old["plan"]["warm_first"]
+    assert Results.from_json(old).plan.warm_first is None
+
+
+def test_a_proxy_that_collapsed_in_its_warm_up_at_capacity_is_not_passed_as_warm():
+    run = a_run(model="rate", users=20, target=100.0, rps=100.0)
+    run.warmup = Warmup(seconds=10, settled=True, first_load="closed/50/0", first_end="stopped answering")
+    v = verdict.judge(run)
+    assert "not-warm" in v.flags
+    assert any(r.startswith("stopped answering in its first warm-up, at closed/50/0") for r in v.reasons)

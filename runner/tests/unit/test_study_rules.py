@@ -246,9 +246,12 @@ def test_a_study_s_dry_run_says_its_proxies_windows_and_time():
     from ktor_lab.studies import dry_run_lines
 
     items = STUDIES["dispatchers"].plan(options("dispatchers", "--parts", "slow", "--warmup", "30"))
-    most = 24 * 30 + 72 * (3 + 10 + WINDOW_OVERHEAD_S)  # a warm-up per proxy; windows with their settle
+    # two warm-ups per proxy (at capacity first, --warm-first's default, then at its load); windows
+    # with their settle
+    most = 24 * 30 * 2 + 72 * (3 + 10 + WINDOW_OVERHEAD_S)
     assert dry_run_lines(items)[0] == (
-        f"slow: 24 proxies, 72 windows of 10 s, warm-up <= 30 s; at most about {format_seconds(most)}"
+        "slow: 24 proxies, 72 windows of 10 s, warm-up <= 30 s (first at closed/50/0, then at its load); "
+        f"at most about {format_seconds(most)}"
     )
     lines = dry_run_lines(STUDIES["versions"].plan(options("versions")))
     assert lines[0].startswith("ktor: ") and "in all" in lines[-2] and lines[-1].endswith("not estimated")

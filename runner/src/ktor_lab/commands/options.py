@@ -11,6 +11,7 @@ from .. import versions
 from ..cases import DIMENSIONS, Case
 from ..errors import LabError
 from ..network import Network, NetworkError, value
+from ..plan import WARM_FIRST_SCENARIO
 from ..stack import PORT_OWNERS, Ports
 
 
@@ -200,3 +201,16 @@ def network(args: argparse.Namespace, case_rtt: int = 0) -> Network:
         )
     except NetworkError as e:
         raise LabError(str(e)) from None
+
+
+def add_warm_first(p: argparse.ArgumentParser, default: str) -> None:
+    """--warm-first: a warm-up at capacity once per proxy before its first measured load's."""
+    p.add_argument(
+        "--warm-first",
+        default=default,
+        metavar="LOAD",
+        help=f"warm each proxy once at this load on {WARM_FIRST_SCENARIO} before the warm-up at its measured "
+        "load (the same rule, up to --warmup each): at a fixed rate or on the slow scenario the JIT compiles "
+        "the proxy's path for minutes, at capacity in 30-60 s; 'none' for no such warm-up (default: "
+        "%(default)s)",
+    )

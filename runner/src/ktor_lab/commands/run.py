@@ -19,7 +19,7 @@ from ..cases import (
     case_list,
 )
 from ..errors import LabError
-from ..plan import LOAD_HELP, Plan, parse_load
+from ..plan import LOAD_HELP, Plan, parse_load, parse_warm_first
 from ..rundirs import results_dir
 from . import options
 
@@ -80,6 +80,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="a fresh proxy for every window, warmed again each time (as the compose backend always does)",
     )
+    options.add_warm_first(p, "none")
     p.add_argument(
         "--settle",
         type=int,
@@ -152,6 +153,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             aa=aa_case(args.aa, cases),
             fresh=args.fresh,
             settle_s=args.settle,
+            warm_first=parse_warm_first(args.warm_first),
             warmup_s=args.warmup,
             duration_s=args.duration,
             workers=args.workers,

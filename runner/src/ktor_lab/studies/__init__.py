@@ -64,6 +64,7 @@ def dry_run_lines(items: list) -> list[str]:
             lines.append(
                 f"{name or 'matrix'}: {len(plan.proxies())} proxies, {len(plan.runs())} windows of "
                 f"{plan.duration_s} s, warm-up <= {plan.warmup_s} s"
+                + (f" (first at {plan.warm_first.label}, then at its load)" if plan.warm_first else "")
                 + (f", {skipped} combinations skipped" if skipped else "")
                 + f"; at most about {measure.format_seconds(seconds)}"
             )

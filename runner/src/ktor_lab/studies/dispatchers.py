@@ -22,7 +22,7 @@ from .. import conclusions, render, versions
 from ..cases import DISPATCHER_TITLES, Case, engine_list
 from ..commands import options
 from ..confidence import Estimate
-from ..plan import Plan, parse_load
+from ..plan import Plan, parse_load, parse_warm_first
 from ..results import Results
 from . import machinery
 
@@ -96,6 +96,7 @@ def matrices(args: argparse.Namespace) -> Matrices:
     def plan(scenario: str, load, **dims) -> Plan:
         return Plan(
             cases, [scenario], [load], args.windows, args.warmup, args.duration, 0, args.java_opts, **dims,
+            warm_first=parse_warm_first(args.warm_first),
         )  # fmt: skip
 
     parts = []

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from .. import measure, metrics, render, run_report
 from ..backends import NativeBackend
 from ..cases import ENGINES, LIFETIMES, all_of
+from ..commands import options
 from ..machine import environment
 from ..plan import Plan
 from ..results import Results
@@ -99,6 +100,8 @@ def add_proxy_runs(p: argparse.ArgumentParser, duration: int = 10, java_opts: st
         "--duration", type=int, default=duration, help="seconds measured per window (default: %(default)s)"
     )
     p.add_argument("--java-opts", default=java_opts, help="the proxy's JVM options (default: %(default)s)")
+    # A study's rows are at fixed rates, waits or slow answers, where the JIT alone never warms.
+    options.add_warm_first(p, "closed/50/0")
 
 
 def run(study: Study, args: argparse.Namespace, command: str) -> Path:

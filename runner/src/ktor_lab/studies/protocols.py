@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import render, verdict
 from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..parts import nginx
-from ..plan import Plan, parse_load
+from ..plan import Plan, parse_load, parse_warm_first
 from ..results import Results
 from ..stack import Stack
 from . import machinery, streaming
@@ -60,6 +60,7 @@ def matrix_plan(args: argparse.Namespace) -> Plan:
         scenarios=["static-small"],
         loads=[parse_load(x) for x in (args.rate_load, args.capacity_load)],
         warmup_s=args.warmup,
+        warm_first=parse_warm_first(args.warm_first),
         duration_s=args.duration,
         java_opts=args.java_opts,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import render, verdict
 from ..cases import case_list
-from ..plan import Plan, parse_load
+from ..plan import Plan, parse_load, parse_warm_first
 from ..results import Results, Run
 from ..results import load as load_results
 from . import machinery
@@ -76,6 +76,7 @@ def matrix_plan(args: argparse.Namespace) -> Plan:
         scenarios=["static-small"],
         loads=[parse_load(x) for x in loads],
         warmup_s=args.warmup,
+        warm_first=parse_warm_first(args.warm_first),
         duration_s=args.duration,
         java_opts=args.java_opts,
     )
