@@ -2,8 +2,8 @@
 
 On 2 cores the JIT compiles the proxy's path for 50-100 s under load, and the rate doubles or
 triples meanwhile; a fixed few seconds would measure the compiler. Load is applied in windows
-of WINDOW_S: warm when two windows in a row agree within TOLERANCE (or the last two together agree
-with the two before: a load that completes in waves) and, for a JVM that can be seen, its C1/C2
+of WINDOW_S: warm when two windows in a row agree within TOLERANCE (or each of the last two with the
+one two before it: a load that completes in waves) and, for a JVM that can be seen, its C1/C2
 compiler threads used under JIT_QUIET_SHARE of a core in the last one.
 
 During the warm-up those compiler threads run at nice JIT_NICE (when this process may set it:
@@ -149,7 +149,7 @@ def window_settles(window, result: Warmup, jit: JitClock | None, previous: float
         used = jit.lap()
         result.window_jit_s.append(round(used, 2))
         quiet = used < JIT_QUIET_SHARE * WINDOW_S
-    result.settled = bool(quiet and (agree(rate, previous) or agree_in_pairs(result.window_rates)))
+    result.settled = bool(quiet and (agree(rate, previous) or repeats_in_waves(result.window_rates)))
     return result.settled
 
 
@@ -157,13 +157,11 @@ def agree(rate: float, previous: float | None) -> bool:
     return bool(previous and abs(rate - previous) <= TOLERANCE * previous)
 
 
-def agree_in_pairs(rates: list[float]) -> bool:
-    """The last two windows together against the two before: a load that completes in waves (100
-    users on /slow, 2 s each: 200 requests in one 5 s window, 300 in the next) never has two
-    single windows agree, while every 10 s holds the same 5 waves."""
-    if len(rates) < 4:
-        return False
-    return agree(rates[-1] + rates[-2], rates[-3] + rates[-4])
+def repeats_in_waves(rates: list[float]) -> bool:
+    """Each of the last two windows agrees with the one two before it: a load that completes in
+    waves (100 users on /slow, 2 s each: 200 requests in one 5 s window, 300 in the next, 40 and
+    60 rps in turn) never has two windows in a row agree, yet repeats every two."""
+    return len(rates) >= 4 and agree(rates[-1], rates[-3]) and agree(rates[-2], rates[-4])
 
 
 def collapsed(rates: list[float]) -> bool:
