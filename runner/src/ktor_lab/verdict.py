@@ -76,10 +76,17 @@ RATE_FLAGS = (
 )
 
 
-def slow_to_warm(run: Run) -> bool:
-    """A load under which the JIT warms slowly, with no warm-up at capacity before it."""
+def warm_first_hint(run: Run) -> str:
+    """What a not-warm reason adds under a load at which the JIT warms slowly (a fixed rate, a wait,
+    slow answers) with no warm-up at capacity before it; "" otherwise."""
     load = run.load
-    return not run.warmup.first_load and (load.model == "rate" or load.wait_max > 0 or run.scenario == "slow")
+    slow = load.model == "rate" or load.wait_max > 0 or run.scenario == "slow"
+    if run.warmup.first_load or not slow:
+        return ""
+    return (
+        "; at a fixed rate, a wait or slow answers the JIT compiles for minutes: --warm-first "
+        "closed/50/0 warms the proxy at capacity first"
+    )
 
 
 def judge(run: Run) -> Verdict:
@@ -124,17 +131,15 @@ def judge(run: Run) -> Verdict:
         )
     elif not run.warmup.settled:
         flags.append("not-warm")
-        reasons.append(f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb")
+        reasons.append(
+            f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb"
+            + warm_first_hint(run)
+        )
     elif jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds:
         flags.append("not-warm")
         reasons.append(
             f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "
-            f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb"
-        )
-    if "not-warm" in flags and not run.warmup.collapsed and slow_to_warm(run):
-        reasons[-1] += (
-            "; at a fixed rate, a wait or slow answers the JIT compiles for minutes: --warm-first "
-            "closed/50/0 warms the proxy at capacity first"
+            f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb{warm_first_hint(run)}"
         )
     if run.unanswered:
         flags.append("unresponsive")

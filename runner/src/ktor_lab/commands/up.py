@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     # The plan of what the Locust UI first offers: the case, its first scenario, 50 users.
     plan = Plan(
         [case],
-        [next(iter(SCENARIOS))],
+        [SCENARIOS[0]],
         [parse_load("closed/50/0")],
         workers=args.workers,
         java_opts=args.java_opts,
