@@ -3,7 +3,8 @@
 For every case, both ways, at every cut point (inside a chunk, where the next chunk would start,
 inside a Content-Length body), closed by FIN or RST after a pause of 0, 0.1 or 0.5 s, idle and
 with every core busy: the count passed as complete must be 0. `--cut-tries N` tries per case,
-direction and machine state (30 here and in CI, 300 in `make test-cuts`).
+direction and machine state (30 here and in CI, 300 in `make test-cuts`), `cuts.IN_FLIGHT` at once:
+their pauses overlap, and each cut meets a proxy that serves other callers meanwhile.
 
 - Up: the caller cuts its PUT; the fault server logs whether the body it got ended by its own
   framing (the last chunk, all of its Content-Length). The caller gets no 2xx.
