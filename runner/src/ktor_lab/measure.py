@@ -55,6 +55,8 @@ RUN_OVERHEAD_S = 8
 # Seconds a window on a warm proxy takes beyond its settle and its measured seconds (Locust's
 # start and stop, the window's last scrape, Prometheus' queries).
 WINDOW_OVERHEAD_S = 5
+# Seconds nginx may take to write a connection to its log (its buffer is flushed every 1 s).
+NGINX_LOG_S = 1.5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
 PROXY_SCRAPE_S = 30
 # Proxies up at once natively (each up to -Xmx512m of heap and its threads): the default matrix's
@@ -209,7 +211,7 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     scrape_proxy = ProxyScraper(live.proxy.url, run)
     edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)
     record_window(run, edges, live.idle)
-    time.sleep(backend.scrape_seconds + 0.5)  # the window's last scrape (and nginx's log, within 1 s)
+    last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges)
     run.connections = connection_figures(
         backend.connections(edges.started, edges.ended), run.proxy.upstream_requests, over_tls=case.tls
@@ -218,6 +220,19 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     run.verdict = verdict.judge(run)
     live.pending, live.stopped = run, edges.stopped
     return run
+
+
+def last_scrape(backend: Backend, instance: str, ended: float) -> None:
+    """Waits until Prometheus has scraped the proxy once after the window's end (`ended`, seconds
+    since the epoch), so that every sample inside the window is stored, and until nginx has written
+    the window's connections to its log (within NGINX_LOG_S). A proxy that does not answer its
+    scrape is waited for two scrape intervals at most (its run is flagged elsewhere)."""
+    wait_until(
+        lambda: metrics.scraped_since(backend.prometheus_url, instance, ended),
+        timeout=2 * backend.scrape_seconds + 1,
+        interval=0.25,
+    )
+    time.sleep(max(0.0, NGINX_LOG_S - (time.time() - ended)))
 
 
 def finish_leak_check(backend: Backend, live: Live) -> None:
