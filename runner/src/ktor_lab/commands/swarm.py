@@ -271,7 +271,7 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str], login: s
         time.sleep(1)
     if (have := web.stats().workers) < args.workers:
         raise LabError(f"only {have} of {args.workers} Locust workers joined the master in 60 s", code=1)
-    # Prometheus finds each node's exporter by DNS (every 15 s): every node in it before the run.
+    # Prometheus finds each node's exporter by DNS (every 5 s): every node in it before the run.
     count = len([n for n in swarm.nodes() if n.state == "ready" and n.availability == "active"])
     while (
         len(metrics.query(prometheus, "lab_node_cpus", auth=auth)) < count
