@@ -19,6 +19,7 @@ from .cases import Case
 from .errors import LabError
 from .network import Network, read
 from .parts import compose, nginx, toxiproxy
+from .parts.faults import FaultServer
 from .plan import Plan
 from .processes import free_port
 from .results import NetworkRecord
@@ -62,11 +63,17 @@ class Backend(Protocol):
         """The parts every run shares; logs under `out_dir`."""
 
     def start_case(
-        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+        self,
+        case: Case,
+        env: dict[str, str],
+        network: Network,
+        keep: bool = False,
+        upstream_url: str | None = None,
     ) -> ProxyHandle:
         """A fresh proxy for `case` with the extra variables `env`, `network` between it and nginx
         (Toxiproxy when it is on, nothing otherwise). With `keep` (only where `keeps_proxies`), the
-        proxies started before stay up beside it; otherwise it replaces them."""
+        proxies started before stay up beside it; otherwise it replaces them. `upstream_url`: another
+        upstream than nginx (natively only: the fault server of `lab study faults`)."""
 
     def use(self, proxy: ProxyHandle) -> None:
         """Makes `proxy` the one under load: the network between it and nginx is its own, and
@@ -155,12 +162,40 @@ class NativeBackend:
         if self.grafana:
             self.stack.grafana()
 
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        """Only nginx (or nothing, `with_nginx` off): for the studies whose own clients measure
+        transfers, bursts or faults through a proxy (streaming, threads, faults, protocols'
+        uploads); their proxies start through start_case as a run's do, with no Locust or
+        Prometheus beside them. Logs in `out_dir`."""
+        self.java_opts = java_opts
+        self.stack = Stack(out_dir, self.ports or Ports.free(), java_opts.split(), f"{self.scrape_seconds}s")
+        if with_nginx:
+            self.stack.nginx()
+
+    def fault_server(self) -> FaultServer:
+        """The lab's misbehaving upstream (parts/faults.py) beside the parts, started once."""
+        return self._stack.faults()
+
+    @property
+    def run_dir(self) -> Path:
+        return self._stack.run_dir
+
+    @property
+    def upstream_url(self) -> str:
+        """nginx, as the proxies reach it (a transfer straight to it is a study's reference)."""
+        return self._stack.upstream_url
+
     def start_case(
-        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+        self,
+        case: Case,
+        env: dict[str, str],
+        network: Network,
+        keep: bool = False,
+        upstream_url: str | None = None,
     ) -> ProxyHandle:
         """A fresh proxy for `case`: the jar of its Ktor release, on its JDK (Stack.proxy),
         through Toxiproxy on loopback when `network` is on; with `keep`, on a port of its own."""
-        started = self._stack.proxy(case, network=network, keep=keep, **env)
+        started = self._stack.proxy(case, upstream_url, network=network, keep=keep, **env)
         instance = started.url.removeprefix("http://")
         return ProxyHandle(started.url, started.service.pid, instance, network, started)
 
@@ -284,7 +319,12 @@ class ComposeBackend:
         return versions.release_of(case, versions.release(self.default_ktor)).name
 
     def start_case(
-        self, case: Case, env: dict[str, str], network: Network, keep: bool = False
+        self,
+        case: Case,
+        env: dict[str, str],
+        network: Network,
+        keep: bool = False,
+        upstream_url: str | None = None,
     ) -> ProxyHandle:
         """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
         release), and compose/network.yml stacked on it when `network` is on (its values in the
@@ -298,6 +338,8 @@ class ComposeBackend:
         project.env.update({"KTOR_VERSION": release, compose.release_variable(case.engine): release})
         if keep:
             raise LabError("the compose stack runs one proxy at a time: a fresh one per window")
+        if upstream_url:
+            raise LabError("the compose stack's proxy forwards to its nginx: run this natively")
         project.up(case, fresh_proxy=True, network=network.on)
         return ProxyHandle(project.url("proxy"), project.container_pid("proxy"), "proxy:8080", network)
 

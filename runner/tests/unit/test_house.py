@@ -121,7 +121,7 @@ def test_the_check_sees_imports_of_every_kind(tmp_path):
     g = graph()
     assert "parts.loadgen" in g["measure"]
     assert {"commands.run", "commands.up"} <= g["cli"]
-    assert "stack" in g["studies.faults"] and "errors" in g["stack"]
+    assert "backends" in g["studies.faults"] and "errors" in g["stack"]
     assert g["studies"] >= {"studies.faults", "stack"}
 
 
@@ -135,16 +135,22 @@ def test_parts_come_up_only_through_the_stack():
     assert not offenders, offenders
 
 
-def test_lab_run_lab_up_and_the_locust_studies_start_proxies_through_a_backend():
-    """`lab run`, `lab up` and the studies that run lab-run matrices start their parts and proxies
-    through a backend (backends.py: check, open, start_case); only what docs/README.md names as
-    outside it (bench, bench-locust, verify, machinery.upstream's transfer studies) makes a Stack."""
+def test_lab_run_lab_up_and_every_study_start_proxies_through_a_backend():
+    """`lab run`, `lab up` and every study start their proxies through a backend (backends.py:
+    check, open or open_upstream, start_case); only what docs/README.md names as outside it
+    (bench, bench-locust, verify, and the engines study, which starts no proxy) makes a Stack."""
     through_a_backend = [
         SRC / "commands" / "run.py",
         SRC / "commands" / "up.py",
-        *(SRC / "studies" / f"{s}.py" for s in ("replay", "versions", "distance", "dispatchers")),
-        SRC / "studies" / "protocols.py",
+        *(p for p in (SRC / "studies").glob("*.py") if p.name not in ("engines.py", "machinery.py")),
     ]
-    offenders = [str(p.relative_to(SRC)) for p in through_a_backend if "Stack(" in p.read_text()]
-    assert offenders == ["studies/protocols.py"], offenders  # its uploads part: a transfer on a Stack
+    assert len(through_a_backend) >= 12, through_a_backend
+    offenders = [
+        str(p.relative_to(SRC))
+        for p in through_a_backend
+        if "Stack(" in p.read_text() or ".proxy(" in p.read_text()
+    ]
+    assert not offenders, offenders
     assert "NativeBackend(" in (SRC / "commands" / "up.py").read_text()
+    assert "start_case(" in (SRC / "studies" / "machinery.py").read_text()
+    assert ".proxy(" not in (SRC / "studies" / "engines.py").read_text()

@@ -28,12 +28,12 @@ from pathlib import Path
 import requests
 
 from .. import metrics, render
+from ..backends import NativeBackend
 from ..cases import ENGINES, LIFETIMES, Case, engine_list
 from ..parts import cuts, raw_http
 from ..parts.faults import FaultServer
 from ..parts.raw_http import exchange, get
 from ..processes import busy_cores, wait_until
-from ..stack import Stack
 from . import machinery
 
 REQUEST_TIMEOUT_MS = 1500
@@ -314,18 +314,16 @@ def plan(args: argparse.Namespace) -> list[Setup]:
 
 
 @contextlib.contextmanager
-def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[Stack, FaultServer]]:
-    """The fault server in the upstream's place (no nginx)."""
-    with Stack(d / "logs", java_opts=args.java_opts.split()) as lab:
-        yield lab, lab.faults()
+def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[NativeBackend, FaultServer]]:
+    """The fault server in the upstream's place (no nginx); the proxies through the native backend."""
+    with machinery.proxies(args, d, with_nginx=False) as backend:
+        yield backend, backend.fault_server()
 
 
-def measure(parts: tuple[Stack, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
-    lab, server = parts
-    url = lab.proxy(
-        setup.case, server.url, CLIENT_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS), **SETTINGS[setup.settings]
-    ).url
-    try:
+def measure(parts: tuple[NativeBackend, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
+    backend, server = parts
+    settings = {"CLIENT_REQUEST_TIMEOUT_MS": str(REQUEST_TIMEOUT_MS), **SETTINGS[setup.settings]}
+    with machinery.proxy_up(backend, setup.case, server.url, **settings) as url:
         for _ in range(3):  # unmeasured: the client made, classes loaded
             requests.get(f"{url}/ok", timeout=10)
         probe = Probe(setup, Gauges.read(url), metrics.scrape(url, timeout=10).labels("lab_proxy_info"))
@@ -335,12 +333,10 @@ def measure(parts: tuple[Stack, FaultServer], setup: Setup, args: argparse.Names
             trials = [trial(fault, url, server) for _ in range(args.repeats)]
             busy = None
             if args.busy and (fault.cut or fault.upload):
-                with busy_cores(os.cpu_count() or 2, lab.run_dir):
+                with busy_cores(os.cpu_count() or 2, backend.run_dir):
                     busy = [trial(fault, url, server) for _ in range(args.repeats)]
             rows.append(probe.row(fault, trials, Gauges.read(url), busy))
         return rows
-    finally:
-        lab.stop_proxy()
 
 
 def progress(r: Row) -> str:

@@ -23,9 +23,10 @@ from typing import Any, Generic, TypeVar
 
 from .. import measure, metrics, render, run_report
 from ..backends import NativeBackend
-from ..cases import ENGINES, LIFETIMES, all_of
+from ..cases import ENGINES, LIFETIMES, Case, all_of
 from ..commands import options
 from ..machine import environment
+from ..network import Network
 from ..plan import Plan
 from ..results import Results
 from ..rundirs import results_dir
@@ -190,10 +191,38 @@ def proxy_figures(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
 
 @contextlib.contextmanager
 def upstream(args: argparse.Namespace, d: Path) -> Iterator[Stack]:
-    """The parts most studies share: a Stack with nginx, the proxy's JVM options from --java-opts."""
+    """nginx alone on a Stack, for a study that starts no proxy (the engines study's JMH jars)."""
     with Stack(d / "logs", java_opts=getattr(args, "java_opts", "-Xmx512m").split()) as lab:
         lab.nginx()
         yield lab
+
+
+@contextlib.contextmanager
+def proxies(
+    args: argparse.Namespace, d: Path, java_opts: str | None = None, with_nginx: bool = True
+) -> Iterator[NativeBackend]:
+    """The parts of a study whose own clients measure through a proxy (transfers, bursts, faults):
+    nginx (unless not `with_nginx`) on the native backend, whose start_case starts each proxy as
+    `lab run` does; the proxy's JVM options from `java_opts`, else --java-opts. Logs in `d`/logs."""
+    backend = NativeBackend()
+    try:
+        backend.open_upstream(d / "logs", java_opts or getattr(args, "java_opts", "-Xmx512m"), with_nginx)
+        yield backend
+    finally:
+        backend.close()
+
+
+@contextlib.contextmanager
+def proxy_up(
+    backend: NativeBackend, case: Case, upstream_url: str | None = None, **settings: str
+) -> Iterator[str]:
+    """`case`'s proxy (its variables and `settings`) started through `backend`, to nginx or to
+    `upstream_url`; yields its URL, and stops it on leaving."""
+    handle = backend.start_case(case, settings, Network(case.rtt_ms), upstream_url=upstream_url)
+    try:
+        yield handle.url
+    finally:
+        backend.stop_case(handle)
 
 
 @contextlib.contextmanager

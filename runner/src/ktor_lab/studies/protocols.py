@@ -24,7 +24,6 @@ from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Ca
 from ..parts import nginx
 from ..plan import Plan, parse_load, parse_warm_first
 from ..results import Results
-from ..stack import Stack
 from . import machinery, streaming
 
 # The upload study's pair, as it ran, and each over plain http beside it.
@@ -160,14 +159,10 @@ def upload_rows(d: Path, args: argparse.Namespace) -> list[UploadRow]:
     files = nginx.shared_files_dir()
     plan = streaming.Transfers.of(args.sizes, args.repeats, args.upload_warmup)
     out = []
-    with Stack(d / "uploads", java_opts=args.upload_java_opts.split()) as lab:
-        lab.nginx()
+    with machinery.proxies(args, d / "uploads", args.upload_java_opts) as backend:
         for case in UPLOAD_TARGETS:
-            url = lab.proxy(case).url
-            try:
+            with machinery.proxy_up(backend, case) as url:
                 rows = streaming.transfers(case.name, url, url, files, plan)
-            finally:
-                lab.stop_proxy()
             out += [
                 UploadRow(
                     r.target,

@@ -23,9 +23,9 @@ from pathlib import Path
 import requests
 
 from .. import render
+from ..backends import NativeBackend
 from ..cases import Case, engine_list
 from ..parts import nginx
-from ..stack import Stack
 from . import machinery
 
 DIRECT = "nginx direct"
@@ -155,16 +155,13 @@ def plan(args: argparse.Namespace) -> list[str]:
     return [DIRECT, *engine_list(args.engines)]
 
 
-def measure(lab: Stack, target: str, args: argparse.Namespace) -> list[Row]:
+def measure(backend: NativeBackend, target: str, args: argparse.Namespace) -> list[Row]:
     files = nginx.shared_files_dir()
     plan = Transfers.of(args.sizes, args.repeats, args.warmup)
     if target == DIRECT:
-        return transfers(target, lab.upstream_url, None, files, plan)
-    url = lab.proxy(Case("singleton", target)).url
-    try:
+        return transfers(target, backend.upstream_url, None, files, plan)
+    with machinery.proxy_up(backend, Case("singleton", target)) as url:
         return transfers(target, url, url, files, plan)
-    finally:
-        lab.stop_proxy()
 
 
 def transfers(target: str, base: str, probe_url: str | None, files: Path, plan: Transfers) -> list[Row]:
@@ -290,7 +287,7 @@ STUDY = machinery.Study(
     help="15 MB and 100 MB up and down per engine: MB/s, heap, CPU, checksums",
     add_options=add_options,
     plan=plan,
-    parts=machinery.upstream,
+    parts=machinery.proxies,
     measure=measure,
     report=report,
     progress=progress,

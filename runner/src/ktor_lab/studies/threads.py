@@ -23,8 +23,8 @@ from pathlib import Path
 import requests
 
 from .. import metrics, render
+from ..backends import NativeBackend
 from ..cases import Case, engine_list
-from ..stack import Stack
 from . import machinery
 
 
@@ -152,10 +152,10 @@ def plan(args: argparse.Namespace) -> list[Burst]:
 
 
 @contextlib.contextmanager
-def parts(args: argparse.Namespace, d: Path) -> Iterator[Stack]:
+def parts(args: argparse.Namespace, d: Path) -> Iterator[NativeBackend]:
     raise_fd_limit()
-    with machinery.upstream(args, d) as lab:
-        yield lab
+    with machinery.proxies(args, d) as backend:
+        yield backend
 
 
 def timeouts_ms(args: argparse.Namespace) -> tuple[int, int]:
@@ -166,16 +166,16 @@ def timeouts_ms(args: argparse.Namespace) -> tuple[int, int]:
     return request, args.connect_timeout_ms or request
 
 
-def measure(lab: Stack, burst: Burst, args: argparse.Namespace) -> list[Row]:
+def measure(backend: NativeBackend, burst: Burst, args: argparse.Namespace) -> list[Row]:
     request_ms, connect_ms = timeouts_ms(args)
-    url = lab.proxy(
+    with machinery.proxy_up(
+        backend,
         Case("singleton", burst.engine),
         CLIENT_LIMITS=burst.limits,
         CLIENT_MAX_CONNECTIONS=str(args.max_connections),
         CLIENT_REQUEST_TIMEOUT_MS=str(request_ms),
         CLIENT_CONNECT_TIMEOUT_MS=str(connect_ms),
-    ).url
-    try:
+    ) as url:
         # Unmeasured: the first calls create the client, load classes and open a few connections.
         for _ in range(5):
             requests.get(f"{url}/delay?ms=0", timeout=30).raise_for_status()
@@ -183,8 +183,6 @@ def measure(lab: Stack, burst: Burst, args: argparse.Namespace) -> list[Row]:
         idle = thread_gauges(url)
         result = asyncio.run(burst_of(url, burst.n, args.delay_ms, args.sample_at, args.deadline))
         settings = metrics.scrape(url).labels("lab_proxy_info")
-    finally:
-        lab.stop_proxy()
     at = result["at"]
     return [
         Row(
