@@ -83,7 +83,7 @@ def test_bench_measures_each_case_beside_the_minimal_proxy_and_says_where_its_cp
     if shutil.which("wrk") is None:
         pytest.fail("wrk is missing: apt-get install wrk")
     r = subprocess.run(
-        [LAB, "bench", "--cases", "singleton-cio", "--profile", "--warmup", "5", "--duration", "3"]
+        [LAB, "bench", "--cases", "singleton-cio", "--profile", "--warmup", "3", "--duration", "3"]
         + ["--connections", "8", "--run-dir", str(tmp_path), "--java-opts=-Xmx256m"]
         + [f"--{p}-port={free_port()}" for p in ("nginx", "nginx-status", "proxy")],
         capture_output=True,

@@ -34,7 +34,7 @@ from ktor_lab.processes import free_port
 
 pytestmark = pytest.mark.compose
 
-LOAD_SECONDS = 10
+LOAD_SECONDS = 6
 WORKER_REPORT_S = 3  # Locust workers report their stats to the master every 3 s
 RATE = 100  # requests a second: enough to count, little enough for per-call cases on 2 cores
 
@@ -391,7 +391,7 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
             "per-call-okhttp rtt 20",
             "--loads",
             f"rate/{RATE}/10",
-            *("--warmup", "0", "--duration", "10", "--windows", "1", "--aa", "none"),
+            *("--warmup", "0", "--duration", "5", "--windows", "1", "--aa", "none"),
             "--out",
             str(tmp_path),
         ],

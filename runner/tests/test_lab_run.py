@@ -258,7 +258,7 @@ def test_a_matrix_warms_each_proxy_once_and_interleaves_its_windows(tmp_path):
     out = tmp_path / "results"
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-okhttp,per-call-okhttp", "--aa", "singleton-okhttp"]
-        + ["--loads", "rate/100", "--windows", "2", "--warmup", "5", "--duration", "3", "--settle", "2"]
+        + ["--loads", "rate/100", "--windows", "2", "--warmup", "5", "--duration", "3", "--settle", "1"]
         + ["--java-opts=-Xmx256m", "--out", str(out)],
         capture_output=True,
         text=True,

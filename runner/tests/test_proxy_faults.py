@@ -27,7 +27,7 @@ from ktor_lab.processes import free_port
 REQUEST_TIMEOUT_MS = 1500
 CONNECT_TIMEOUT_MS = 2000
 LARGE = 1 << 20  # above the 64 KiB the proxy reads whole: the cut comes after the answer started
-DOWN_SECONDS = 4  # the fault server refuses connections this long: three short 502s fit with room
+DOWN_SECONDS = 3  # the fault server refuses connections this long: three short 502s fit with room
 REPEATS = 4  # truncations race with the engine's reads: each is tried several times
 
 
@@ -77,7 +77,8 @@ def test_a_slow_body_that_keeps_moving_is_never_cut_by_the_request_timeout(fault
 
 
 def test_a_stall_after_the_headers_is_a_504_at_the_request_timeout(faulty):
-    for path in ("/hang-after-headers?size=1000", f"/hang-after-headers?size={LARGE}", "/hang"):
+    # (A stall before the headers, /hang: the silent upstream's test below, for every case.)
+    for path in ("/hang-after-headers?size=1000", f"/hang-after-headers?size={LARGE}"):
         t0 = time.monotonic()
         reply = exchange(faulty.url, get(path))
         elapsed = time.monotonic() - t0

@@ -101,7 +101,7 @@ def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: P
         "replay",
         tmp_path,
         *("--cases", "singleton-cio,per-call-cio", "--replay-load", "closed/20/0.5-1"),
-        *("--rates", "50", "--capacity-load", "closed/4/0", "--warmup", "2", "--duration", "5"),
+        *("--rates", "50", "--capacity-load", "closed/4/0", "--warmup", "2", "--duration", "3"),
     )
     rows = {r["case"]: r for r in out["rows"]}
     assert set(rows) == {"singleton-cio", "per-call-cio"}
@@ -232,7 +232,7 @@ def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_uploa
         "protocols",
         tmp_path,
         *("--engines", "okhttp,cio", "--lifetimes", "singleton", "--protocols", "http,https,h2"),
-        *("--rate-load", "rate/20", "--capacity-load", "closed/5/0", "--warmup", "0", "--duration", "3"),
+        *("--rate-load", "rate/20", "--capacity-load", "closed/5/0", "--warmup", "0", "--duration", "2"),
         *("--sizes", "1m", "--repeats", "1", "--upload-warmup", "0"),
     )
     cases = {(r["case"], r["protocol"], r["load"]): r for r in out["rows"] if "protocol" in r and "load" in r}

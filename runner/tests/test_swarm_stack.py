@@ -81,7 +81,7 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
     try:
         r = lab(
             "swarm", "run", "per-call-cio", "--name", name, "--workers", "2", "--no-build", "--no-grafana",
-            "--registry-port", str(registry_port), "--users", "10", "--rate", "100", "--seconds", "10",
+            "--registry-port", str(registry_port), "--users", "10", "--rate", "100", "--seconds", "6",
             "--keep", "--run-dir", str(out), *settings, env=env,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr

@@ -18,8 +18,10 @@ from ktor_lab.paths import REPO
 from ktor_lab.results import Results
 
 LAB = str(Path(sys.executable).with_name("lab"))
-NEWER = versions.default_release()  # the newest; the versions study compares 3.4.0 with it
-OTHER = versions.release("3.4.1")  # built on request: it has apache, and no java engine
+NEWER = versions.default_release()  # the newest
+# Built on request: it has apache, and no java engine. The older release of the runs here too (the
+# suite has built its proxy for the apache case already).
+OTHER = versions.release("3.4.1")
 
 
 def test_jdks_are_found_by_major_version_and_by_folder(tmp_path):
@@ -80,7 +82,7 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
         [
             LAB,
             "run",
-            *("--ktor", f"3.4.0,{NEWER.name}", "--java", ",".join(java)),
+            *("--ktor", f"{OTHER.name},{NEWER.name}", "--java", ",".join(java)),
             *("--cases", "per-call-cio", "--loads", "rate/20"),
             *("--warmup", "0", "--duration", "3", "--windows", "1", "--aa", "none", "--out", str(out)),
         ],
@@ -93,7 +95,7 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
     runs = data["runs"]
     # Every combination once, each proxy saying itself which release and JDK it ran on.
     seen = {(run["case"], run["ktor"], run["java"].split(".")[0]) for run in runs}
-    assert seen == {("per-call-cio", ktor, j) for ktor in ("3.4.0", NEWER.name) for j in java}
+    assert seen == {("per-call-cio", ktor, j) for ktor in (OTHER.name, NEWER.name) for j in java}
     for run in runs:
         assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
         assert run["locust"]["requests"] > 0
@@ -103,11 +105,11 @@ def test_lab_run_with_two_releases_and_two_jdks_names_both_and_compares_one_chan
     changes = run_report.changes(group)
     assert sorted((c.case, c.dimension, c.same) for c in changes) == sorted(
         [("per-call-cio", "Ktor", f"JDK {j}") for j in java]
-        + [("per-call-cio", "JDK", f"Ktor {k}") for k in ("3.4.0", NEWER.name)]
+        + [("per-call-cio", "JDK", f"Ktor {k}") for k in (OTHER.name, NEWER.name)]
     )
     report = (out / "report.md").read_text()
     assert "## One dimension changed" in report
-    assert f"per-call-cio on JDK {java[0]}, Ktor 3.4.0 -> {NEWER.name}: rps " in report
+    assert f"per-call-cio on JDK {java[0]}, Ktor {OTHER.name} -> {NEWER.name}: rps " in report
     assert f"| per-call-cio ktor {NEWER.name} jdk {java[1]} |" in report
     assert "One dimension changed" in (out / "report.html").read_text()
 
@@ -121,7 +123,7 @@ def test_study_versions_tiny_writes_both_comparisons_and_io_per_release(tmp_path
                 "study",
                 "versions",
                 *("--cases", "singleton-okhttp", "--load", "rate/20", "--warmup", "0", "--duration", "3"),
-                *("--ktor", f"3.4.0,{NEWER.name}"),
+                *("--ktor", f"{OTHER.name},{NEWER.name}"),
                 *(
                     "--repeats",
                     "1",
@@ -141,22 +143,22 @@ def test_study_versions_tiny_writes_both_comparisons_and_io_per_release(tmp_path
     changes = [r for r in results["rows"] if not r.get("io")]
     io_rows = [r for r in results["rows"] if r.get("io")]
     assert {(r["dimension"], r["from"], r["to"]) for r in changes} == {
-        ("Ktor", "3.4.0", NEWER.name),
+        ("Ktor", OTHER.name, NEWER.name),
         ("JDK", "17", "25"),
     }
     for r in changes:
         assert r["cpu_from"] > 0 and r["cpu_to"] > 0 and r["rps_from"] > 0
     assert {(r["ktor"], r["what"]) for r in io_rows} == {
-        (k, w) for k in ("3.4.0", NEWER.name) for w in ("socket write", "file read")
+        (k, w) for k in (OTHER.name, NEWER.name) for w in ("socket write", "file read")
     }
     assert all(r["ktor_mb_per_s"] > 0 for r in io_rows)
     report = (out / "report.md").read_text()
     assert "## Ktor changed" in report and "## JDK changed" in report and "per release (JMH)" in report
     assert (out / "runs" / "report.html").exists()
-    # Three runs: 3.4.0 and the newer on JDK 17, then the newer on JDK 25.
+    # Three runs: the older and the newer on JDK 17, then the newer on JDK 25.
     runs = json.loads((out / "runs" / "results.json").read_text())["runs"]
     assert [(r["ktor"], r["java"].split(".")[0]) for r in runs] == [
-        ("3.4.0", "17"),
+        (OTHER.name, "17"),
         (NEWER.name, "17"),
         (NEWER.name, "25"),
     ]
