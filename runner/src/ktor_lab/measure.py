@@ -225,8 +225,9 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
 def last_scrape(backend: Backend, instance: str, ended: float) -> None:
     """Waits until Prometheus has scraped the proxy once after the window's end (`ended`, seconds
     since the epoch), so that every sample inside the window is stored, and until nginx has written
-    the window's connections to its log (within NGINX_LOG_S). A proxy that does not answer its
-    scrape is waited for two scrape intervals at most (its run is flagged elsewhere)."""
+    the window's connections to its log (within NGINX_LOG_S). The other targets' samples inside the
+    window were stored by their own scrapes, each done before this one. A proxy that does not
+    answer its scrape is waited for about two scrape intervals (its run is flagged elsewhere)."""
     wait_until(
         lambda: metrics.scraped_since(backend.prometheus_url, instance, ended),
         timeout=2 * backend.scrape_seconds + 1,

@@ -206,7 +206,8 @@ def proxies(
     `lab run` does; the proxy's JVM options from `java_opts`, else --java-opts. Logs in `d`/logs."""
     backend = NativeBackend()
     try:
-        backend.open_upstream(d / "logs", java_opts or getattr(args, "java_opts", "-Xmx512m"), with_nginx)
+        opts = java_opts if java_opts is not None else getattr(args, "java_opts", "-Xmx512m")
+        backend.open_upstream(d / "logs", opts, with_nginx)
         yield backend
     finally:
         backend.close()
