@@ -59,7 +59,7 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 
 build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, about 43 min on 2 cores (docs/testing.md): what it needs is installed first.
+# Every test, about 35 min on 2 cores (docs/testing.md): what it needs is installed first.
 test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
 	$(VENV)/bin/pytest runner/tests/unit
 	$(MVN) package
@@ -78,7 +78,7 @@ test-busy: deps-test setup  ## the whole suite while a busy loop runs on every c
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test): about 45 min (40 tests of about 1 min)
+test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test), six in flight: not timed since they run at once (45 min one by one)
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
 
 run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
