@@ -151,16 +151,13 @@ class NativeBackend:
         versions.ensure_jars(sorted(releases, key=lambda r: r.name))
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts
-        self.java_opts, self.workers = plan.java_opts, plan.workers
-        self.stack = Stack(
-            out_dir / "logs", self.ports or Ports.free(), plan.java_opts.split(), f"{self.scrape_seconds}s"
-        )
-        self.stack.nginx()
-        self.stack.exporter()
-        self.stack.prometheus()
-        self.stack.locust(plan.cases[0], plan.workers)
+        self.workers = plan.workers
+        self.open_upstream(out_dir / "logs", plan.java_opts)  # the Stack and nginx
+        self._stack.exporter()
+        self._stack.prometheus()
+        self._stack.locust(plan.cases[0], plan.workers)
         if self.grafana:
-            self.stack.grafana()
+            self._stack.grafana()
 
     def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
         """Only nginx (or nothing, `with_nginx` off): for the studies whose own clients measure
