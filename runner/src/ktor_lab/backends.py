@@ -1,4 +1,5 @@
-"""Where `lab run` finds the parts: host processes (native) or the compose stack.
+"""Where `lab run` finds the parts: host processes (native) or the compose stack; where `lab
+swarm` deploys them (a Docker Swarm stack, `SwarmBackend`, not one of `lab run`'s).
 
 A backend checks a plan before anything starts (`check`: a LabError of one line naming what it
 cannot do), starts the shared parts once (`open`), a fresh proxy per case (`start_case`), and
@@ -18,7 +19,7 @@ from . import versions
 from .cases import Case
 from .errors import LabError
 from .network import Network, read
-from .parts import compose, nginx, toxiproxy
+from .parts import compose, nginx, swarm, toxiproxy
 from .parts.faults import FaultServer
 from .plan import Plan
 from .processes import free_port
@@ -403,6 +404,171 @@ class ComposeBackend:
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
             **{k.lower(): self._project.env.get(k, env.get(k)) for k in keys},
+        }
+
+
+class SwarmBackend:
+    """docker-stack.yml deployed on a swarm as the stack `name` (`lab swarm up|run`), one case
+    at a time: `open` labels the nodes and builds and pushes the images of the plan's release to
+    `registry` (one started on this machine when None); `start_case` deploys the case's stack from
+    `Case.proxy_env()` and waits until every service is healthy; `close` removes it. Every UI
+    asks for a login (`login`). Not a `lab run --backend`: its nginx and proxy run on nodes
+    whose logs this process cannot read as a run's checks need (docs/swarm.md)."""
+
+    kind = "swarm"
+    scrape_seconds = 5  # prometheus/swarm.yml
+    keeps_proxies = False  # one stack, one proxy service
+
+    def __init__(
+        self,
+        name: str = "ktor-lab",
+        registry: str | None = None,
+        registry_port: int = swarm.REGISTRY_PORT,
+        settings: dict[str, str] | None = None,
+        build: bool = True,
+        push: bool = True,
+        grafana: bool = True,
+        timeout: float = 300,
+    ):
+        """`settings`: docker-stack.yml's variables given by the user (`--set`), over .env and
+        the shell's."""
+        self.name = name
+        self.registry = registry
+        self.registry_port = registry_port
+        self.settings = settings or {}
+        self.build = build
+        self.push = push
+        self.grafana = grafana
+        self.timeout = timeout
+        self.workers = 0
+        self.login: swarm.Login | None = None
+        self.env: dict[str, str] = {}  # what the stack was deployed with
+        self.counts: dict[str, tuple[int, int]] = {}  # each service's tasks when it became healthy
+
+    @property
+    def locust_url(self) -> str:
+        return swarm.url(self.name, "locust", self.env)
+
+    def locust_host(self, proxy: ProxyHandle) -> str:
+        return "http://proxy:8080"
+
+    @property
+    def prometheus_url(self) -> str:
+        return swarm.url(self.name, "prometheus", self.env)
+
+    @property
+    def auth(self) -> tuple[str, str]:
+        assert self.login is not None, "open() first"
+        return self.login.auth
+
+    def check(self, plan: Plan, machine: bool = True) -> None:
+        for case in plan.cases_to_run():
+            if case.tls or case.rtt_ms or case.java or plan.network_for(case).on:
+                raise LabError(
+                    f"{case.name}: the swarm stack runs a case over HTTP/1.1 without distance; set the "
+                    "Ktor release and JDK with --set KTOR_VERSION=... and PROXY_RUN_IMAGE=... (docs/swarm.md)"
+                )
+            self.release_of(case)
+        if not machine:
+            return
+        if problem := swarm.swarm_problem():
+            raise LabError(problem)
+        ready = [n for n in swarm.nodes() if n.state == "ready"]
+        if len(ready) > 1 and not self.registry:
+            raise LabError(
+                f"a swarm of {len(ready)} nodes needs --registry HOST:PORT that every node pulls from: "
+                "the one lab swarm starts here answers on this machine's loopback only"
+            )
+
+    def release_of(self, case: Case) -> str:
+        """The release of the proxy's image: KTOR_VERSION when given (--set, the shell), else the
+        case's own (.env's default, or the engine's last release: apache on 3.4.1). LabError when
+        the release given does not publish the case's engine."""
+        given = self.settings.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION")
+        try:
+            return versions.release_of(case.with_dimensions(ktor=given or "")).name
+        except ValueError as e:
+            raise LabError(str(e)) from None
+
+    def open(self, plan: Plan, out_dir: Path) -> None:
+        """A stack of the same name is removed first (a redeploy keeps old tasks running for a
+        while, and they would look healthy); the nodes labelled; the images of the plan's (one)
+        case built and pushed; the login's secret made or reused."""
+        if swarm.services(self.name):
+            print(f"lab swarm: removing the running stack {self.name} first")
+            swarm.remove_stack(self.name)
+        for line in swarm.label_nodes(swarm.nodes()):
+            print(f"lab swarm: {line}")
+        self.workers = plan.workers
+        (case,) = plan.cases_to_run()
+        self.settings = {**self.settings, "KTOR_VERSION": self.release_of(case)}
+        base = {**compose.dotenv(), **os.environ, **self.settings}
+        if not self.registry:
+            local = swarm.Registry(self.name, self.registry_port)
+            local.start()
+            self.registry = local.address
+        if not self.push:
+            print(f"lab swarm: images from {self.registry}, as they are there")
+        else:
+            print(f"lab swarm: images to {self.registry}")
+            for tag in swarm.build_and_push(self.registry, base, build=self.build):
+                print(f"  pushed {tag}")
+        self.login = swarm.ensure_password(self.name, os.environ.get("LAB_PASSWORD"))
+
+    def start_case(
+        self,
+        case: Case,
+        env: dict[str, str],
+        network: Network,
+        keep: bool = False,
+        upstream_url: str | None = None,
+    ) -> ProxyHandle:
+        """The stack deployed for `case` (its proxy's variables from `Case.proxy_env()`, `env`
+        over .env, the shell and --set) and healthy; the proxy is `proxy:8080` on the overlay."""
+        if keep or upstream_url or network.on:
+            raise LabError("the swarm stack runs one proxy, to its own nginx, with no network between")
+        assert self.registry is not None and self.login is not None, "open() first"
+        base = {**compose.dotenv(), **os.environ, **self.settings, **env}
+        self.env = swarm.stack_env(case, self.registry, base, self.workers, grafana=self.grafana)
+        self.env["LAB_PASSWORD_SECRET"] = self.login.secret
+        swarm.deploy(self.name, self.env)
+        print(f"lab swarm: {self.name} deployed ({case.id}); waiting for every service to be healthy")
+        self.counts = swarm.wait_healthy(self.name, self.timeout)
+        published = swarm.publishes_proxy(self.env)
+        url = swarm.url(self.name, "proxy", self.env) if published else "http://proxy:8080"
+        return ProxyHandle(url, None, "proxy:8080", network)
+
+    def use(self, proxy: ProxyHandle) -> None:
+        pass  # the stack's only proxy
+
+    def stop_case(self, proxy: ProxyHandle) -> None:
+        swarm.remove_stack(self.name)
+
+    def network_record(self, network: Network) -> NetworkRecord:
+        return NetworkRecord(via="none")
+
+    def connections(self, since: float, until: float) -> list[nginx.Connection]:
+        raise LabError("nginx's connection log stays on its node in the swarm stack: not read")
+
+    def proxy_log(self, proxy: ProxyHandle) -> str | None:
+        r = swarm.docker("service", "logs", "--raw", "--no-task-ids", f"{self.name}_proxy", check=False)
+        return r or None
+
+    def container_ids(self) -> tuple[str, ...]:
+        return ()  # the nodes' own figures (locust/lab_node.py) stand for them
+
+    def close(self) -> None:
+        """The stack, its secret's password file, the registry lab swarm started, the labels."""
+        if left := swarm.remove(self.name):
+            raise LabError(f"stack {self.name}: still there after removal: {', '.join(left)}", code=1)
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind,
+            "stack": self.name,
+            "registry": self.registry,
+            "locust_workers": self.workers,
+            "scrape_interval_s": self.scrape_seconds,
         }
 
 

@@ -135,16 +135,18 @@ def test_parts_come_up_only_through_the_stack():
     assert not offenders, offenders
 
 
-def test_lab_run_lab_up_and_every_study_start_proxies_through_a_backend():
-    """`lab run`, `lab up` and every study start their proxies through a backend (backends.py:
-    check, open or open_upstream, start_case); only what docs/README.md names as outside it
-    (bench, bench-locust, verify, and the engines study, which starts no proxy) makes a Stack."""
+def test_lab_run_lab_up_lab_swarm_and_every_study_start_proxies_through_a_backend():
+    """`lab run`, `lab up`, `lab swarm` and every study start their proxies through a backend
+    (backends.py: check, open or open_upstream, start_case); only what docs/README.md names as
+    outside it (bench, bench-locust, verify, and the engines study, which starts no proxy) makes a
+    Stack, and only the swarm backend deploys a stack."""
     through_a_backend = [
         SRC / "commands" / "run.py",
         SRC / "commands" / "up.py",
+        SRC / "commands" / "swarm.py",
         *(p for p in (SRC / "studies").glob("*.py") if p.name not in ("engines.py", "machinery.py")),
     ]
-    assert len(through_a_backend) >= 12, through_a_backend
+    assert len(through_a_backend) >= 13, through_a_backend
     offenders = [
         str(p.relative_to(SRC))
         for p in through_a_backend
@@ -152,5 +154,8 @@ def test_lab_run_lab_up_and_every_study_start_proxies_through_a_backend():
     ]
     assert not offenders, offenders
     assert "NativeBackend(" in (SRC / "commands" / "up.py").read_text()
+    swarm_command = (SRC / "commands" / "swarm.py").read_text()
+    assert "SwarmBackend(" in swarm_command and ".start_case(" in swarm_command
+    assert "swarm.deploy(" not in swarm_command and "stack_env(" not in swarm_command
     assert "start_case(" in (SRC / "studies" / "machinery.py").read_text()
     assert ".proxy(" not in (SRC / "studies" / "engines.py").read_text()

@@ -21,11 +21,14 @@ import time
 from pathlib import Path
 
 from .. import metrics, versions
-from ..cases import CASES, Case
+from ..backends import ProxyHandle, SwarmBackend
+from ..cases import CASES, SCENARIOS, Case
 from ..errors import LabError
+from ..network import Network
 from ..parts import compose, swarm
 from ..parts.loadgen import LocustWeb
 from ..paths import REPO
+from ..plan import Plan, parse_load
 from ..processes import wait_until
 from ..rundirs import stamp
 from . import options
@@ -120,17 +123,6 @@ def stack_settings(pairs: list[str]) -> dict[str, str]:
     return given
 
 
-def release_for(case: Case, extra: dict[str, str]) -> str:
-    """The release the proxy's image is built with: KTOR_VERSION when given (--set, the shell),
-    else the case's own (.env's default, or the engine's last release: apache on 3.4.1).
-    LabError when the release given does not publish the case's engine."""
-    given = extra.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION")
-    try:
-        return versions.release_of(case.with_dimensions(ktor=given or "")).name
-    except ValueError as e:
-        raise LabError(str(e)) from None
-
-
 def check_names(args: argparse.Namespace) -> None:
     """The stack's name and the registry's address, as Docker takes them."""
     if not STACK_NAME.fullmatch(getattr(args, "name", "ktor-lab")):
@@ -162,36 +154,36 @@ def run(args: argparse.Namespace) -> int:
         case = Case.parse(args.case)
     except ValueError as e:
         raise LabError(str(e)) from None
-    if case.tls or case.rtt_ms or case.ktor or case.java:
-        raise LabError(
-            f"{args.case}: the swarm stack runs a case over HTTP/1.1 without distance; set the Ktor "
-            "release and JDK with --set KTOR_VERSION=... and PROXY_RUN_IMAGE=... (docs/swarm.md)"
-        )
     for option, low in (("workers", 1), ("timeout", 1), *((("users", 1), ("seconds", 1), ("rate", 0)))):
         if getattr(args, option, low) < low:
             raise LabError(f"--{option} must be {low} or more")
-    extra = stack_settings(args.set)
     if args.no_push and not args.registry:
         raise LabError("--no-push needs --registry: the registry the images are in")
+    backend = SwarmBackend(
+        args.name,
+        args.registry,
+        args.registry_port,
+        stack_settings(args.set),
+        build=not args.no_build,
+        push=not args.no_push,
+        grafana=not args.no_grafana,
+        timeout=args.timeout,
+    )
+    # What the Locust UI first offers, as lab up's: the case, its first scenario, 50 users.
+    plan = Plan([case], [SCENARIOS[0]], [parse_load("closed/50/0")], workers=args.workers)
+    backend.check(plan, machine=not args.dry_run)
     if args.dry_run:
-        release = release_for(case, extra)
+        release = backend.release_of(case)
         print(f"lab swarm: dry run; would {args.verb} {case.id} (Ktor {release}) as the stack {args.name}")
         return 0
-    if problem := swarm.swarm_problem():
-        raise LabError(problem)
-    ready = [n for n in swarm.nodes() if n.state == "ready"]
-    if len(ready) > 1 and not args.registry:
-        raise LabError(
-            f"a swarm of {len(ready)} nodes needs --registry HOST:PORT that every node pulls from: "
-            "the one lab swarm starts here answers on this machine's loopback only"
-        )
-    extra = {**extra, "KTOR_VERSION": release_for(case, extra)}
     options.handle_signals()
     try:
-        env, login = up(args, case, extra)
+        backend.open(plan, REPO / "results")  # it keeps no logs of its own
+        proxy = backend.start_case(case, {}, Network())
+        announce(args, case, backend)
         if args.verb == "up":
             return 0
-        return headless(args, case, env, login)
+        return headless(args, case, backend, proxy)
     except BaseException:
         if args.verb == "run" and not args.keep:
             print(f"lab swarm: removing {args.name} after the failure", file=sys.stderr)
@@ -203,43 +195,21 @@ def run(args: argparse.Namespace) -> int:
             down(args.name)
 
 
-def up(args: argparse.Namespace, case: Case, extra: dict[str, str]) -> tuple[dict[str, str], swarm.Login]:
-    if swarm.services(args.name):
-        # A redeploy of changed services keeps their old tasks running for a while, and they
-        # would look healthy: a fresh stack is the sure way to measure the case asked for.
-        print(f"lab swarm: removing the running stack {args.name} first")
-        swarm.remove_stack(args.name)
-    for line in swarm.label_nodes(swarm.nodes()):
-        print(f"lab swarm: {line}")
-    base = {**compose.dotenv(), **os.environ, **extra}
-    registry = args.registry
-    if not registry:
-        local = swarm.Registry(args.name, args.registry_port)
-        local.start()
-        registry = local.address
-    if args.no_push:
-        print(f"lab swarm: images from {registry}, as they are there")
-    else:
-        print(f"lab swarm: images to {registry}")
-        for tag in swarm.build_and_push(registry, base, build=not args.no_build):
-            print(f"  pushed {tag}")
-    login = swarm.ensure_password(args.name, os.environ.get("LAB_PASSWORD"))
-    env = swarm.stack_env(case, registry, base, args.workers, grafana=not args.no_grafana)
-    env["LAB_PASSWORD_SECRET"] = login.secret
-    swarm.deploy(args.name, env)
-    print(f"lab swarm: {args.name} deployed ({case.id}); waiting for every service to be healthy")
-    counts = swarm.wait_healthy(args.name, args.timeout)
+def announce(args: argparse.Namespace, case: Case, backend: SwarmBackend) -> None:
+    """Where each service runs, and the UIs' addresses with their login."""
+    counts = backend.counts
     print(f"lab swarm: {case.id} is up: {', '.join(f'{s} {r}/{d}' for s, (r, d) in counts.items())}")
     show_placement(args.name)
+    env = backend.env
     published = ("proxy", "nginx") if swarm.publishes_proxy(env) else ()
     for service in ("locust", "grafana", "prometheus", *published):
         if service == "grafana" and args.no_grafana:
             continue
         print(f"  {service:<10} {swarm.url(args.name, service, env)}/")
-    print(f"lab swarm: Locust, Prometheus and Grafana ask for a login: {login.describe()}")
+    assert backend.login is not None
+    print(f"lab swarm: Locust, Prometheus and Grafana ask for a login: {backend.login.describe()}")
     if not published:
         print("lab swarm: the proxy and nginx are not published (LAB_PUBLISH_PROXY=1 publishes them)")
-    return env, login
 
 
 def show_placement(name: str) -> None:
@@ -258,14 +228,15 @@ def proxy_served(prometheus: str, auth: tuple[str, str], after: float) -> float:
     return metrics.scalar(prometheus, f"sum({SERVED})", auth=auth) or 0.0
 
 
-def headless(args: argparse.Namespace, case: Case, env: dict[str, str], login: swarm.Login) -> int:
+def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy: ProxyHandle) -> int:
     """One run through the Locust master's web API, as its UI starts one; its figures, the
     proxy's count of the same requests, where each part ran and each node's CPU and memory."""
     d = args.run_dir or REPO / "results" / f"swarm-{stamp()}-{case.id}"
     d.mkdir(parents=True, exist_ok=True)
-    auth = login.auth
-    web = LocustWeb(swarm.url(args.name, "locust", env), auth=auth)
-    prometheus = swarm.url(args.name, "prometheus", env)
+    auth = backend.auth
+    env = backend.env
+    web = LocustWeb(backend.locust_url, auth=auth)
+    prometheus = backend.prometheus_url
     deadline = time.monotonic() + 60
     while web.stats().workers < args.workers and time.monotonic() < deadline:
         time.sleep(1)
@@ -285,7 +256,7 @@ def headless(args: argparse.Namespace, case: Case, env: dict[str, str], login: s
         custom |= {"load_model": "rate", "target_rps": args.rate}
     before = proxy_served(prometheus, auth, time.time())
     start = time.time()
-    web.swarm("http://proxy:8080", args.users, args.users, **custom)
+    web.swarm(backend.locust_host(proxy), args.users, args.users, **custom)
     time.sleep(args.seconds)
     web.stop()
     time.sleep(4)  # workers send their last requests' stats with their next 3 s report
