@@ -465,8 +465,8 @@ class SwarmBackend:
         for case in plan.cases_to_run():
             if case.tls or case.rtt_ms or case.java or plan.network_for(case).on:
                 raise LabError(
-                    f"{case.name}: the swarm stack runs a case over HTTP/1.1 without distance; set the "
-                    "Ktor release and JDK with --set KTOR_VERSION=... and PROXY_RUN_IMAGE=... (docs/swarm.md)"
+                    f"{case.name}: the swarm stack runs a case over HTTP/1.1 without distance, on its "
+                    "image's JDK: set that with --set PROXY_RUN_IMAGE=... (docs/swarm.md)"
                 )
             self.release_of(case)
         if not machine:
@@ -481,12 +481,18 @@ class SwarmBackend:
             )
 
     def release_of(self, case: Case) -> str:
-        """The release of the proxy's image: KTOR_VERSION when given (--set, the shell), else the
-        case's own (.env's default, or the engine's last release: apache on 3.4.1). LabError when
-        the release given does not publish the case's engine."""
-        given = self.settings.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION")
+        """The release of the proxy's image: the case's own (`singleton-cio ktor 3.5.1`) or
+        --set KTOR_VERSION's, never both (the lab's one rule), else the shell's KTOR_VERSION, else
+        .env's default or the engine's last release (apache on 3.4.1). LabError when the release
+        given does not publish the case's engine."""
+        if case.ktor and "KTOR_VERSION" in self.settings:
+            raise LabError(
+                f"case {case.name!r} names its Ktor release; "
+                "give it there or with --set KTOR_VERSION, not both"
+            )
+        given = case.ktor or self.settings.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION") or ""
         try:
-            return versions.release_of(case.with_dimensions(ktor=given or "")).name
+            return versions.release_of(case.with_dimensions(ktor=given)).name
         except ValueError as e:
             raise LabError(str(e)) from None
 

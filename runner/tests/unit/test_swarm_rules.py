@@ -278,3 +278,49 @@ def test_a_secret_whose_password_the_lab_lost_is_replaced_by_a_new_one(secrets):
     secrets.names.add("ktor-lab-password")  # made elsewhere, or its copy here was removed
     login = swarm.ensure_password("ktor-lab", None)
     assert login.how == "made" and secrets.created["ktor-lab-password"] == login.password
+
+
+@pytest.mark.parametrize(
+    "case,argv,message",
+    [
+        ("singleton-okhttp protocol https", [], "runs a case over HTTP/1.1 without distance"),
+        ("per-call-cio rtt 20", [], "runs a case over HTTP/1.1 without distance"),
+        ("per-call-cio jdk 25", [], "set that with --set PROXY_RUN_IMAGE"),
+        (
+            "singleton-apache",
+            ["--set", "KTOR_VERSION=3.5.2"],
+            "Ktor 3.5.2 does not publish the apache engine",
+        ),
+        (
+            "per-call-cio ktor 3.5.1",
+            ["--set", "KTOR_VERSION=3.5.2"],
+            "give it there or with --set KTOR_VERSION, not both",
+        ),
+    ],
+)
+def test_a_case_the_swarm_stack_cannot_run_is_refused_by_its_backend_before_docker(
+    case, argv, message, capsys, monkeypatch
+):
+    from ktor_lab import cli
+
+    monkeypatch.setattr(swarm, "docker", lambda *a, **_: pytest.fail(f"asked docker {a}"))
+    monkeypatch.setattr(swarm, "swarm_problem", lambda: pytest.fail("asked whether this is a swarm"))
+    assert cli.main(["swarm", "run", case, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "case,shell,release",
+    [
+        ("singleton-apache", "", "3.4.1"),  # its last release, by itself
+        ("per-call-cio ktor 3.5.1", "", "3.5.1"),  # the case's own
+        ("per-call-cio", "3.4.1", "3.4.1"),  # the shell's KTOR_VERSION
+    ],
+)
+def test_the_swarm_backend_builds_the_release_the_case_or_the_shell_names(case, shell, release, monkeypatch):
+    from ktor_lab.backends import SwarmBackend
+    from ktor_lab.cases import Case
+
+    monkeypatch.setenv("KTOR_VERSION", shell) if shell else monkeypatch.delenv("KTOR_VERSION", raising=False)
+    assert SwarmBackend().release_of(Case.parse(case)) == release
