@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import render, versions
+from ..backends import NativeBackend
 from ..cases import ENGINE_FACTS, Case, engine_list
 from ..machine import java
-from ..stack import Stack
 from . import machinery
 
 # The clients each engine runs, by name, with engine-bench's options: the lab's, and the references.
@@ -129,7 +129,7 @@ def mode_name(concurrency: int, batch_size: int) -> str:
     return f"all {batch_size} at once (as published)" if concurrency == 0 else f"limit {concurrency}"
 
 
-def measure(lab: Stack, bench: Bench, args: argparse.Namespace) -> list[Row]:
+def measure(lab: NativeBackend, bench: Bench, args: argparse.Namespace) -> list[Row]:
     url = lab.upstream_url + args.path
     log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}.log"
     argv = [
@@ -338,7 +338,7 @@ STUDY = machinery.Study(
     help="each engine in-process against nginx: batches behind a real limit",
     add_options=add_options,
     plan=plan,
-    parts=machinery.upstream,
+    parts=machinery.proxies,  # nginx alone: the JMH jars are the clients, no proxy starts
     measure=measure,
     report=report,
     progress=progress,

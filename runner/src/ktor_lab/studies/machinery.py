@@ -30,7 +30,6 @@ from ..network import Network
 from ..plan import Plan
 from ..results import Results
 from ..rundirs import results_dir
-from ..stack import Stack
 
 Item = TypeVar("Item")
 Row = TypeVar("Row")
@@ -190,19 +189,12 @@ def proxy_figures(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
 
 
 @contextlib.contextmanager
-def upstream(args: argparse.Namespace, d: Path) -> Iterator[Stack]:
-    """nginx alone on a Stack, for a study that starts no proxy (the engines study's JMH jars)."""
-    with Stack(d / "logs", java_opts=getattr(args, "java_opts", "-Xmx512m").split()) as lab:
-        lab.nginx()
-        yield lab
-
-
-@contextlib.contextmanager
 def proxies(
     args: argparse.Namespace, d: Path, java_opts: str | None = None, with_nginx: bool = True
 ) -> Iterator[NativeBackend]:
-    """The parts of a study whose own clients measure through a proxy (transfers, bursts, faults):
-    nginx (unless not `with_nginx`) on the native backend, whose start_case starts each proxy as
+    """The parts of a study whose own clients measure through a proxy (transfers, bursts, faults),
+    or nginx directly (the engines study's JMH jars): nginx (unless not `with_nginx`) on the
+    native backend, whose start_case starts each proxy as
     `lab run` does; the proxy's JVM options from `java_opts`, else --java-opts. Logs in `d`/logs."""
     backend = NativeBackend()
     try:
