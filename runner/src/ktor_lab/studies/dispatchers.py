@@ -22,7 +22,7 @@ from .. import conclusions, render, versions
 from ..cases import DISPATCHER_TITLES, Case, engine_list
 from ..commands import options
 from ..confidence import Estimate
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results
 from . import machinery
 
@@ -94,10 +94,7 @@ def matrices(args: argparse.Namespace) -> Matrices:
         raise ValueError(f"--rate-load {args.rate_load!r}: give a fixed rate (rate/RPS/USERS)")
 
     def plan(scenario: str, load, **dims) -> Plan:
-        return Plan(
-            cases, [scenario], [load], args.windows, args.warmup, args.duration, 0, args.java_opts, **dims,
-            warm_first=parse_warm_first(args.warm_first),
-        )  # fmt: skip
+        return machinery.runs_plan(args, cases, [scenario], [load], repeats=args.windows, **dims)
 
     parts = []
     if "slow" in args.parts:

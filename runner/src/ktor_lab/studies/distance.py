@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import render, verdict, versions
 from ..cases import LIFETIMES, PROTOCOLS, Case, engine_list
 from ..commands import options
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results, Run
 from . import machinery
 
@@ -124,10 +124,9 @@ def matrices(args: argparse.Namespace) -> Matrices:
         )
 
     def matrix(of: list[Case], env: dict[str, str] | None = None) -> Plan:
-        return Plan(
-            of, ["static-small"], [load], 1, args.warmup, args.duration, 0, args.java_opts, env or {},
-            protocols=protocols, rtt=rtt, warm_first=parse_warm_first(args.warm_first),
-        )  # fmt: skip
+        return machinery.runs_plan(
+            args, of, ["static-small"], [load], proxy_env=env or {}, protocols=protocols, rtt=rtt
+        )
 
     pipelined = [Case("singleton", "cio")] if args.pipelining else []
     return Matrices(

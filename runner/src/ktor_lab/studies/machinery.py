@@ -27,7 +27,7 @@ from ..cases import ENGINES, LIFETIMES, Case, all_of
 from ..commands import options
 from ..machine import environment
 from ..network import Network
-from ..plan import Plan
+from ..plan import Load, Plan, parse_warm_first
 from ..results import Results
 from ..rundirs import results_dir
 
@@ -102,6 +102,23 @@ def add_proxy_runs(p: argparse.ArgumentParser, duration: int = 10, java_opts: st
     p.add_argument("--java-opts", default=java_opts, help="the proxy's JVM options (default: %(default)s)")
     # A study's rows are at fixed rates, waits or slow answers, where the JIT alone never warms.
     options.add_warm_first(p, "closed/50/0")
+
+
+def runs_plan(
+    args: argparse.Namespace, cases: Sequence[Case | str], scenarios: list[str], loads: list[Load], **more
+) -> Plan:
+    """The `lab run` plan of a study made of windows: its cases, scenarios and loads (and `more`:
+    repeats, proxy_env, dimensions), with the options `add_proxy_runs` gave it, read here once."""
+    return Plan(
+        list(cases),
+        scenarios,
+        loads,
+        warmup_s=args.warmup,
+        duration_s=args.duration,
+        java_opts=args.java_opts,
+        warm_first=parse_warm_first(args.warm_first),
+        **more,
+    )
 
 
 def run(study: Study, args: argparse.Namespace, command: str) -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import render, verdict
 from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..parts import nginx
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results
 from . import machinery, streaming
 
@@ -54,15 +54,8 @@ def matrix_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def matrix_plan(args: argparse.Namespace) -> Plan:
-    return Plan(
-        cases=matrix_cases(args),
-        scenarios=["static-small"],
-        loads=[parse_load(x) for x in (args.rate_load, args.capacity_load)],
-        warmup_s=args.warmup,
-        warm_first=parse_warm_first(args.warm_first),
-        duration_s=args.duration,
-        java_opts=args.java_opts,
-    )
+    loads = [parse_load(x) for x in (args.rate_load, args.capacity_load)]
+    return machinery.runs_plan(args, matrix_cases(args), ["static-small"], loads)
 
 
 @dataclass(frozen=True)

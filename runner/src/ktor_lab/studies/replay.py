@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import render, verdict
 from ..cases import case_list
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results, Run
 from ..results import load as load_results
 from . import machinery
@@ -71,15 +71,7 @@ class Row:
 
 def matrix_plan(args: argparse.Namespace) -> Plan:
     loads = [args.replay_load, *[f"rate/{r}" for r in args.rates.split(",")], args.capacity_load]
-    return Plan(
-        cases=case_list(args.cases),
-        scenarios=["static-small"],
-        loads=[parse_load(x) for x in loads],
-        warmup_s=args.warmup,
-        warm_first=parse_warm_first(args.warm_first),
-        duration_s=args.duration,
-        java_opts=args.java_opts,
-    )
+    return machinery.runs_plan(args, case_list(args.cases), ["static-small"], [parse_load(x) for x in loads])
 
 
 def plan(args: argparse.Namespace) -> list[Plan]:

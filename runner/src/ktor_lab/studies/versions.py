@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import conclusions, render, run_report, versions
 from ..cases import LIFETIMES, Case, case_list
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results
 from . import io, machinery
 
@@ -100,10 +100,9 @@ def matrices(args: argparse.Namespace) -> Matrices:
     load = parse_load(args.load)
 
     def plan(ktor: list[str], java: list[str]) -> Plan:
-        return Plan(
-            cases, ["static-small"], [load], args.repeats, args.warmup, args.duration, 0, args.java_opts,
-            ktor=ktor, java=java, warm_first=parse_warm_first(args.warm_first),
-        )  # fmt: skip
+        return machinery.runs_plan(
+            args, cases, ["static-small"], [load], repeats=args.repeats, ktor=ktor, java=java
+        )
 
     return Matrices(plan(names, java_names), plan(names, java_names[:1]), plan(names[-1:], java_names[1:]))
 
