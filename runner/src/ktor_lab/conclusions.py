@@ -270,8 +270,9 @@ def standing(group: Group, figure: Figure, rows: list[Row] | None = None) -> Sta
     best = ranked[0]
     leaders: list[tuple[Row, Comparison | None]] = [(best, None)]
     behind = []
-    for row in ranked[1:]:
-        c = group.compare(best, row, figure.key)
+    # The best against each of the others: one family of tests, adjusted for its size.
+    tests = confidence.adjust([group.compare(best, row, figure.key) for row in ranked[1:]])
+    for row, c in zip(ranked[1:], tests, strict=True):
         (behind if c.clear else leaders).append((row, c))  # type: ignore[arg-type]
     return Standing(figure, leaders, behind, left_out, indicative)
 
@@ -315,6 +316,11 @@ def sentence(s: Standing) -> str:
     return text
 
 
+def of(c: Comparison) -> str:
+    """` of 4` when the p value was adjusted over a family of 4 comparisons."""
+    return f" of {c.family}" if c.family > 1 else ""
+
+
 def ties_words(s: Standing) -> str:
     """Why the leaders tie: each one's test against the best."""
     parts = []
@@ -324,9 +330,9 @@ def ties_words(s: Standing) -> str:
         why = (
             "one window"
             if c.p is None
-            else f"p={c.p:.2g}, too few windows to tell"
+            else f"p={c.p:.2g}{of(c)}, too few windows to tell"
             if not c.significant and not c.can_tell
-            else f"p={c.p:.2g}"
+            else f"p={c.p:.2g}{of(c)}"
             if not c.significant
             else "under the noise floor"
         )
@@ -357,11 +363,13 @@ def lifetime_answer(group: Group) -> str | None:
         return None
     cpu = [(s, p, group.compare(s, p, "cpu")) for s, p in pairs]
     cpu = [(s, p, c) for s, p, c in cpu if c.a.mean and c.b.mean]
+    cpu = [(s, p, c) for (s, p, _), c in zip(cpu, confidence.adjust([c for *_, c in cpu]), strict=True)]
     rps = [
         (s, p, group.compare(s, p, "rps"))
         for s, p in pairs
         if s.comparable(BY_KEY["rps"]) and p.comparable(BY_KEY["rps"])
     ]
+    rps = [(s, p, c) for (s, p, _), c in zip(rps, confidence.adjust([c for *_, c in rps]), strict=True)]
     costlier = [(s, p, c) for s, p, c in cpu if c.clear and c.difference and c.difference > 0]
     cheaper = [(s, p, c) for s, p, c in cpu if c.clear and c.difference and c.difference < 0]
     parts = []
