@@ -407,7 +407,11 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
     for run in results["runs"]:
         assert run["locust"]["failures"] == 0
         n = run["locust"]["requests"]
-        assert abs(n - run["proxy"]["upstream_requests"]) <= 0.02 * n, run["proxy"]
+        # Locust's and the proxy's counts are read one after the other at each edge: they may
+        # differ by what arrives meanwhile (a 5 s window at 100 rps: 0.2 s of edges on a busy
+        # machine is 20 requests, 4%), as test_lab_run.py allows.
+        gap = run["locust"]["rps"] * run["window"]["edges_s"]
+        assert abs(n - run["proxy"]["upstream_requests"]) <= 0.02 * n + gap, (run["proxy"], gap)
         assert run["proxy"]["settings"]["case"] == run["case"]
     (far,) = results["runs"]
     assert far["rtt_ms"] == 20 and far["network"]["via"].startswith(compose.dotenv()["TOXIPROXY_IMAGE"])
