@@ -16,7 +16,7 @@ import requests
 
 from conftest import sha256_of_stream
 from ktor_lab import versions
-from ktor_lab.cases import ENGINES, Case
+from ktor_lab.cases import ENGINES, HTTP1_ONLY, Case
 from ktor_lab.machine import java
 from ktor_lab.parts import nginx
 from ktor_lab.processes import free_port
@@ -41,7 +41,7 @@ def logged_since(upstream, since: float) -> list[nginx.Connection]:
     return nginx.connections(upstream.run_dir, since)
 
 
-@pytest.mark.parametrize("engine", ["okhttp", "java", "apache5"])
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e not in HTTP1_ONLY])  # those that speak h2
 def test_http2_over_tls_13_through_each_engine_that_speaks_it(engine, upstream, start_proxy):
     since = time.time()
     with start_proxy(f"singleton-{engine}", upstream.tls_url, **tls_env(upstream, "2")) as p:
