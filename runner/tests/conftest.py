@@ -21,10 +21,10 @@ import pytest
 import requests
 
 from ktor_lab import versions
-from ktor_lab.cases import Case
+from ktor_lab.cases import CASES, Case
 from ktor_lab.machine import process_cpu_seconds
 from ktor_lab.metrics import Samples, scrape
-from ktor_lab.parts import compose, faults, jfr, nginx, proxy
+from ktor_lab.parts import compose, cuts, faults, jfr, nginx, proxy
 from ktor_lab.processes import Guardian, Service, free_port, wait_until
 from lab_payload import payload  # the locustfile's own definition (pip install -e locust)
 
@@ -274,6 +274,36 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory):
             service.stop()
 
     return _start
+
+
+# The proxies in front of the fault server (test_proxy_faults.py, test_cut_bodies.py): one per case
+# for both files, with these client timeouts and Netty's leak detector at its paranoid level.
+FAULT_REQUEST_TIMEOUT_MS = 1500
+FAULT_CONNECT_TIMEOUT_MS = 2000
+
+
+@pytest.fixture(scope="session", params=CASES, ids=CASES)
+def fault_proxy(request, fault_server, start_proxy) -> Iterator[Proxy]:
+    """The case's proxy in front of the fault server, past its first exchange: through a cold JVM
+    on a busy machine that once took longer than the 1.5 s request timeout (a 504 where the fault
+    makes a 502), and the faults are about the exchange, not about loading classes. Every test
+    leaves it serving. A buffer the proxy drops on a fault or cut path without releasing it is
+    reported by the leak detector once collected: at the end the proxy collects its garbage and
+    serves a few more requests, and a leak report in its log fails the case."""
+    with start_proxy(
+        request.param,
+        fault_server.url,
+        CLIENT_REQUEST_TIMEOUT_MS=str(FAULT_REQUEST_TIMEOUT_MS),
+        CLIENT_CONNECT_TIMEOUT_MS=str(FAULT_CONNECT_TIMEOUT_MS),
+        JAVA_TOOL_OPTIONS="-Dio.netty.leakDetection.level=paranoid",
+    ) as p:
+        assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
+        yield p
+        collect_garbage(p.service.pid)
+        for _ in range(3):
+            cuts.cut_download(p.url, cuts.Cut("content-length", "fin", 0.0), "after-gc")
+        log = p.service.log.read_text(errors="replace")
+        assert "LEAK:" not in log, log[log.index("LEAK:") :][:3000]
 
 
 @pytest.fixture(scope="session")

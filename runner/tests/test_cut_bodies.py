@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import answers, collect_garbage, machine, wait_until
-from ktor_lab.cases import CASES
+from conftest import machine
 from ktor_lab.parts import cuts, raw_http
 
 
@@ -33,21 +32,11 @@ def cut_tries(request) -> int:
     return request.config.getoption("--cut-tries")
 
 
-@pytest.fixture(scope="module", params=CASES)
-def cut_proxy(request, fault_server, start_proxy):
-    """The case's proxy in front of the fault server, past its first exchange, with Netty's leak
-    detector on: a buffer the proxy drops on a cut path without releasing it is reported."""
-    with start_proxy(
-        request.param, fault_server.url, JAVA_TOOL_OPTIONS="-Dio.netty.leakDetection.level=paranoid"
-    ) as p:
-        assert wait_until(lambda: answers(f"{p.url}/ok", timeout=10), timeout=60, interval=0.5), "no /ok"
-        yield p
-        # A leaked buffer is reported once it was collected, at the next allocation Netty tracks.
-        collect_garbage(p.service.pid)
-        for _ in range(3):
-            cuts.cut_download(p.url, cuts.Cut("content-length", "fin", 0.0), "after-gc")
-        log = p.service.log.read_text(errors="replace")
-        assert "LEAK:" not in log, log[log.index("LEAK:") :][:3000]
+@pytest.fixture
+def cut_proxy(fault_proxy):
+    """The case's proxy in front of the fault server (conftest.fault_proxy, shared with
+    test_proxy_faults.py), with Netty's leak detector on."""
+    return fault_proxy
 
 
 @pytest.mark.parametrize("state", ["idle", "busy"])
