@@ -106,7 +106,7 @@ def test_the_stack_runs_with_its_parts_on_different_hosts(four_hosts, tmp_path):
     try:
         r = subprocess.run(
             [LAB, "swarm", "run", "per-call-cio", "--registry", registry, "--no-push", "--no-grafana",
-             "--workers", "2", "--users", "10", "--rate", "100", "--seconds", "10", "--keep",
+             "--workers", "2", "--users", "10", "--rate", "100", "--seconds", "6", "--keep",
              "--run-dir", str(out), "--set", f"DOCKER_SOCKET={SOCKET_IN_NODE}", *images],
             capture_output=True, text=True, env=env, timeout=900,
         )  # fmt: skip
