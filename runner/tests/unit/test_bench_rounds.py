@@ -104,3 +104,36 @@ def test_the_bench_groups_its_jvms_per_engine_and_takes_the_rungs_it_is_given():
     assert ladder[0][-1][2] is LAB_PROXY and ladder[0][0][1].name == "singleton-cio"
     with pytest.raises(LabError, match="'stream' is not a rung; give some of plain, plain-limits, streaming"):
         ladder_rungs("stream")
+
+
+def test_the_lab_client_splits_into_its_parts_one_more_a_rung_outside_the_default_ladder():
+    """`--rungs client-limits,client-flags,client-engine` climbs from streaming to `+ lab client`
+    one ClientPart at a time (lean-proxy's LEAN_PARTS), each judged like any rung."""
+    from ktor_lab.commands.bench import (
+        DEFAULT_RUNGS,
+        LADDER,
+        RUNGS,
+        SPLIT_RUNGS,
+        _engine_of_rung,
+        ladder_rungs,
+    )
+
+    names = list(RUNGS)
+    assert names.index("streaming") < names.index("client-limits") < names.index("client-flags")
+    assert names.index("client-flags") < names.index("client-engine") < names.index("lab-client")
+    parts = [RUNGS[n][1]["LEAN_PARTS"].split(",") for n in SPLIT_RUNGS]
+    assert parts == [["limits"], ["limits", "flags"], ["limits", "flags", "engine"]]
+    # each a lab client streaming, as `+ lab client` (every part) is
+    assert all(
+        {k: v for k, v in RUNGS[n][1].items() if k != "LEAN_PARTS"} == RUNGS["lab-client"][1]
+        for n in SPLIT_RUNGS
+    )
+    assert not set(SPLIT_RUNGS) & set(DEFAULT_RUNGS) and len(LADDER) == len(RUNGS) - len(SPLIT_RUNGS)
+    picked = ladder_rungs("lab-client,client-engine,plain-limits,client-limits")
+    assert [rung for rung, _ in picked] == [
+        "plain-limits",
+        "+ lab client: limits",
+        "+ lab client: limits, flags, engine",
+        "+ lab client",
+    ]
+    assert _engine_of_rung("+ lab client: limits, flags okhttp") == "okhttp"

@@ -92,8 +92,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--rungs",
-        default=",".join(RUNGS),
-        help="with --ladder, comma-separated rungs, of: " + ", ".join(RUNGS) + " (default: all)",
+        default=",".join(DEFAULT_RUNGS),
+        help="with --ladder, comma-separated rungs, of: "
+        + ", ".join(RUNGS)
+        + " (default: all but "
+        + ", ".join(SPLIT_RUNGS)
+        + ", which split lab-client into its parts)",
     )
     p.add_argument(
         "--fresh",
@@ -228,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     if args.settle < 0:
         raise LabError(f"--settle {args.settle}: give 0 or more seconds")
     cases = bench_cases(args)
-    if args.rungs != ",".join(RUNGS) and not args.ladder:
+    if args.rungs != ",".join(DEFAULT_RUNGS) and not args.ladder:
         raise LabError("--rungs picks rungs of the ladder: add --ladder")
     rungs = ladder_rungs(args.rungs)
     plan = groups(cases, args.ladder, rungs)
@@ -415,6 +419,20 @@ RUNGS = {
     "plain": ("plain", {"LEAN_CLIENT": "plain"}),
     "plain-limits": ("plain-limits", {"LEAN_CLIENT": "plain-limits"}),
     "streaming": ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
+    # `+ lab client` split into its parts (ClientPart in proxy-app's EngineSetup.kt), one more a rung:
+    # not in the default ladder; `--rungs` names them.
+    "client-limits": (
+        "+ lab client: limits",
+        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits"},
+    ),
+    "client-flags": (
+        "+ lab client: limits, flags",
+        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags"},
+    ),
+    "client-engine": (
+        "+ lab client: limits, flags, engine",
+        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags,engine"},
+    ),
     "lab-client": ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
     "httptimeout": (
         "+ lab client, timeouts by HttpTimeout",
@@ -425,7 +443,9 @@ RUNGS = {
     "forwarder": ("+ forwarder", {"LEAN_CLIENT": "lab", "LEAN_SERVER": "metrics,guards,forwarder"}),
     "lab-proxy": ("lab proxy", LAB_PROXY),
 }
-LADDER = tuple(RUNGS.values())
+SPLIT_RUNGS = ("client-limits", "client-flags", "client-engine")
+DEFAULT_RUNGS = tuple(n for n in RUNGS if n not in SPLIT_RUNGS)
+LADDER = tuple(RUNGS[n] for n in DEFAULT_RUNGS)  # the default ladder
 
 
 def rung_target(engine: str, rung: str) -> str:
@@ -479,7 +499,7 @@ def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
 def _engine_of_rung(target: str) -> str | None:
     """The engine a reference or rung is of (`+ metrics okhttp` -> okhttp)."""
     word = target.rsplit(" ", 1)[-1]
-    known = {rung for rung, _ in (*REFERENCES, *LADDER)}
+    known = {rung for rung, _ in (*REFERENCES, *RUNGS.values())}
     return word if target.removesuffix(" " + word) in known else None
 
 
