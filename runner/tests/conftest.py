@@ -70,6 +70,14 @@ def pytest_addoption(parser):
         help="tries per case, direction and machine state in the cut-body tests (default 30; "
         "make test-cuts: 300)",
     )
+    parser.addoption(
+        "--whole-tries",
+        type=int,
+        default=5,
+        metavar="N",
+        help="100 MB uploads per case with every core busy, for engines whose own threads read the "
+        "body (default 5; make test-cuts: 30; CIO: 3)",
+    )
 
 
 class BusyLoops:
@@ -289,7 +297,9 @@ def fault_proxy(request, fault_server, start_proxy) -> Iterator[Proxy]:
     makes a 502), and the faults are about the exchange, not about loading classes. Every test
     leaves it serving. A buffer the proxy drops on a fault or cut path without releasing it is
     reported by the leak detector once collected: at the end the proxy collects its garbage and
-    serves a few more requests, and a leak report in its log fails the case."""
+    serves a few more requests, and a leak report in its log fails the case. (pytest runs all of a
+    case's tests of both files together and ends its proxy when the next case's starts; the last
+    case's ends with the session.)"""
     with start_proxy(
         request.param,
         fault_server.url,
@@ -303,7 +313,7 @@ def fault_proxy(request, fault_server, start_proxy) -> Iterator[Proxy]:
         for _ in range(3):
             cuts.cut_download(p.url, cuts.Cut("content-length", "fin", 0.0), "after-gc")
         log = p.service.log.read_text(errors="replace")
-        assert "LEAK:" not in log, log[log.index("LEAK:") :][:3000]
+        assert "LEAK:" not in log, f"{p.case}: " + log[log.index("LEAK:") :][:3000]
 
 
 @pytest.fixture(scope="session")

@@ -167,6 +167,8 @@ def test_a_stale_pooled_connection_is_retried_as_the_setting_says(engine, fault_
 
     with start_proxy(f"singleton-{engine}", fault_server.url) as p:
         retry = in_force(p)
+        # on by default (CLIENT_RETRY_ON_STALE=on), where the engine has the knob
+        assert retry in AFTER_STALE and retry != "off", retry
         for _ in range(3):
             assert requests.get(f"{p.url}/stale", timeout=5).status_code == 200
             assert requests.get(f"{p.url}/ok", timeout=5).status_code == AFTER_STALE[retry], retry
