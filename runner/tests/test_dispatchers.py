@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from ktor_lab import versions
-from ktor_lab.cases import VIRTUAL_THREADS_JDK, Case
+from ktor_lab.cases import ENGINES, OWN_IO_THREADS, VIRTUAL_THREADS_JDK, Case
 from ktor_lab.metrics import scrape
 from ktor_lab.processes import free_port
 
@@ -74,9 +74,14 @@ def test_okhttp_on_virtual_threads_has_no_dispatcher_threads_and_counts_its_pinn
     assert pinned_io is None and pinned is not None  # counted only where virtual threads run the client
 
 
+# The engines a dispatcher applies to (cases.py: none of I/O threads of their own), but OkHttp, whose
+# own dispatcher's threads the test above follows.
+ON_THE_DISPATCHER = [e for e in ENGINES if e not in OWN_IO_THREADS and e != "okhttp"]
+
+
 @needs_jdk
-@pytest.mark.parametrize("engine", ["cio", "java"])
-def test_cio_and_java_run_their_coroutines_on_virtual_threads(engine, start_proxy, upstream):
+@pytest.mark.parametrize("engine", ON_THE_DISPATCHER)
+def test_the_engines_on_the_dispatcher_run_their_coroutines_on_virtual_threads(engine, start_proxy, upstream):
     case = f"per-call-{engine} jdk {JDK.major}"
     platform, _, _ = loaded(start_proxy, upstream, case)
     virtual, info, pinned = loaded(start_proxy, upstream, f"{case} dispatcher virtual")
