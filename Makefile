@@ -78,8 +78,9 @@ test-busy: deps-test setup  ## the whole suite while a busy loop runs on every c
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/pytest runner/tests --busy-cores $$(nproc)
 
-test-cuts: deps-test setup $(PROXY_JAR)  ## the cut-body tests with 300 tries per case, direction and machine state (30 in make test), six in flight: not timed since they run at once (45 min one by one)
+test-cuts: deps-test setup $(PROXY_JAR)  ## the race tier: cut bodies with 300 tries per case, direction and machine state (30 in make test), six in flight; whole 100 MB uploads with every core busy, 30 per case (5 in make test)
 	$(VENV)/bin/pytest runner/tests/test_cut_bodies.py --cut-tries 300
+	$(VENV)/bin/pytest runner/tests/test_proxy_cases.py -k 100mb_uploads --whole-tries 30
 
 run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy for CASE (default singleton-cio), Prometheus, Locust UI on 127.0.0.1 until Ctrl-C
 	$(VENV)/bin/lab up "$(CASE)"
