@@ -98,10 +98,11 @@ def test_a_larger_io_pool_lets_per_call_cio_past_64_clients(start_proxy, upstrea
     default, so at IN_FLIGHT clients the pool is full; io:256 gives it more."""
     default, info_io, _ = loaded(start_proxy, upstream, "per-call-cio")
     raised, info, _ = loaded(start_proxy, upstream, "per-call-cio dispatcher io:256")
-    # Fewer pool threads than clients by default (the pool, shared with Dispatchers.Default, stops at
-    # 64 for IO and a few more); with io:256 a thread for about every client.
+    # Fewer pool threads than clients by default (IO's 64, with Dispatchers.Default's and the workers
+    # the scheduler keeps: 88 seen once on a busy CI); with io:256 a thread for about every client.
     print("io:", default["DefaultDispatch"], "io:256:", raised["DefaultDispatch"])
-    assert default["DefaultDispatch"] < 0.8 * IN_FLIGHT, default
+    assert default["DefaultDispatch"] < raised["DefaultDispatch"], (default, raised)
+    assert default["DefaultDispatch"] < IN_FLIGHT, default
     assert raised["DefaultDispatch"] >= 0.9 * IN_FLIGHT, raised
     assert (info_io["io_threads"], info["io_threads"]) == ("64", "256")
 
