@@ -421,18 +421,13 @@ RUNGS = {
     "streaming": ("+ streaming", {"LEAN_CLIENT": "plain-limits", "LEAN_BODY": "streamed"}),
     # `+ lab client` split into its parts (ClientPart in proxy-app's EngineSetup.kt), one more a rung:
     # not in the default ladder; `--rungs` names them.
-    "client-limits": (
-        "+ lab client: limits",
-        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits"},
-    ),
-    "client-flags": (
-        "+ lab client: limits, flags",
-        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags"},
-    ),
-    "client-engine": (
-        "+ lab client: limits, flags, engine",
-        {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": "limits,flags,engine"},
-    ),
+    **{
+        f"client-{parts[-1]}": (
+            "+ lab client: " + ", ".join(parts),
+            {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed", "LEAN_PARTS": ",".join(parts)},
+        )
+        for parts in (("limits",), ("limits", "flags"), ("limits", "flags", "engine"))
+    },
     "lab-client": ("+ lab client", {"LEAN_CLIENT": "lab", "LEAN_BODY": "streamed"}),
     "httptimeout": (
         "+ lab client, timeouts by HttpTimeout",
