@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import requests
@@ -181,3 +182,23 @@ def test_every_dashboard_panel_query_returns_data(observed, path):
             assert result, f"{q.panel} {q.ref_id}: no data for {expr}"
             numbers = [float(r["value"][1]) for r in result]
             assert any(math.isfinite(n) for n in numbers), f"{q.panel} {q.ref_id}: only NaN for {expr}"
+
+
+def test_a_relative_results_folder_still_finds_the_proxies_by_their_file(tmp_path, monkeypatch):
+    """`lab run --out results/x` (or a study's) renders Prometheus' config into a relative folder;
+    Prometheus reads a discovery file's relative path from the config's folder, so the lab must
+    hand it one that holds from there. Prometheus scrapes itself as the `proxy` job here."""
+    monkeypatch.chdir(tmp_path)
+    run = Path("results") / "x" / "logs"
+    run.mkdir(parents=True)
+    targets = run / "proxy-targets.json"
+    port = free_port()
+    prom.write_targets(targets, [f"127.0.0.1:{port}"])
+    service = prom.start(run, port, {}, scrape_interval="1s", files={"proxy": targets})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: bool(query(base, 'up{job="proxy"} == 1')), timeout=30), (
+            run / "prometheus.log"
+        ).read_text()[-2000:]
+    finally:
+        service.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -23,3 +25,12 @@ def test_render_moves_targets_and_refuses_unknown_jobs(tmp_path):
     assert conf["global"]["scrape_interval"] == "1s"
     with pytest.raises(ValueError, match="no such job"):
         prom.render(tmp_path, {"grafana": "127.0.0.1:1"})
+
+
+def test_a_discovery_file_is_found_from_the_configs_folder_as_prometheus_reads_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = Path("results") / "x" / "logs"
+    targets = run / "proxy-targets.json"
+    conf = prom.render(run, {}, files={"proxy": targets})
+    [path] = yaml.safe_load(conf.read_text())["scrape_configs"][0]["file_sd_configs"][0]["files"]
+    assert (tmp_path / conf).parent / path == tmp_path / targets

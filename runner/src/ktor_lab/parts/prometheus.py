@@ -45,7 +45,9 @@ def render(
         name = job["job_name"]
         if name in files:
             del job["static_configs"]
-            job["file_sd_configs"] = [{"files": [str(files[name])], "refresh_interval": "5s"}]
+            # Absolute: Prometheus reads a relative path from the config file's folder, not from
+            # its working directory (`--out results/x` made it results/x/logs/results/x/logs/...).
+            job["file_sd_configs"] = [{"files": [str(files[name].resolve())], "refresh_interval": "5s"}]
         else:
             job["static_configs"] = [{"targets": [targets[name]]}]
     if scrape_interval:
