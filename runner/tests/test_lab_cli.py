@@ -189,3 +189,43 @@ def test_a_port_left_in_time_wait_by_an_earlier_run_is_free_and_a_listener_is_no
     client.close()
     server.close()
     assert not port_in_use(port), "a TIME_WAIT connection of an earlier run is not a listener"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["study", "replay", "--cases", "singleton-cio", "--rates", "250", "--warmup", "10", "--out"],
+        ["bench", "--cases", "singleton-cio", "--duration", "5", "--run-dir"],
+        ["verify", "--run-dir"],
+    ],
+    ids=["study", "bench", "verify"],
+)
+def test_a_command_started_in_the_background_stops_on_sigint_and_leaves_nothing(tmp_path: Path, argv):
+    """A study, a benchmark or a check started as a shell's background job (`lab study ... &`)
+    inherits SIGINT as ignored; `kill -INT` (or Ctrl-C after `fg`) must still stop it, with its
+    parts. (SIGKILL and SIGTERM: the guardian of processes.py ends the parts in any case.)"""
+    lab = Path(sys.executable).with_name("lab")
+    proc = subprocess.Popen(
+        [str(lab), *argv, str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+
+    def children() -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    try:
+        # nginx, then Prometheus or a proxy: parts of its own are up.
+        assert wait_until(lambda: proc.poll() is not None or len(children()) >= 2, timeout=90)
+        assert proc.poll() is None, proc.communicate()[0]
+        pids = children()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out  # interrupted, not a finished command
+    assert wait_until(lambda: not children_alive(pids), timeout=15), children_alive(pids)

@@ -274,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
     print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     print(f"lab bench: {plan_text(plan, args)}", flush=True)
     rounds: list[dict] = []
+    options.handle_signals()
     with stack.Stack(d, ports, args.java_opts.split()) as lab:
         lab.nginx()
         rounds.extend(measure_nginx(lab, args))

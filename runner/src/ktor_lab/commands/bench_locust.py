@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         f"lab bench-locust: static-small against nginx directly, users={args.users}, wait 0, "
         f"{args.duration} s"
     )
+    options.handle_signals()
     with stack.Stack(d, ports) as lab:
         lab.nginx()
         results = [

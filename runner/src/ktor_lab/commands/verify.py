@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     stack.require(stack.missing())
     d = run_dir("verify", args.run_dir)
+    options.handle_signals()
     lab = stack.Stack(d, stack.Ports.free(), args.java_opts.split(), scrape_interval="1s")
     c = Checks()
     print(f"lab verify: {case.id} on free loopback ports (logs in {d})", flush=True)

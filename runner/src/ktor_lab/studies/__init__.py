@@ -8,6 +8,7 @@ import argparse
 import shlex
 
 from .. import measure, stack
+from ..commands import options
 from ..errors import LabError
 from ..plan import Plan
 from . import (
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
     if study.needs != "java":
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
+    options.handle_signals()
     try:
         report = machinery.run(study, args, command)
     except ValueError as e:
