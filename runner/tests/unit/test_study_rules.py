@@ -248,9 +248,9 @@ def test_a_study_s_dry_run_says_its_proxies_windows_and_time():
     items = STUDIES["dispatchers"].plan(options("dispatchers", "--parts", "slow", "--warmup", "30"))
     # two warm-ups per proxy (at capacity first, --warm-first's default, then at its load); windows
     # with their settle
-    most = 24 * 30 * 2 + 72 * (3 + 10 + WINDOW_OVERHEAD_S)
+    most = 24 * 30 * 2 + 120 * (3 + 10 + WINDOW_OVERHEAD_S)
     assert dry_run_lines(items)[0] == (
-        "slow: 24 proxies, 72 windows of 10 s, warm-up <= 30 s (first at closed/50/0, then at its load); "
+        "slow: 24 proxies, 120 windows of 10 s, warm-up <= 30 s (first at closed/50/0, then at its load); "
         f"at most about {format_seconds(most)}"
     )
     lines = dry_run_lines(STUDIES["versions"].plan(options("versions")))
@@ -276,3 +276,19 @@ def test_every_lab_run_a_study_makes_is_in_its_dry_run():
             plans = [p for p in held if isinstance(p, Plan)]
             named = [p for _, p in plans_in(item)]
             assert all(any(p is n for n in named) for p in plans), (name, type(item).__name__)
+
+
+def test_every_study_s_default_windows_can_name_a_difference_and_fewer_are_named():
+    """With 3 windows a side Mann-Whitney U's smallest p is 0.1: a study defaulting to them could
+    never name a change (versions did, and its page starred nothing)."""
+    from ktor_lab import confidence
+    from ktor_lab.studies import dry_run_lines, plans_in
+
+    for name, study in STUDIES.items():
+        for item in study.plan(options(name)):
+            for label, plan in plans_in(item):
+                n = plan.repeats * plan.forks
+                assert n == 1 or confidence.too_few_windows(n) is None, (name, label, n)
+    lines = dry_run_lines(STUDIES["versions"].plan(options("versions", "--windows", "3")))
+    assert "ktor: with 3 windows a row no difference can be named" in lines[0], lines
+    assert "give --windows 4 or more" in lines[0]

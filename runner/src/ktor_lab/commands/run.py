@@ -23,11 +23,6 @@ from ..plan import LOAD_HELP, Plan, parse_load, parse_warm_first
 from ..rundirs import results_dir
 from . import options
 
-# Measured windows per row by default: enough for a test over them (Mann-Whitney U's smallest p
-# with 5 a side is 0.008).
-WINDOWS = 5
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
@@ -58,7 +53,7 @@ def add_parser(sub) -> None:
         "--repeats",
         dest="repeats",
         type=int,
-        default=WINDOWS,
+        default=confidence.WINDOWS,
         help="measured windows per row, interleaved across the proxies (default: %(default)s; each "
         "figure is their mean with its 95%% interval)",
     )
@@ -202,12 +197,8 @@ def run(args: argparse.Namespace) -> int:
     skipped = plan.skipped()
     for case, why in skipped:
         print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
-    if 1 < (n := plan.repeats * plan.forks) < (fewest := confidence.fewest_windows()):
-        print(
-            f"lab run: with {n} windows a row no difference can be named (the test's smallest p "
-            f"is {confidence.smallest_p(n, n):.2g}); give --windows {fewest} or more",
-            flush=True,
-        )
+    if why := confidence.too_few_windows(plan.repeats * plan.forks):
+        print(f"lab run: {why}", flush=True)
     if args.dry_run:
         print(
             f"lab run: dry run; {len(plan.proxies())} proxies: {', '.join(p.title for p in plan.proxies())}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from .. import measure, stack
+from .. import confidence, measure, stack
 from ..commands import options
 from ..errors import LabError
 from ..plan import Plan
@@ -59,6 +59,8 @@ def dry_run_lines(items: list) -> list[str]:
         plans = plans_in(item)
         others += not plans
         for name, plan in plans:
+            if why := confidence.too_few_windows(plan.repeats * plan.forks):
+                lines.append(f"{name or 'matrix'}: {why}")
             seconds = measure.planned_seconds(plan)
             total += seconds
             skipped = len(plan.skipped())
@@ -92,6 +94,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
     options.handle_signals()
     try:
+        for item in study.plan(args):
+            for name, plan in plans_in(item):
+                if why := confidence.too_few_windows(plan.repeats * plan.forks):
+                    print(f"lab study {args.study}: {name or 'matrix'}: {why}", flush=True)
         report = machinery.run(study, args, command)
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None

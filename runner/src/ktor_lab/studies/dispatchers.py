@@ -18,7 +18,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import conclusions, render, versions
+from .. import conclusions, confidence, render, versions
 from ..cases import DISPATCHER_TITLES, Case, engine_list
 from ..commands import options
 from ..confidence import Estimate
@@ -263,7 +263,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rate-load", default="rate/100/200", help="distance: the fixed rate (default: %(default)s)"
     )
-    p.add_argument("--windows", type=int, default=3, help="measured windows per row (default: %(default)s)")
+    p.add_argument(
+        "--windows", type=int, default=confidence.WINDOWS, help="measured windows per row (default: %(default)s)"
+    )
     machinery.add_proxy_runs(p)
 
 

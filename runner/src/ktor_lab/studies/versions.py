@@ -14,7 +14,7 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import conclusions, render, run_report, versions
+from .. import conclusions, confidence, render, run_report, versions
 from ..cases import LIFETIMES, Case, case_list
 from ..plan import Plan, parse_load
 from ..results import Results
@@ -305,7 +305,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--repeats",
         dest="repeats",
         type=int,
-        default=3,
+        default=confidence.WINDOWS,
         help="measured windows per row, interleaved across the rows (default: %(default)s)",
     )
     p.add_argument(
