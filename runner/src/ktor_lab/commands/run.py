@@ -23,6 +23,7 @@ from ..plan import LOAD_HELP, Plan, parse_load, parse_warm_first
 from ..rundirs import results_dir
 from . import options
 
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",

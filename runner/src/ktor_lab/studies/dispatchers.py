@@ -264,7 +264,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--rate-load", default="rate/100/200", help="distance: the fixed rate (default: %(default)s)"
     )
     p.add_argument(
-        "--windows", type=int, default=confidence.WINDOWS, help="measured windows per row (default: %(default)s)"
+        "--windows",
+        type=int,
+        default=confidence.WINDOWS,
+        help="measured windows per row (default: %(default)s)",
     )
     machinery.add_proxy_runs(p)
 
