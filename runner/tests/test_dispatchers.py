@@ -21,7 +21,10 @@ from ktor_lab.processes import free_port
 
 JDK = next((j for j in versions.jdks() if int(j.major) >= VIRTUAL_THREADS_JDK), None)
 needs_jdk = pytest.mark.skipif(JDK is None, reason=f"needs a JDK {VIRTUAL_THREADS_JDK}+ in /usr/lib/jvm")
-IN_FLIGHT = 100  # requests at once, each 400 ms at nginx: a thread each where the engine blocks one
+IN_FLIGHT = 100  # requests at once, each DELAY_MS at nginx: a thread each where the engine blocks one
+# Long enough that the first of them still waits when the last arrives: a slow machine's Python
+# took more than 400 ms to send all 100 (a CI saw 82 of OkHttp's 100 threads, io:256 at 74).
+DELAY_MS = 1500
 
 
 def thread_names(pid: int) -> Counter:
@@ -48,13 +51,16 @@ def loaded(start_proxy, upstream, case: str, **env: str) -> tuple[Counter, dict,
         peak: Counter = Counter()
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
             futures = [
-                pool.submit(requests.get, f"{p.url}/delay?ms=400", timeout=30) for _ in range(IN_FLIGHT)
+                pool.submit(requests.get, f"{p.url}/delay?ms={DELAY_MS}", timeout=30)
+                for _ in range(IN_FLIGHT)
             ]
-            for _ in range(6):  # bounded: a few samples while the requests wait at nginx
+            for _ in range(DELAY_MS // 100 * 2):  # bounded: samples until the requests are answered
                 names = thread_names(p.service.pid)
                 if sum(names.values()) > sum(peak.values()):
                     peak = names
-                concurrent.futures.wait(futures, timeout=0.1)
+                done, _ = concurrent.futures.wait(futures, timeout=0.1)
+                if len(done) == IN_FLIGHT:
+                    break
             assert all(f.result().status_code == 200 for f in futures)
         samples = scrape(p.url)
         return peak, samples.labels("lab_proxy_info"), samples.get("lab_virtual_threads_pinned_total")
