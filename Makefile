@@ -97,7 +97,7 @@ bench: deps-run setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx prox
 bench-locust: deps-run setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: deps-run setup build  ## every study but protocols, distance and dispatchers at full size (docs/studies/), one after another: about 2 h
+studies: deps-run setup build  ## every study but protocols, distance and dispatchers at full size (docs/studies/), one after another: several hours (each study's --dry-run bounds its own)
 	$(VENV)/bin/lab study threads
 	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming
