@@ -52,15 +52,24 @@ def plans_in(item) -> list[tuple[str, Plan]]:
     return named() if callable(named) else []
 
 
+def window_warnings(items: list) -> list[str]:
+    """One line per `lab run` plan of the study whose windows a row can name no difference."""
+    return [
+        f"{name or 'matrix'}: {why}"
+        for item in items
+        for name, plan in plans_in(item)
+        if (why := confidence.too_few_windows(plan.repeats * plan.forks))
+    ]
+
+
 def dry_run_lines(items: list) -> list[str]:
     """Per `lab run` plan of the study: its proxies, windows and most time; the others counted."""
     lines, total, others = [], 0.0, 0
     for item in items:
         plans = plans_in(item)
         others += not plans
+        lines += window_warnings([item])
         for name, plan in plans:
-            if why := confidence.too_few_windows(plan.repeats * plan.forks):
-                lines.append(f"{name or 'matrix'}: {why}")
             seconds = measure.planned_seconds(plan)
             total += seconds
             skipped = len(plan.skipped())
@@ -94,10 +103,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
     options.handle_signals()
     try:
-        for item in study.plan(args):
-            for name, plan in plans_in(item):
-                if why := confidence.too_few_windows(plan.repeats * plan.forks):
-                    print(f"lab study {args.study}: {name or 'matrix'}: {why}", flush=True)
+        for line in window_warnings(study.plan(args)):
+            print(f"lab study {args.study}: {line}", flush=True)
         report = machinery.run(study, args, command)
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None
