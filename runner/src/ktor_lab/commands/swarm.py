@@ -287,6 +287,9 @@ def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy:
         "users": args.users,
         "target_rps": args.rate or None,
         "seconds": args.seconds,
+        # the load's span (Unix seconds, the last workers' report included): Prometheus' figures for it
+        "started": round(start, 3),
+        "ended": round(end, 3),
         "workers": stats.workers,
         "requests": stats.requests,
         "failures": stats.failures,
