@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -167,3 +168,39 @@ def process_context_switches(pid: int) -> int:
             if line.startswith("voluntary_ctxt_switches:"):
                 total += int(line.split()[1])
     return total
+
+
+# /proc/net/tcp's state of a socket in TIME_WAIT (include/net/tcp_states.h: TCP_TIME_WAIT = 6),
+# and the unit of its timer column (clock ticks, USER_HZ).
+TCP_TIME_WAIT = "06"
+CLOCK_TICKS = 100
+
+
+def sockets_in_time_wait(
+    pid: int, port: int, files: tuple[str, ...] = ("tcp", "tcp6")
+) -> dict[str, float] | None:
+    """The TCP sockets in TIME_WAIT to remote `port` in the network namespace of process `pid`
+    (natively the host's, in a container its own): "local remote" (the kernel's hex) -> when it
+    expires (time.monotonic() seconds); None when the tables cannot be read. A socket in TIME_WAIT
+    has no owner left, so on a host where other processes dial the same port this is everyone's:
+    compare two reads with `new_in_time_wait`."""
+    found: dict[str, float] = {}
+    try:
+        for name in files:
+            now = time.monotonic()
+            for line in Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) >= 6 and fields[3] == TCP_TIME_WAIT:
+                    if int(fields[2].rsplit(":", 1)[1], 16) == port:
+                        ticks = int(fields[5].split(":")[1], 16)
+                        found[f"{fields[1]} {fields[2]}"] = now + ticks / CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+    return found
+
+
+def new_in_time_wait(before: dict[str, float], after: dict[str, float]) -> int:
+    """The sockets that went into TIME_WAIT between two reads: those not there before, and those
+    whose tuple the kernel reused for a new connection (on loopback it does, at once) that closed
+    again: the same addresses, expiring more than a second later than before."""
+    return sum(1 for key, expires in after.items() if key not in before or expires > before[key] + 1)

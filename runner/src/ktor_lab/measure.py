@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import requests
 
@@ -156,6 +157,8 @@ class WindowEdges:
     ended: float
     edges_s: float
     stopped: float  # time.monotonic() when the load stopped
+    # The proxy's sockets to the upstream put in TIME_WAIT during the window (None: not readable).
+    time_wait: int | None = None
 
 
 class ProxyScraper:
@@ -213,6 +216,11 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     record_window(run, edges, live.idle)
     last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges)
+    if edges.time_wait is not None:
+        # The proxy's own gauge counts every socket to the upstream's port that closed since it
+        # started; the other proxies up (natively they share the host's table) close theirs in
+        # their windows. Those the window added are this proxy's: the others idle meanwhile.
+        run.prometheus.time_wait_max = edges.time_wait
     run.connections = connection_figures(
         backend.connections(edges.started, edges.ended), run.proxy.upstream_requests, over_tls=case.tls
     )
@@ -296,6 +304,8 @@ def load_and_measure(
                 f"Prometheus had not scraped the proxy {SCRAPE_WAIT_S} s after it was asked to"
             )
         jit = JitClock(pid) if pid else None
+        port = upstream_port(live.idle)
+        waiting = machine.sockets_in_time_wait(pid, port) if pid and port else None
         containers = backend.container_ids()
         cpu_before = machine.cpu_sample(containers)
         idle_before = machine.processes_cpu_seconds(idle_pids)
@@ -316,6 +326,9 @@ def load_and_measure(
             used = machine.processes_cpu_seconds(idle_pids) - idle_before
             run.idle_proxies_cores = round(used / max(cpu_span_s, 1e-3), 3)
         jit_s = jit.lap() if jit else None
+        time_wait = None
+        if waiting is not None and (now := machine.sockets_in_time_wait(pid, port)) is not None:
+            time_wait = machine.new_in_time_wait(waiting, now)
         ended = time.time()
     finally:
         try:
@@ -324,8 +337,21 @@ def load_and_measure(
             pass
         stopped = time.monotonic()
     return WindowEdges(
-        before, after, stats, cpu_before, cpu_after, cpu_span_s, jit_s, started, ended, edges_s, stopped
-    )
+        before, after, stats, cpu_before, cpu_after, cpu_span_s, jit_s, started, ended, edges_s, stopped,
+        time_wait,
+    )  # fmt: skip
+
+
+def upstream_port(samples: metrics.Samples) -> int | None:
+    """The port the proxy dials (its `upstream` setting; Toxiproxy's when a network is on)."""
+    upstream = samples.labels("lab_proxy_info").get("upstream")
+    if not upstream:
+        return None
+    url = urlsplit(upstream)
+    try:
+        return url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        return None
 
 
 def swarm(web: LocustWeb, host: str, scenario: str, load: Load, case_id: str) -> None:

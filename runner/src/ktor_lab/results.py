@@ -100,7 +100,9 @@ class PrometheusFigures:
     gc_pause_seconds: float | None = None
     generator_cpu_max_percent: float | None = None
     # The clients' pools (engines that expose one: OkHttp, Apache5; None for the others) and the
-    # proxy's sockets to the upstream in TIME_WAIT (the kernel's count, alike for every engine).
+    # proxy's sockets to the upstream in TIME_WAIT (the kernel's count, alike for every engine): those
+    # put there during the window, read from the kernel's table at its edges (the proxy's gauge, also
+    # counting what other proxies up closed in the last minute, where that table cannot be read).
     pool_in_use_max: float | None = None
     pool_idle_max: float | None = None
     time_wait_max: float | None = None
