@@ -445,7 +445,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "protocols": ", ".join(m.whole.protocols),
         "load": f"{load.describe()} (a request that takes longer than {load.users / load.target_rps:g} s "
         "delays its user's next: then the rate is not held, and the row says so)",
-        "per run": f"a fresh proxy, warm-up up to {args.warmup} s, a {args.duration} s window",
+        "per row": f"a proxy of its own, warmed once ({warmed(args)}), a {args.duration} s window",
         "network": "Toxiproxy between the proxy and nginx: half the round trip each way on every chunk; "
         "its TCP handshake is local (a new connection's round trip is modelled: new connections x RTT)",
         "JVM options": args.java_opts,
@@ -458,9 +458,10 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "threads above the idle proxy's, on average / those per request in flight (Little's law from the "
         "proxy's server timer; - below one request in flight on average).",
         "Connections cells: counted on nginx's side (through Toxiproxy: one of its connections per proxy "
-        "connection), alike for every engine; TW: the proxy's sockets to the upstream in TIME_WAIT (max).",
-        "At a fixed rate the rps is the target: every row is flagged `target` (not capacity), and most "
-        "`not-warm` with a short warm-up: at 100 rps the JIT still compiles after it, so the CPU table "
+        "connection), alike for every engine; TW: the proxy's sockets to the upstream put in TIME_WAIT "
+        "in the window.",
+        "At a fixed rate the rps is the target: every row is flagged `target` (not capacity), and many "
+        "`not-warm`: at 100 rps the JIT still compiles after minutes of warm-up, so the CPU table "
         "gives the proxy's CPU per request with and without its compiler threads'; latency, threads and "
         "connections are what compare. The lab reports of the runs: runs-cases/ and runs-pipelining/.",
     ]
@@ -471,6 +472,13 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         charts(rows),
         notes,
     )
+
+
+def warmed(args: argparse.Namespace) -> str:
+    """How each row's proxy was warmed, for the report's settings."""
+    first = getattr(args, "warm_first", "none")
+    at_rate = f"up to {args.warmup} s at the rate"
+    return at_rate if first in (None, "none") else f"up to {args.warmup} s at {first} first, then {at_rate}"
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
