@@ -103,9 +103,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
     options.handle_signals()
     try:
-        for line in window_warnings(study.plan(args)):
+        items = study.plan(args)
+        for line in window_warnings(items):
             print(f"lab study {args.study}: {line}", flush=True)
-        report = machinery.run(study, args, command)
+        report = machinery.run(study, args, command, items)
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None
     print(f"lab study {args.study}: {report}")

@@ -121,10 +121,11 @@ def runs_plan(
     )
 
 
-def run(study: Study, args: argparse.Namespace, command: str) -> Path:
-    """Plans, measures every run, writes results.json, the charts and report.md; returns its path."""
+def run(study: Study, args: argparse.Namespace, command: str, items: list | None = None) -> Path:
+    """Measures every run of `items` (the study's plan, made here when not given), writes
+    results.json, the charts and report.md; returns its path."""
     started = time.time()
-    items = study.plan(args)
+    items = study.plan(args) if items is None else items
     d = results_dir(args.out, study.name)
     rows: list = []
     with study.parts(args, d) as parts:
