@@ -54,6 +54,7 @@ LAB_VARIABLES = {"LAB_PUBLISH_PROXY"}
 # scrapes it (prometheus/swarm.yml's target).
 SERVED = "lab_upstream_requests_seconds_count"
 PROXY_TARGET = "proxy:8080"
+LOCUST_TARGET = "locust:8089"
 # Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
 IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
 
@@ -220,11 +221,16 @@ def show_placement(name: str) -> None:
         print(f"  node {node.hostname} ({node.addr}, {node.state}): {roles}")
 
 
+def scraped(prometheus: str, auth: tuple[str, str], target: str, after: float) -> None:
+    """Wait until Prometheus has scraped `target` (a service on the overlay) after `after`."""
+    if not wait_until(lambda: metrics.scraped_since(prometheus, target, after, auth), timeout=30):
+        raise LabError(f"Prometheus did not scrape {target} within 30 s", code=1)
+
+
 def proxy_served(prometheus: str, auth: tuple[str, str], after: float) -> float:
     """The proxy's count of its exchanges with nginx, from a scrape Prometheus made after `after`
     (the proxy's own port is not published: Prometheus reads it on the overlay)."""
-    if not wait_until(lambda: metrics.scraped_since(prometheus, PROXY_TARGET, after, auth), timeout=30):
-        raise LabError(f"Prometheus did not scrape the proxy ({PROXY_TARGET}) within 30 s", code=1)
+    scraped(prometheus, auth, PROXY_TARGET, after)
     return metrics.scalar(prometheus, f"sum({SERVED})", auth=auth) or 0.0
 
 
@@ -255,6 +261,9 @@ def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy:
     if args.rate:
         custom |= {"load_model": "rate", "target_rps": args.rate}
     before = proxy_served(prometheus, auth, time.time())
+    # Locust's figures of the whole load in Prometheus (and so in Grafana's panels for its span):
+    # Locust scraped before the load starts and after its last workers' report.
+    scraped(prometheus, auth, LOCUST_TARGET, time.time())
     start = time.time()
     web.swarm(backend.locust_host(proxy), args.users, args.users, **custom)
     time.sleep(args.seconds)
@@ -281,15 +290,18 @@ def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy:
     )
     # The last exchanges are counted as their bodies end: a scrape half a second later has them.
     served = proxy_served(prometheus, auth, time.time() + 0.5) - before
+    scraped(prometheus, auth, LOCUST_TARGET, end)
+    in_prometheus = time.time()
     stack_text = swarm.STACK_FILE.read_text() + swarm.PUBLISH_FILE.read_text()
     result = {
         "case": case.id,
         "users": args.users,
         "target_rps": args.rate or None,
         "seconds": args.seconds,
-        # the load's span (Unix seconds, the last workers' report included): Prometheus' figures for it
+        # the load's span (Unix seconds): from its start until Prometheus had scraped Locust and the
+        # proxy after the last workers' report, so a range to `ended` holds the whole run's figures
         "started": round(start, 3),
-        "ended": round(end, 3),
+        "ended": round(in_prometheus, 3),
         "workers": stats.workers,
         "requests": stats.requests,
         "failures": stats.failures,
