@@ -37,6 +37,8 @@ pytestmark = pytest.mark.compose
 LOAD_SECONDS = 6
 WORKER_REPORT_S = 3  # Locust workers report their stats to the master every 3 s
 RATE = 100  # requests a second: enough to count, little enough for per-call cases on 2 cores
+USERS = 10
+MIN_REQUESTS = 100
 
 
 def new_project(name: str, **kwargs) -> compose.Project:
@@ -75,8 +77,13 @@ def load_through_proxy(
         **custom,
     }
     before = upstream_count(project.url("proxy"))
-    web.swarm("http://proxy:8080", 10, 10, **options)
+    web.swarm("http://proxy:8080", USERS, USERS, **options)
     time.sleep(seconds)
+    # enough requests to compare counts, however slow the machine (per-call TLS with both cores
+    # busy made 59 in 6 s): a little longer until MIN_REQUESTS, at most 4 times as long
+    deadline = time.monotonic() + 3 * seconds
+    while web.stats().requests < MIN_REQUESTS and time.monotonic() < deadline:
+        time.sleep(0.5)
     web.stop()
     if web.stats().workers:
         # A worker sends no report on "stop": its last requests come with its next 3 s report.
@@ -84,6 +91,13 @@ def load_through_proxy(
     stats = web.stats()
     time.sleep(0.5)  # the last exchanges are recorded as their bodies end
     return stats, upstream_count(project.url("proxy")) - before
+
+
+def counts_agree(stats: WindowStats, served: float) -> bool:
+    """Locust's count and the proxy's of one whole run agree within 2%, plus what was in flight at
+    the stop: Locust kills its users then and never counts their last requests, which the proxy
+    still completes with nginx (one a user at most; per-call TLS had 9 of 10 users' in flight)."""
+    return -0.02 * stats.requests <= served - stats.requests <= 0.02 * stats.requests + USERS
 
 
 # Two cases on containers, one per lifetime, each over TLS (compose/https.yml; the h2 one with
@@ -105,8 +119,8 @@ def test_each_lifetime_is_up_and_serves_through_its_engine_over_tls(lab, case):
     assert stats.failures == 0, stats.errors
     # enough exchanges for the counts to mean something; the rate reached is the machine's (per-call
     # Apache5 made 575 of 1000 in a run with both cores busy), not what this test checks
-    assert stats.requests >= 100, stats
-    assert abs(stats.requests - served) <= 0.02 * stats.requests, (stats.requests, served)
+    assert stats.requests >= MIN_REQUESTS, stats
+    assert counts_agree(stats, served), (stats.requests, served)
     # what was negotiated is known once an exchange was made
     info = scrape(lab.url("proxy")).labels("lab_proxy_info")
     assert info["case"] == c.id
@@ -296,7 +310,7 @@ def test_distributed_master_and_two_workers_share_the_load(compose_engine):
         project.down()
     assert not compose.wait_gone(project)
     assert stats.failures == 0 and stats.workers == 2
-    assert abs(stats.requests - served) <= 0.02 * stats.requests
+    assert counts_agree(stats, served), (stats.requests, served)
     nodes = samples.label_values("locust_cpu_peak_percent", "node")
     assert len(nodes - {"master"}) == 2, nodes
 
