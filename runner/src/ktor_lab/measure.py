@@ -533,18 +533,24 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
 
 
 class Progress:
-    """One line per run (and a live line on a terminal) with an ETA from the runs so far."""
+    """One line per window (and a live line on a terminal) with an ETA. Windows that warm their
+    proxy first take minutes, the others seconds, so each kind is estimated from the windows of
+    that kind done so far (the plan's limits before any): `warms` says, in the order they run,
+    which windows warm."""
 
-    def __init__(self, total: int, planned_s: float):
-        self.total, self.done, self.planned_s = total, 0, planned_s
-        self.started = time.monotonic()
+    def __init__(self, warms: list[bool], planned_warm_s: float, planned_window_s: float):
+        self.warms, self.total, self.done = warms, len(warms), 0
+        self.planned = {True: planned_warm_s, False: planned_window_s}
+        self.took: dict[bool, list[float]] = {True: [], False: []}
+        self.started = self.last = time.monotonic()
         self.tty = sys.stderr.isatty()
 
     def eta(self) -> float:
-        left = self.total - self.done
-        if self.done:
-            return left * (time.monotonic() - self.started) / self.done
-        return left * self.planned_s
+        def each(warm: bool) -> float:
+            took = self.took[warm]
+            return sum(took) / len(took) if took else self.planned[warm]
+
+        return sum(each(w) for w in self.warms[self.done :])
 
     def show(self, what: str) -> None:
         width = 24
@@ -557,7 +563,9 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
     def finish_one(self, summary: str) -> None:
-        self.done += 1
+        now = time.monotonic()
+        self.took[self.warms[self.done]].append(now - self.last)  # a batch's proxy starts included
+        self.done, self.last = self.done + 1, now
         if self.tty:
             print("\r\033[K", end="", file=sys.stderr)
         print(f"  {summary}", flush=True)
@@ -574,9 +582,31 @@ def planned_seconds(plan: Plan, keeps_proxies: bool = True) -> float:
     window, each window's warm-ups too."""
     windows, first = len(plan.runs()), int(plan.warm_first is not None)
     if plan.fresh or not keeps_proxies:
-        return windows * (plan.warmup_s * (1 + first) + plan.duration_s + RUN_OVERHEAD_S)
+        return windows * fresh_window_seconds(plan)
     warmups = len(plan.proxies()) * (len(plan.scenarios) * len(plan.loads) + first)
-    return warmups * plan.warmup_s + windows * (plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S)
+    return warmups * plan.warmup_s + windows * kept_window_seconds(plan)
+
+
+def fresh_window_seconds(plan: Plan) -> float:
+    """The most a window on a fresh proxy takes, its warm-ups included."""
+    return plan.warmup_s * (1 + int(plan.warm_first is not None)) + plan.duration_s + RUN_OVERHEAD_S
+
+
+def kept_window_seconds(plan: Plan) -> float:
+    """The most a window on a proxy kept up and warm takes, its settle included."""
+    return plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S
+
+
+def warming(order: list[Spec], keep: bool) -> list[bool]:
+    """Which windows, in the order they run, warm their proxy first: on kept proxies the first
+    of each proxy's scenario and load (the warm-up at capacity with it); on fresh ones every one."""
+    seen: set[tuple] = set()
+    warms = []
+    for s in order:
+        key = (s.proxy, s.scenario, s.load)
+        warms.append(not keep or key not in seen)
+        seen.add(key)
+    return warms
 
 
 def summary_line(run: Run) -> str:
@@ -619,9 +649,16 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     )
     keep = backend.keeps_proxies and not plan.fresh
     specs = plan.runs()
-    progress = Progress(len(specs), planned_seconds(plan, backend.keeps_proxies) / max(1, len(specs)))
+    groups = batches(plan) if keep else [plan.proxies()]
+    order = [s for batch in groups for s in specs if s.proxy in batch]
+    if keep:
+        first = int(plan.warm_first is not None)
+        warm_s = plan.warmup_s * (1 + first) + kept_window_seconds(plan)
+        progress = Progress(warming(order, keep), warm_s, kept_window_seconds(plan))
+    else:
+        progress = Progress(warming(order, keep), fresh_window_seconds(plan), fresh_window_seconds(plan))
     try:
-        for batch in batches(plan) if keep else [plan.proxies()]:
+        for batch in groups:
             lives: dict[ProxySpec, Live] = {}
             for p in batch if keep else ():
                 progress.show(f"starting {p.title}")

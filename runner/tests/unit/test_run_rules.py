@@ -575,6 +575,33 @@ def test_warm_first_comes_once_per_proxy_before_its_first_other_load_and_only_wi
     assert measure.planned_seconds(plan) - measure.planned_seconds(without) == 30
 
 
+def test_the_eta_counts_the_warm_ups_left_apart_from_the_windows_left(monkeypatch, capsys):
+    """The default matrix warms 11 proxies in its first 11 windows (minutes) and then measures 44
+    windows of seconds: an ETA of (time so far / windows done) x windows left read 100 min 15 min
+    into a run that ended 15 min later."""
+    from ktor_lab import measure
+
+    plan = Plan(["singleton-cio", "per-call-cio"], ["static-small"], [parse_load("closed/50/0")], repeats=3)
+    plan.warm_first = None
+    order = plan.runs()
+    warms = measure.warming(order, keep=True)
+    assert warms == [True, True, False, False, False, False]
+    assert measure.warming(order, keep=False) == [True] * 6  # a fresh proxy per window warms each
+    clock = [1000.0]
+    monkeypatch.setattr(measure.time, "monotonic", lambda: clock[0])
+    progress = measure.Progress(warms, 150, 18)
+    assert progress.eta() == 2 * 150 + 4 * 18  # the plan's limits before any window
+    for took in (60, 70, 10):  # two warm-ups, then one window
+        clock[0] += took
+        progress.finish_one("")
+    assert progress.eta() == 3 * 10  # windows left, at the measured window's time
+    progress = measure.Progress(warms, 150, 18)
+    clock[0] += 60
+    progress.finish_one("")
+    assert progress.eta() == 60 + 4 * 18  # one warm-up left at the measured one's time
+    capsys.readouterr()
+
+
 def test_warm_first_and_its_record_survive_results_json(tmp_path):
     plan = Plan(["singleton-cio"], ["slow"], [parse_load("rate/50")], warm_first=parse_load("closed/50/0"))
     run = a_run(model="rate", users=10, target=50.0, rps=50.0)
