@@ -578,7 +578,7 @@ def test_warm_first_comes_once_per_proxy_before_its_first_other_load_and_only_wi
 def test_the_eta_counts_the_warm_ups_left_apart_from_the_windows_left(monkeypatch, capsys):
     """The default matrix warms 11 proxies in its first 11 windows (minutes) and then measures 44
     windows of seconds: an ETA of (time so far / windows done) x windows left read 100 min 15 min
-    into a run that ended 15 min later."""
+    into a run that ended 23 min later."""
     from ktor_lab import measure
 
     plan = Plan(["singleton-cio", "per-call-cio"], ["static-small"], [parse_load("closed/50/0")], repeats=3)
