@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import scrape, wait_until
+from conftest import scrape, wait_until, whole_run_counts_agree
 from ktor_lab import network, versions
 from ktor_lab.cases import Case
 from ktor_lab.metrics import query
@@ -93,13 +93,6 @@ def load_through_proxy(
     return stats, upstream_count(project.url("proxy")) - before
 
 
-def counts_agree(stats: WindowStats, served: float) -> bool:
-    """Locust's count and the proxy's of one whole run agree within 2%, plus what was in flight at
-    the stop: Locust kills its users then and never counts their last requests, which the proxy
-    still completes with nginx (one a user at most; per-call TLS had 9 of 10 users' in flight)."""
-    return -0.02 * stats.requests <= served - stats.requests <= 0.02 * stats.requests + USERS
-
-
 # Two cases on containers, one per lifetime, each over TLS (compose/https.yml; the h2 one with
 # CLIENT_HTTP_VERSION=2), the engine negotiating what it says; plain http is every other test's
 # stack (the README's singleton-cio, the headless runs). Every overlay's environment is the case's
@@ -120,7 +113,7 @@ def test_each_lifetime_is_up_and_serves_through_its_engine_over_tls(lab, case):
     # enough exchanges for the counts to mean something; the rate reached is the machine's (per-call
     # Apache5 made 575 of 1000 in a run with both cores busy), not what this test checks
     assert stats.requests >= MIN_REQUESTS, stats
-    assert counts_agree(stats, served), (stats.requests, served)
+    assert whole_run_counts_agree(stats.requests, served, USERS), (stats.requests, served)
     # what was negotiated is known once an exchange was made
     info = scrape(lab.url("proxy")).labels("lab_proxy_info")
     assert info["case"] == c.id
@@ -310,7 +303,7 @@ def test_distributed_master_and_two_workers_share_the_load(compose_engine):
         project.down()
     assert not compose.wait_gone(project)
     assert stats.failures == 0 and stats.workers == 2
-    assert counts_agree(stats, served), (stats.requests, served)
+    assert whole_run_counts_agree(stats.requests, served, USERS), (stats.requests, served)
     nodes = samples.label_values("locust_cpu_peak_percent", "node")
     assert len(nodes - {"master"}) == 2, nodes
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import answers, scrape, wait_until
+from conftest import answers, scrape, wait_until, whole_run_counts_agree
 from ktor_lab.metrics import query
 from ktor_lab.parts import compose, grafana, swarm
 from ktor_lab.processes import free_port, local_url
@@ -94,9 +94,7 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         # Locust's workers made the load through the proxy, and the proxy counted the same requests
         assert result["failures"] == 0 and result["workers"] == 2, result
         assert result["requests"] >= 100, result
-        # within 2%, plus the last requests of the 10 users, which Locust kills at the stop uncounted
-        served, n = result["proxy_upstream_requests"], result["requests"]
-        assert -0.02 * n <= served - n <= 0.02 * n + 10, result
+        assert whole_run_counts_agree(result["requests"], result["proxy_upstream_requests"], 10), result
         # every part on the one node, two workers, one node-stats task; the node's CPU in the figures
         placement = result["placement"]
         assert set(placement) == set(swarm.SERVICES) - {"grafana"}, placement
