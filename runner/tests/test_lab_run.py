@@ -172,7 +172,7 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-java,per-call-java", "--aa", "singleton-java"]
         + ["--loads", "rate/200", "--windows", "2", "--warm-first", "closed/10/0", "--warmup", "5"]
-        + ["--duration", "4", "--settle", "1"]
+        + ["--duration", "6", "--settle", "1"]
         # lab run's default heap: with a far smaller one, the GC hides per-call Java's leak.
         + ["--java-opts=-Xmx512m", "--out", str(out)],
         capture_output=True,
@@ -218,17 +218,32 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
             "generator_cpu_max_percent",
         ):
             assert prom[key] is not None and prom[key] > 0, (where, key, prom)
-        # Prometheus' increase() over the window extrapolates from the scrapes inside it: off by up
-        # to about one scrape interval's worth (a busy machine moves the scrapes); CPU alike.
-        share = results["backend"]["scrape_interval_s"] / run["window"]["seconds"]
-        assert prom["upstream_requests"] is not None and prom["cpu_seconds"] is not None, (where, prom)
-        assert abs(prom["upstream_requests"] - counted) <= counted * share, (where, prom, counted)
+        # Prometheus tried the proxy every scrape interval of the window (3 in 6 s). Its /metrics
+        # may miss the scrape timeout (2 s) under load on a busy machine: per-call Java's did once
+        # in CI, leaving one answered scrape and no increase(). With two answered, its counters
+        # agree with the proxy's own: increase() extrapolates from the scrapes inside the window,
+        # off by up to about one scrape interval's worth (a busy machine moves them); CPU alike.
+        interval = results["backend"]["scrape_interval_s"]
+        assert prom["scrapes_tried"] >= run["window"]["seconds"] // interval - 1, (where, prom)
+        if run["case"] == "singleton-java":
+            assert prom["scrapes_answered"] >= 2, (where, prom)
+        share = interval / run["window"]["seconds"]
+        if prom["scrapes_answered"] < 2:
+            assert prom["upstream_requests"] is None and prom["cpu_seconds"] is None, (where, prom)
+        else:
+            assert prom["upstream_requests"] is not None and prom["cpu_seconds"] is not None, (where, prom)
+            assert abs(prom["upstream_requests"] - counted) <= counted * share, (where, prom, counted)
+            assert prom["cpu_seconds"] == pytest.approx(run["proxy"]["cpu_seconds"], rel=share), where
         assert run["proxy"]["cpu_seconds_per_1000_requests"] > 0
-        assert prom["cpu_seconds"] == pytest.approx(run["proxy"]["cpu_seconds"], rel=share), where
         assert run["proxy"]["settings"]["case"] == run["case"]
         # The proxy's own latency over the window, beside Locust's: the same requests (and the
-        # scrapes of /metrics), and never slower than what the caller saw.
-        assert run["proxy"]["server_requests"] == pytest.approx(counted, rel=0.02, abs=30)
+        # scrapes of /metrics), and never slower than what the caller saw. Its server timer counts a
+        # request once the answer is sent, the upstream's a little before: they differ by up to the
+        # requests in flight at an edge (Little: the rate times the mean latency, measured), and 2%.
+        locust = run["locust"]
+        in_flight = locust["rps"] * locust["avg_ms"] / 1000
+        served = run["proxy"]["server_requests"]
+        assert abs(served - counted) <= 0.02 * counted + in_flight + 30, (where, served, counted, locust)
         assert 0 < run["proxy"]["server_p50_ms"] <= run["locust"]["p50_ms"] + 1, run["proxy"]
         assert run["machine"]["lab_cores"] > 0 and run["machine"]["cpus"] >= 1, run["machine"]
     for singleton, per_call in ((first[0], first[2]), (second[0], second[2])):

@@ -90,6 +90,10 @@ def window_queries(instance: str, seconds: int) -> dict[str, str]:
         "time_wait_max": f'max(max_over_time(lab_upstream_sockets{{{sel}, state="time_wait"}}[{w}]))',
         # Virtual threads' carriers (the scheduler's platform threads; none without virtual threads).
         "carriers_max": f"max(max_over_time(lab_threads_carriers{{{sel}}}[{w}]))",
+        # Scrapes of the proxy in the window, tried and answered in time: a counter's increase needs
+        # two answered (an overloaded proxy's /metrics can take longer than the scrape timeout).
+        "scrapes_tried": f"sum(count_over_time(up{{{sel}}}[{w}]))",
+        "scrapes_answered": f"sum(sum_over_time(up{{{sel}}}[{w}]))",
     }
 
 

@@ -107,6 +107,9 @@ class PrometheusFigures:
     pool_idle_max: float | None = None
     time_wait_max: float | None = None
     carriers_max: float | None = None
+    # Prometheus' scrapes of the proxy in the window: tried, and answered within the scrape timeout.
+    scrapes_tried: float | None = None
+    scrapes_answered: float | None = None
 
 
 @dataclass
