@@ -489,6 +489,12 @@ def risks(results: Results, group: Group) -> list[str]:
             )
             + "."
         )
+    if missed := [r.name for r in group.rows if "scrapes-missed" in r.flags]:
+        out.append(
+            "Scrapes missed: Prometheus did not get every scrape of the proxy in time (its /metrics "
+            f"slow under the load): {', '.join(missed)}; their threads, heap and files highs are at "
+            "least those shown."
+        )
     if slow := [r.name for r in group.rows if "generator-latency" in r.flags]:
         out.append(
             "Latency mostly the generator's (Locust's p50 well above the proxy's own): "

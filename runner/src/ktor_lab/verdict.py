@@ -43,8 +43,15 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   (an engine's I/O thread dying, say; Apache5's close race is one, docs/proxy.md). It says
   nothing about who set the rate; the reason names the classes and the first one's line.
 
-A run without a rate flag (all but `leak`, `generator-latency` and `proxy-exceptions`) ran the
-proxy at the limit of what it does with that concurrency: its rate is presented as the case's capacity.
+- `scrapes-missed`: Prometheus tried the proxy's /metrics during the window and some scrapes did
+  not answer within its timeout (the scrape interval: an overloaded proxy's /metrics is slow).
+  The highs read from Prometheus (threads, heap, open files, pools) are of the scrapes that
+  answered: at least those. The proxy's own counters at the window's edges (CPU per request, its
+  requests) do not depend on them. It says nothing about who set the rate.
+
+A run without a rate flag (all but `leak`, `generator-latency`, `proxy-exceptions` and
+`scrapes-missed`) ran the proxy at the limit of what it does with that concurrency: its rate is
+presented as the case's capacity.
 """
 
 from __future__ import annotations
@@ -181,6 +188,13 @@ def judge(run: Run) -> Verdict:
                 f"(threshold {max_threads:.0f} and {max_files:.0f}: {LEAK_THREADS} and {LEAK_FILES}, "
                 f"and one of each per user for the pools)"
             )
+    tried, answered = run.prometheus.scrapes_tried, run.prometheus.scrapes_answered
+    if tried and answered is not None and answered < tried:
+        flags.append("scrapes-missed")
+        reasons.append(
+            f"Prometheus got {answered:.0f} of its {tried:.0f} scrapes of the "
+            "proxy in time during the window: its threads, heap and files highs are of those, at least"
+        )
     logged = run.proxy_log
     if logged is not None and logged.exceptions:
         flags.append("proxy-exceptions")

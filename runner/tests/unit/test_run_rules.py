@@ -231,6 +231,20 @@ def test_latency_the_generator_added_is_said_but_does_not_take_capacity():
     assert verdict.judge(run).flags == []
 
 
+def test_highs_from_fewer_scrapes_than_prometheus_tried_are_said_but_do_not_take_capacity():
+    """Per-call Java's /metrics missed the 2 s scrape timeout under load in CI: one of two scrapes
+    answered, so its threads high was of one sample."""
+    run = a_run()
+    run.prometheus.scrapes_tried, run.prometheus.scrapes_answered = 3.0, 3.0
+    assert verdict.judge(run).flags == []
+    run.prometheus.scrapes_tried, run.prometheus.scrapes_answered = None, None  # a results.json of before
+    assert verdict.judge(run).flags == []
+    run.prometheus.scrapes_tried, run.prometheus.scrapes_answered = 2.0, 1.0
+    v = verdict.judge(run)
+    assert v.flags == ["scrapes-missed"] and v.capacity
+    assert "Prometheus got 1 of its 2 scrapes of the proxy in time" in v.reasons[0]
+
+
 def test_histogram_quantiles_follow_prometheus():
     before = {0.001: 5.0, 0.002: 5.0, 0.004: 5.0, float("inf"): 5.0}
     after = {0.001: 15.0, 0.002: 55.0, 0.004: 95.0, float("inf"): 105.0}
