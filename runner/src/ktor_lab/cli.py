@@ -13,8 +13,8 @@ import sys
 
 import requests
 
-from . import studies
-from .cases import CASES, all_of
+from . import confidence, studies
+from .cases import DEFAULT_CASES
 from .commands import bench, bench_locust, report, run, swarm, up, verify
 from .errors import LabError
 from .plan import Plan
@@ -24,8 +24,8 @@ examples:
   lab up singleton-cio                  nginx, proxy, Prometheus, Locust UI (and Grafana) until Ctrl-C
   lab up per-call-okhttp --proxy-port 9080 --set CLIENT_MAX_CONNECTIONS=200
   lab verify                            start everything, check every endpoint and metric, stop
-  lab run                               {all_of(CASES, "cases")}, static-small, closed/50/0, warm-up up to \
-{Plan.warmup_s} s, {Plan.duration_s} s window
+  lab run                               {len(DEFAULT_CASES)} cases (not the deprecated apache), an A/A pair, \
+static-small, closed/50/0, warm-up <= {Plan.warmup_s} s, {confidence.WINDOWS} windows of {Plan.duration_s} s
   lab run --cases singleton-cio,per-call-cio --loads closed/1000/1-2,rate/500 --repeats 3
   lab report results/20261122-101500    report.md and report.html from a run's results.json
   lab bench                             wrk against nginx, nginx proxy_pass and every case

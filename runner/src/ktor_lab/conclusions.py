@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import confidence, verdict
-from .cases import DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PROTOCOLS, Case
+from .cases import DEPRECATED_ENGINES, DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PROTOCOLS, Case
 from .confidence import Comparison, Estimate
 from .plan import Load
 from .results import Results, Run
@@ -439,7 +439,7 @@ def engines_answer(group: Group) -> list[str]:
             "(rps, p99, CPU per request, threads, heap); each figure below, with its 95% interval and test."
             + (
                 " Apache (HttpAsyncClient 4) is deprecated (below): choose among the others if it leads."
-                if any(r.name in best and r.case.engine == "apache" for r in group.rows)
+                if any(r.name in best and r.case.engine in DEPRECATED_ENGINES for r in group.rows)
                 else ""
             ),
         )
@@ -456,7 +456,7 @@ def risks(results: Results, group: Group) -> list[str]:
             f"Exceptions: the proxy logged exceptions with a stack trace (proxy-exceptions, named in the "
             f"notes below the table): {', '.join(logged)}."
         )
-    deprecated = sorted({r.case.engine for r in group.rows if r.case.engine == "apache"})
+    deprecated = sorted({r.case.engine for r in group.rows if r.case.engine in DEPRECATED_ENGINES})
     for engine in deprecated:
         notes = {r.runs[0].proxy.settings.get("engine_note") for r in group.rows if r.case.engine == engine}
         notes.discard(None)

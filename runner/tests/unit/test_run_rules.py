@@ -125,6 +125,28 @@ def test_lab_run_adds_the_aa_pair_of_its_first_case_unless_told_or_already_paire
     assert aa("--cases", "singleton-cio,per-call-cio", "--aa", "per-call-cio") == "per-call-cio"
 
 
+def test_lab_runs_default_matrix_is_both_lifetimes_of_every_engine_ktor_still_publishes():
+    # apache's rows would run on its last release (3.4.1) beside the others' default: left out
+    # unless named, or with `all`, and then named deprecated as before.
+    from ktor_lab.cases import CASES, DEPRECATED_ENGINES, ENGINES, LIFETIMES
+    from ktor_lab.cli import main_parser
+    from ktor_lab.commands.run import plan_of
+
+    def plan(*argv):
+        return plan_of(main_parser().parse_args(["run", *argv]))
+
+    default = plan()
+    current = [e for e in ENGINES if e not in DEPRECATED_ENGINES]
+    assert DEPRECATED_ENGINES == ("apache",) and {c.engine for c in default.cases} == set(current)
+    assert len(default.cases) == len(set(default.cases)) == len(LIFETIMES) * len(current)
+    assert len(default.proxies()) == len(default.cases) + 1 and default.aa == "singleton-cio"
+    assert [c.id for c in plan("--cases", "all").cases] == list(CASES)
+    assert [c.id for c in plan("--cases", "singleton-apache,singleton-cio").cases] == [
+        "singleton-apache",
+        "singleton-cio",
+    ]
+
+
 def test_scenarios_are_the_locustfiles():
     # Read from the locustfile's user classes (cases.scenarios); the same by a plain text search.
     text = (LOCUST_DIR / "locustfile.py").read_text()

@@ -9,6 +9,8 @@ from pathlib import Path
 from .. import backends, confidence, measure, run_report, verdict, versions
 from ..cases import (
     CASES,
+    DEFAULT_CASES,
+    DEPRECATED_ENGINES,
     DIMENSIONS,
     DISPATCHER_TITLES,
     HTTP2_ENGINES,
@@ -35,9 +37,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--cases",
-        default=",".join(CASES),
+        default=",".join(DEFAULT_CASES),
         help="comma-separated cases, each <lifetime>-<engine> and optionally its dimensions, e.g. "
-        f"'per-call-okhttp ktor 3.5.1' (default: {all_of(CASES, 'cases')})",
+        f"'per-call-okhttp ktor 3.5.1'; 'all' for {all_of(CASES, 'cases')} (default: the "
+        f"{len(DEFAULT_CASES)} of the engines Ktor still publishes; {', '.join(DEPRECATED_ENGINES)}, "
+        "deprecated, by name or with 'all')",
     )
     p.add_argument(
         "--scenarios",
