@@ -43,6 +43,20 @@ def _mib(v: float | None) -> float | None:
     return None if v is None else v / (1 << 20)
 
 
+def cpu_without_jit(r: Run) -> float | None:
+    """The proxy's CPU s per 1,000 requests less what its JIT compiler threads used in the window
+    (None when the JIT was not seen: the compose backend). The JIT's compiling is the JVM's
+    warming, not the requests' cost: where it still ran in a window (on a slow machine, in the
+    first rounds after the warm-up), it added up to a quarter to that window's CPU per request,
+    more to some rows than to others."""
+    p = r.proxy
+    if p.jit_cpu_seconds_in_window is None or p.cpu_seconds_per_1000_requests is None:
+        return None
+    if not p.upstream_requests:
+        return None
+    return max(0.0, p.cpu_seconds - p.jit_cpu_seconds_in_window) / p.upstream_requests * 1000
+
+
 FIGURES = [
     Figure("rps", "rps", lambda r: r.locust.rps, 0, "higher", verdict.RATE_FLAGS, "rps"),
     Figure("p50", "p50 ms", lambda r: r.locust.p50_ms, 1, "lower"),
@@ -55,6 +69,14 @@ FIGURES = [
         "cpu",
         "CPU s / 1000 req",
         lambda r: r.proxy.cpu_seconds_per_1000_requests,
+        3,
+        "lower",
+        words="CPU per request with the JIT's",
+    ),
+    Figure(
+        "cpu_no_jit",
+        "CPU s / 1000 req less the JIT",
+        cpu_without_jit,
         3,
         "lower",
         words="CPU per request",
@@ -95,8 +117,9 @@ FIGURES = [
     ),
 ]
 BY_KEY = {f.key: f for f in FIGURES}
-# The figures the first screen answers on, in its order.
-VERDICT_FIGURES = ("rps", "p99", "cpu", "threads", "heap")
+# The figures the first screen answers on, in its order. CPU per request without the JIT's
+# compiling where it was seen (`verdict_figures`), else with it.
+VERDICT_FIGURES = ("rps", "p99", "cpu_no_jit", "threads", "heap")
 # A window taken while other work loaded the machine (verdict's `machine-busy`) is left out of its
 # row's figures when at least this many of the row's windows, and half of them, were quiet: one busy
 # window does not take a row out of the ranking. With fewer, the row keeps them all and its flag.
@@ -165,6 +188,18 @@ class Group:
         judged by its own), never under confidence.MIN_DIFFERENCE."""
         pairs = [p for p in self.pairs() if p != without]
         return confidence.noise_floor([confidence.compare(a.figures[key], b.figures[key]) for a, b in pairs])
+
+    @property
+    def cpu_key(self) -> str:
+        """The CPU per request the verdicts use: without the JIT's compiling when every row's JIT
+        was seen, else with it (the compose backend)."""
+        measured = all(r.figures["cpu_no_jit"].mean is not None for r in self.rows if r.figures["cpu"].mean)
+        return "cpu_no_jit" if measured and any(r.figures["cpu_no_jit"].mean for r in self.rows) else "cpu"
+
+    @property
+    def verdict_figures(self) -> tuple[str, ...]:
+        """VERDICT_FIGURES with this group's CPU per request (cpu_key)."""
+        return tuple(self.cpu_key if k == "cpu_no_jit" else k for k in VERDICT_FIGURES)
 
     def compare(self, a: Row, b: Row, key: str) -> Comparison:
         """B against A on a figure, judged against the noise floor of the others pairs."""
@@ -361,7 +396,7 @@ def lifetime_answer(group: Group) -> str | None:
     pairs = pairs_by_engine(group)
     if not pairs:
         return None
-    cpu = [(s, p, group.compare(s, p, "cpu")) for s, p in pairs]
+    cpu = [(s, p, group.compare(s, p, group.cpu_key)) for s, p in pairs]
     cpu = [(s, p, c) for s, p, c in cpu if c.a.mean and c.b.mean]
     cpu = [(s, p, c) for (s, p, _), c in zip(cpu, confidence.adjust([c for *_, c in cpu]), strict=True)]
     rps = [
@@ -385,6 +420,24 @@ def lifetime_answer(group: Group) -> str | None:
         parts.append(
             f"Lifetime: per call was cheaper in CPU per request for {names} here; singleton for the others "
             f"({len(costlier)} of {len(cpu)} engines clearly costlier per call)"
+        )
+    elif costlier:
+        lo, hi = (
+            min(c.b.mean / c.a.mean for *_, c in costlier),
+            max(c.b.mean / c.a.mean for *_, c in costlier),
+        )
+        untold = [
+            f"{s.case.engine} ({c.b.mean / c.a.mean:.1f}x"
+            + (f" over {c.a.n} and {c.b.n} windows with the figure)" if not c.can_tell else f", p={c.p:.2g})")
+            for s, _, c in cpu
+            if not c.clear
+        ]
+        dearer = ", ".join(s.case.engine for s, *_ in costlier)
+        parts.append(
+            f"Lifetime: keep one HttpClient for the process (singleton). A new client per call cost "
+            f"{lo:.1f}-{hi:.1f}x the CPU per request here for {dearer} "
+            f"(beyond the noise floor, p<{confidence.ALPHA:g}); no engine was cheaper per call; the test "
+            f"could not tell for {'; '.join(untold)}"
         )
     else:
         parts.append(
@@ -421,7 +474,7 @@ def engines_answer(group: Group) -> list[str]:
         return []
     lines = []
     counts: dict[str, int] = {}
-    for key in VERDICT_FIGURES:
+    for key in group.verdict_figures:
         s = standing(group, BY_KEY[key], rows)
         if not s.leaders:
             lines.append(sentence(s))
@@ -542,7 +595,7 @@ def noise_line(group: Group) -> str:
     out = []
     for a, b in pairs:
         parts, clear = [], []
-        for key in VERDICT_FIGURES:
+        for key in group.verdict_figures:
             c = group.compare(a, b, key)
             if c.difference is None:
                 continue
@@ -569,8 +622,8 @@ def noise_line(group: Group) -> str:
 
 # The figures a change of release or JDK is judged on; a change of round trip, on latency and what
 # explains it (at a fixed rate, rps is the target).
-CHANGE_FIGURES = ("rps", "cpu", "threads", "heap")
-CHANGE_FIGURES_BY_DIMENSION = {"RTT": ("p50", "p99", "errors", "cpu", "threads", "conns")}
+CHANGE_FIGURES = ("rps", "cpu", "cpu_no_jit", "threads", "heap")
+CHANGE_FIGURES_BY_DIMENSION = {"RTT": ("p50", "p99", "errors", "cpu", "cpu_no_jit", "threads", "conns")}
 # The dimensions a change is spoken of by (cases.DIMENSIONS), as reports name them.
 DIMENSION_NAMES = tuple(d.title for d in DIMENSIONS)
 

@@ -39,6 +39,7 @@ CHARTS = [
     ("rps", "Requests per second"),
     ("p99", "p99 latency (ms)"),
     ("cpu", "Proxy CPU seconds per 1000 requests"),
+    ("cpu_no_jit", "Proxy CPU seconds per 1000 requests, less the JIT's compiling"),
     ("threads", "Live threads (max)"),
     ("heap", "Heap used (max, MiB)"),
 ]
@@ -108,6 +109,12 @@ def directions(group: Group) -> str:
         + ". Lower is better: "
         + ", ".join(f.heading for f in figures if f.better == "lower")
         + "."
+        + (
+            " CPU less the JIT: the proxy's CPU without what its JIT compiler threads used in the window "
+            "(the JVM still warming, not the requests' cost); the verdicts use it."
+            if any(f.key == "cpu_no_jit" for f in figures)
+            else ""
+        )
     )
 
 
@@ -144,6 +151,8 @@ def charts(group: Group) -> list[str]:
     for key, title in CHARTS:
         f = BY_KEY[key]
         estimates = [r.figures[key] for r in group.rows]
+        if all(e.mean is None for e in estimates):
+            continue  # the JIT not seen (the compose backend)
         out.append(
             render.bars(
                 title,

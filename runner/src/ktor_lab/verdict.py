@@ -96,6 +96,17 @@ def warm_first_hint(run: Run) -> str:
     )
 
 
+def jit_busy(run: Run) -> bool:
+    """The proxy warmed by the rule, yet its JIT compiled for more than JIT_WINDOW_SHARE of a core
+    in this window (the tail of its compiling: on 2 cores, mostly the first rounds after the
+    warm-up): `not-warm` for the window."""
+    jit = run.proxy.jit_cpu_seconds_in_window
+    settled = run.warmup.settled and not run.warmup.collapsed and run.warmup.first_end != "stopped answering"
+    return bool(
+        settled and jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds
+    )
+
+
 def judge(run: Run) -> Verdict:
     """The flags of one run, each with its reason; `capacity` when none is a rate flag."""
     load, locust = run.load, run.locust
@@ -142,7 +153,7 @@ def judge(run: Run) -> Verdict:
             f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb"
             + warm_first_hint(run)
         )
-    elif jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds:
+    elif jit_busy(run):
         flags.append("not-warm")
         reasons.append(
             f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "

@@ -288,3 +288,62 @@ def test_too_few_windows_are_said_to_be_too_few_not_indistinguishable():
     (group,) = conclusions.groups(results)
     text = conclusions.sentence(conclusions.standing(group, conclusions.BY_KEY["rps"]))
     assert "behind: singleton-okhttp" in text
+
+
+def test_cpu_per_request_is_judged_without_the_jits_compiling_where_the_jit_was_seen():
+    # singleton-okhttp's JIT still compiled in its windows (0.15 of its 0.60 CPU s / 1000 req):
+    # with the JIT's CPU it costs more than singleton-apache5, without it less. The verdicts rank
+    # on the figure without it; the table shows both.
+    results = results_of(
+        {
+            "singleton-okhttp": list(zip(jittered(2000, 0.01, 1), jittered(0.60, 0.01, 2), strict=True)),
+            "singleton-apache5": list(zip(jittered(2000, 0.01, 3), jittered(0.50, 0.01, 4), strict=True)),
+        }
+    )
+    for run in results.runs:
+        p = run.proxy
+        p.cpu_seconds = p.cpu_seconds_per_1000_requests * p.upstream_requests / 1000
+        p.jit_cpu_seconds_in_window = 0.15 * p.upstream_requests / 1000 if run.engine == "okhttp" else 0.0
+    (group,) = conclusions.groups(results)
+    assert group.cpu_key == "cpu_no_jit" and "cpu_no_jit" in group.verdict_figures
+    okhttp = next(r for r in group.rows if r.case.engine == "okhttp")
+    assert okhttp.figures["cpu_no_jit"].mean == pytest.approx(okhttp.figures["cpu"].mean - 0.15)
+    cpu = conclusions.standing(group, conclusions.BY_KEY["cpu"])
+    assert cpu.leaders[0][0].case.engine == "apache5"  # with the JIT's CPU
+    lines = conclusions.engines_answer(group)
+    head = "CPU s / 1000 req less the JIT (lower is better): singleton-okhttp leads"
+    assert any(line.startswith(head) for line in lines)
+    assert "| CPU s / 1000 req | CPU s / 1000 req less the JIT |" in run_report.table(group).markdown()
+
+    # Without the JIT seen (the compose backend), the verdicts use the CPU with it.
+    for run in results.runs:
+        run.proxy.jit_cpu_seconds_in_window = None
+    (group,) = conclusions.groups(results)
+    assert group.cpu_key == "cpu" and "cpu_no_jit" not in group.verdict_figures
+    assert "less the JIT" not in run_report.table(group).markdown()
+
+
+def test_the_lifetime_is_named_when_per_call_is_dearer_for_some_engines_and_untold_for_the_rest():
+    # per-call Java answered its /metrics in one window only (it collapsed): its CPU per request
+    # cannot be tested, yet no engine was cheaper per call, so the answer still names singleton
+    # and says for which engine the test could not tell, and why.
+    results = results_of(
+        {
+            "singleton-okhttp": list(zip(jittered(4000, 0.01, 1), jittered(0.25, 0.01, 2), strict=True)),
+            "per-call-okhttp": list(zip(jittered(2000, 0.01, 3), jittered(0.65, 0.01, 4), strict=True)),
+            "singleton-java": list(zip(jittered(2600, 0.01, 5), jittered(0.50, 0.01, 6), strict=True)),
+            "per-call-java": list(zip(jittered(100, 0.01, 7), jittered(6.0, 0.01, 8), strict=True)),
+        }
+    )
+    for run in [r for r in results.runs if r.case == "per-call-java"][1:]:
+        run.proxy.cpu_seconds_per_1000_requests = None  # unresponsive: no CPU figure
+    (group,) = conclusions.groups(results)
+    lifetime = conclusions.lifetime_answer(group)
+    assert lifetime.startswith(
+        "Lifetime: keep one HttpClient for the process (singleton). A new client per call cost 2.6-2.6x "
+        "the CPU per request here for okhttp (beyond the noise floor, p<0.05); no engine was cheaper per call"
+    )
+    rows = {r.name: r.figures["cpu"].mean for r in group.rows}
+    ratio = rows["per-call-java"] / rows["singleton-java"]
+    assert 11 < ratio < 13 and rows["per-call-java"] == pytest.approx(6.0, rel=0.01)  # its one window
+    assert f"the test could not tell for java ({ratio:.1f}x over 5 and 1 windows with the figure)" in lifetime

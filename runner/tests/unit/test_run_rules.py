@@ -320,7 +320,8 @@ def test_report_from_a_stored_result(tmp_path):
     # the columns no row measured are left out, as are TLS handshakes and pinned virtual threads).
     assert (
         "| case | windows | network | rps | p50 ms | p95 ms | p99 ms | errors | CPU s / 1000 req "
-        "| threads max | active unparked max | heap max MiB | what set the rate |" in md
+        "| CPU s / 1000 req less the JIT | threads max | active unparked max | heap max MiB "
+        "| what set the rate |" in md
     )
     assert "full TLS" not in md.split("## Appendix")[0] and "pinned virtual threads |" not in md
     for case in results["plan"]["cases"]:
