@@ -659,7 +659,8 @@ class Change:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return CHANGE_FIGURES_BY_DIMENSION.get(self.dimension, CHANGE_FIGURES)
+        keys = CHANGE_FIGURES_BY_DIMENSION.get(self.dimension, CHANGE_FIGURES)
+        return keys if self.group.cpu_key == "cpu_no_jit" else tuple(k for k in keys if k != "cpu_no_jit")
 
     def sentence(self) -> str:
         parts, clear, judged = [], [], False

@@ -443,6 +443,17 @@ def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
         ("protocol", "Ktor 3.4.0, JDK 17", "http", "h2"),
         ("protocol", "Ktor 3.4.0, JDK 17", "https", "h2"),
     }
+    # The JIT not seen here (as in compose): the lines give the CPU with it, not an empty column.
+    for r in runs:
+        r.proxy.upstream_requests, r.proxy.cpu_seconds, r.proxy.cpu_seconds_per_1000_requests = 1e4, 5.0, 0.5
+    (group,) = conclusions.groups(results)
+    line = conclusions.changes(group)[0].sentence()
+    assert group.cpu_key == "cpu" and "CPU s / 1000 req 0.500 -> 0.500" in line and "less the JIT" not in line
+    for r in runs:
+        r.proxy.jit_cpu_seconds_in_window = 1.0
+    (group,) = conclusions.groups(results)
+    line = conclusions.changes(group)[0].sentence()
+    assert group.cpu_key == "cpu_no_jit" and "CPU s / 1000 req less the JIT 0.400 -> 0.400" in line
 
 
 def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures():
