@@ -166,8 +166,21 @@ def try_cut_uploads(
         tally.tries += 1
         tally.answer("reset by the caller" if status is None else str(status) if status else "closed")
 
-    def mine() -> list[dict]:
-        return [e for e in server.log() if f"try={tag}-" in e["target"]]
+    by_try = settled_log(server, f"try={tag}-", settle)
+    for i, cut in enumerate(cut_list):
+        entry = by_try.get(f"{tag}-{i}")
+        if entry and entry["body_complete"]:
+            tally.passed.append(f"{cut}: {entry['body_bytes']} bytes")
+    return tally
+
+
+def settled_log(server: FaultServer, marker: str, settle: float = 10.0) -> dict[str, dict]:
+    """The fault server's entries whose target holds `marker`, by their `try=` value, once their
+    count has stayed put for a second (`settle` s at most): an exchange the proxy aborted late is
+    logged late."""
+
+    def mine() -> dict[str, dict]:
+        return {e["target"].split("try=", 1)[1]: e for e in server.log() if marker in e["target"]}
 
     seen: list[int] = []
 
@@ -176,9 +189,4 @@ def try_cut_uploads(
         return len(seen) >= 5 and len(set(seen[-5:])) == 1
 
     wait_until(settled, timeout=settle, interval=0.25)
-    by_try = {e["target"].rsplit("-", 1)[1]: e for e in mine()}
-    for i, cut in enumerate(cut_list):
-        entry = by_try.get(str(i))
-        if entry and entry["body_complete"]:
-            tally.passed.append(f"{cut}: {entry['body_bytes']} bytes")
-    return tally
+    return mine()

@@ -19,7 +19,10 @@ enum class Outcome(val tag: String) {
     /** Any other failure before the proxy answered (502), a body short of its length among them. */
     FAILED("failed"),
 
-    /** The exchange broke after the answer had started, or the caller went away or cut its body. */
+    /**
+     * The exchange broke after the answer had started, or the caller went away, cut its body or
+     * broke its framing (the proxy answered 400).
+     */
     ABORTED("aborted"),
     ;
 

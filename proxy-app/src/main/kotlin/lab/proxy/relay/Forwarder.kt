@@ -5,8 +5,9 @@
  * `Content-Length`, a caller's body cut off, or an engine's error in the middle of a body never
  * ends cleanly on the other side (see [RelayedBodies]). Before the answer starts, failures
  * become 502 (no connection, broken exchange, body short of its length) or 504 (timeout),
- * with a short text body. After it started, the connection is dropped: a truncated body is
- * never passed off as complete.
+ * with a short text body; a caller's body whose framing is invalid is a 400, and the connection
+ * closes. After the answer started, the connection is dropped: a truncated body is never passed
+ * off as complete.
  */
 package lab.proxy.relay
 
@@ -88,6 +89,14 @@ class Forwarder(
                 }
             }
         } catch (e: Throwable) {
+            val broken = ServerGuards.framingBroken(call)
+            if (broken != null && !answered) {
+                // The caller's framing broke, not the upstream: 400 (whatever the engine made of the
+                // failed read), and the connection closes; the decoder reads nothing after it.
+                outcome = Outcome.ABORTED
+                failureLog.record("refused", e)
+                return refuse(call, Refusal(HttpStatusCode.BadRequest, "invalid body framing: $broken", close = true))
+            }
             val timedOut = watch?.expired == true
             if (e is CancellationException && !timedOut) {
                 // The caller went away (or the server is stopping): nothing left to answer.

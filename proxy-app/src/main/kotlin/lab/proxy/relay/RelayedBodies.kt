@@ -3,7 +3,8 @@
  *
  * Up: [CallerBody] hands the engine the caller's body as a [CheckedBody]: a channel that ends only
  * once the body is known whole, and fails every read when the caller's connection closed before
- * the body's end or the body is short of its `Content-Length` (see [CheckedBody] for why it never
+ * the body's end, its framing is invalid (a bad chunk size, a bare LF), or the body is short of its
+ * `Content-Length` (see [CheckedBody] for why it never
  * closes instead). Down: [answer] reads a small body whole (up to [SMALL] bytes with
  * a known length) and answers with its bytes; a larger or unframed one streams ([Streamed]) after
  * its first bytes arrived, counted against its `Content-Length`. A short body found before the
@@ -56,7 +57,9 @@ object RelayedBodies {
             // An engine that retried would get an empty body: never let it pass as the caller's.
             if (!sent.compareAndSet(false, true)) return CheckedBody.failed(CutBody("the caller's body cannot be sent twice"))
             return CheckedBody(call.request.receiveChannel(), { watch?.progress() }) { received ->
+                val broken = ServerGuards.framingBroken(call)
                 when {
+                    broken != null -> CutBody("the caller's body's framing is invalid after $received bytes: $broken")
                     ServerGuards.bodyCut(call) -> CutBody("the caller's body was cut off after $received bytes")
                     contentLength != null && received != contentLength ->
                         CutBody("the caller's body ended after $received of $contentLength bytes")

@@ -8,8 +8,14 @@
  * - A caller's request body cut off by the caller (the connection closed, FIN or RST, before the
  *   body's end) reaches Ktor as an ordinary end of the body; the connection is marked [BODY_CUT]
  *   first, so the proxy aborts the upstream exchange instead of ending the body there.
+ * - A request body whose framing Netty's decoder finds broken (a chunk size that is not hex, too
+ *   long or negative, a bare LF, a chunk extension or trailer past the limits) ends with an empty
+ *   last part that carries the failure, and Ktor 3.5's `RequestBodyHandler` takes any last part for
+ *   the body's end. The connection is marked [FRAMING_BROKEN] first, with the decoder's reason: the
+ *   proxy fails the upstream exchange, answers 400 and closes; nothing after it is read.
  * - [closeAfterResponse]: the connection closes once the current response is written (a refused
- *   request whose body was never read must not be parsed as the next request).
+ *   request whose body was never read must not be parsed as the next request); so does every
+ *   response that says `Connection: close` (RFC 9112 section 9.6), Ktor's own 400s among them.
  * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
  *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
  *   pipelined request too, is dropped unread, and [lab.proxy.relay.RequestChecks] refuses it and closes. A request
@@ -31,7 +37,9 @@ import io.netty.channel.ChannelHandlerContext
 import io.netty.channel.ChannelInboundHandlerAdapter
 import io.netty.channel.ChannelPipeline
 import io.netty.channel.ChannelPromise
+import io.netty.handler.codec.http.HttpContent
 import io.netty.handler.codec.http.HttpHeaderNames
+import io.netty.handler.codec.http.HttpHeaderValues
 import io.netty.handler.codec.http.HttpRequest
 import io.netty.handler.codec.http.HttpResponse
 import io.netty.handler.codec.http.HttpStatusClass
@@ -46,6 +54,7 @@ import java.util.concurrent.atomic.AtomicInteger
 
 object ServerGuards {
     private val BODY_CUT: AttributeKey<Boolean> = AttributeKey.valueOf("lab.bodyCut")
+    private val FRAMING_BROKEN: AttributeKey<String> = AttributeKey.valueOf("lab.framingBroken")
     private val CLOSE_AFTER_RESPONSE: AttributeKey<Boolean> = AttributeKey.valueOf("lab.closeAfterResponse")
     private val ABORTED: AttributeKey<Boolean> = AttributeKey.valueOf("lab.aborted")
 
@@ -70,6 +79,11 @@ object ServerGuards {
     fun bodyCut(call: ApplicationCall): Boolean = call.nettyChannel()?.let(::bodyCut) == true
 
     internal fun bodyCut(channel: Channel): Boolean = channel.attr(BODY_CUT).get() == true
+
+    /** Why the decoder found the current request body's framing broken; null while it is not. */
+    fun framingBroken(call: ApplicationCall): String? = call.nettyChannel()?.let(::framingBroken)
+
+    internal fun framingBroken(channel: Channel): String? = channel.attr(FRAMING_BROKEN).get()
 
     /**
      * Closes the caller's connection: an answer that cannot be finished must not end cleanly. The
@@ -161,6 +175,7 @@ object ServerGuards {
                 state.active++
                 state.partialSince = 0L
                 ctx.channel().attr(BODY_CUT).set(false)
+                ctx.channel().attr(FRAMING_BROKEN).set(null)
                 if (msg.decoderResult().isFailure) {
                     // Netty could not decode it (Netty 4.2, under Ktor 3.5, refuses Content-Length
                     // beside Transfer-Encoding this way): Ktor answers 400 with `Connection: close`
@@ -174,6 +189,13 @@ object ServerGuards {
                         (HttpUtil.isTransferEncodingChunked(msg) || HttpUtil.getContentLength(msg, 0L) > 0)
                     state.lastRequestRead = framingInDoubt(msg)
                 }
+            } else if (msg is HttpContent && msg.decoderResult().isFailure) {
+                // Marked before Ktor's handlers see this last part, which they take for the body's end.
+                val cause = msg.decoderResult().cause()
+                ctx.channel().attr(FRAMING_BROKEN).set(cause?.message ?: cause?.javaClass?.simpleName ?: "invalid")
+                ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
+                state.bodyOpen = false
+                state.dropping = true
             } else if (msg is LastHttpContent) {
                 state.bodyOpen = false
             }
@@ -204,6 +226,11 @@ object ServerGuards {
                 return
             }
             val interim = msg is HttpResponse && msg.status().codeClass() == HttpStatusClass.INFORMATIONAL
+            if (msg is HttpResponse && !interim && msg.headers().containsValue(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE, true)) {
+                // RFC 9112 section 9.6: a server that sends "close" MUST close after that response.
+                // Ktor's own 400 for a request it finds invalid says so and leaves the connection open.
+                ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
+            }
             if (msg !is LastHttpContent || interim) return super.write(ctx, msg, promise)
             val close = ctx.channel().attr(CLOSE_AFTER_RESPONSE).getAndSet(false) == true
             val done = promise.unvoid()

@@ -110,4 +110,50 @@ class ServerGuardsTest {
         assertFalse(ch.isOpen)
         ch.finishAndReleaseAll()
     }
+
+    @Test
+    fun `a body whose framing the codec finds broken is marked before its end is seen, and nothing after it is read`() {
+        for (broken in listOf("zz\r\n", "-1\r\n", "fffffffffffffffffff1\r\n", "5\nhello\n0\n\n", "5\r\nhelloXY0\r\n\r\n")) {
+            val (ch, received) = channel()
+            ch.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            assertEquals(null, ServerGuards.framingBroken(ch))
+            ch.send(broken + "GET /next HTTP/1.1\r\nHost: lab\r\n\r\n")
+            assertTrue(ServerGuards.framingBroken(ch) != null, broken)
+            assertFalse(ServerGuards.bodyCut(ch), broken) // a broken framing is not a cut: the caller still listens
+            assertEquals(listOf("/upload"), received.requests, broken)
+            assertEquals(1, received.lastContents, broken) // the body ends, and the verdict sees the mark
+            ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.BAD_REQUEST))
+            ch.runPendingTasks()
+            assertFalse(ch.isOpen, broken)
+            ch.finishAndReleaseAll()
+        }
+    }
+
+    @Test
+    fun `a whole chunked body is not marked broken`() {
+        val (ch, received) = channel()
+        ch.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        assertEquals(null, ServerGuards.framingBroken(ch))
+        assertEquals(1, received.lastContents)
+        ch.finishAndReleaseAll()
+    }
+
+    @Test
+    fun `a response that says Connection close is followed by the close`() {
+        val (ch, _) = channel()
+        ch.send("GET /a HTTP/1.1\r\nHost: lab\r\n\r\n")
+        val response = DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.BAD_REQUEST)
+        response.headers().set("Connection", "close")
+        ch.writeOutbound(response)
+        ch.runPendingTasks()
+        assertFalse(ch.isOpen)
+        ch.finishAndReleaseAll()
+
+        val (open, _) = channel()
+        open.send("GET /a HTTP/1.1\r\nHost: lab\r\n\r\n")
+        open.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        open.runPendingTasks()
+        assertTrue(open.isOpen)
+        open.finishAndReleaseAll()
+    }
 }
