@@ -5,8 +5,10 @@
  * - TRACE and CONNECT are not forwarded (405): TRACE reflects the request, credentials included,
  *   and the proxy tunnels nothing.
  * - HTTP/1.1 without `Host` is malformed (400, RFC 9112 section 3.2).
- * - A `Transfer-Encoding` other than `chunked` cannot be framed (501): the server codec would read
- *   its body as the next request, so the connection is closed after the answer.
+ * - A `Transfer-Encoding` whose last coding is not `chunked` cannot be framed (400, RFC 9112
+ *   section 6.1's MUST), and one with another coding before `chunked` is not supported (501): the
+ *   server codec would read such a body as the next request, so the connection is closed after the
+ *   answer.
  * - `Content-Length` beside `Transfer-Encoding` (400, the connection closed: RFC 9112 section 6.1;
  *   the codec keeps both visible, [lab.proxy.server.ServerCodec]): a sign of request smuggling, never forwarded.
  * - GET and HEAD with a body (400): one engine (OkHttp) drops such a body but keeps its
@@ -35,6 +37,9 @@ object RequestChecks {
         val length = headers[HttpHeaders.ContentLength]?.trim()?.toLongOrNull()
         val hasBody = transferEncoding.isNotEmpty() || (length != null && length > 0)
         return when {
+            transferEncoding.isNotEmpty() && transferEncoding.last() != "chunked" -> Refusal(
+                HttpStatusCode.BadRequest, "Transfer-Encoding ${transferEncoding.joinToString(", ")} does not end with chunked", close = true,
+            )
             transferEncoding.isNotEmpty() && !chunked -> Refusal(
                 HttpStatusCode.NotImplemented, "Transfer-Encoding ${transferEncoding.joinToString(", ")} is not supported", close = true,
             )

@@ -34,8 +34,17 @@ class RequestChecksTest {
     }
 
     @Test
-    fun `a transfer coding other than chunked is not implemented and closes`() {
-        for (te in listOf("xchunked", "gzip", "chunked, chunked", "gzip, chunked")) {
+    fun `a transfer coding that does not end with chunked cannot be framed and closes (RFC 9112 6_1)`() {
+        for (te in listOf("xchunked", "gzip", "chunked, identity", "chunked,gzip")) {
+            val refusal = check("POST", "Transfer-Encoding" to te)
+            assertEquals(HttpStatusCode.BadRequest, refusal?.status, te)
+            assertEquals(true, refusal?.close, te)
+        }
+    }
+
+    @Test
+    fun `another coding before chunked is not implemented and closes`() {
+        for (te in listOf("chunked, chunked", "gzip, chunked")) {
             val refusal = check("POST", "Transfer-Encoding" to te)
             assertEquals(HttpStatusCode.NotImplemented, refusal?.status, te)
             assertEquals(true, refusal?.close, te)
