@@ -292,3 +292,18 @@ def test_every_study_s_default_windows_can_name_a_difference_and_fewer_are_named
     lines = dry_run_lines(STUDIES["versions"].plan(options("versions", "--windows", "3")))
     assert "ktor: with 3 windows a row no difference can be named" in lines[0], lines
     assert "give --windows 4 or more" in lines[0]
+
+
+def test_replay_from_a_matrix_reads_it_and_a_missing_one_is_refused_in_one_line(tmp_path, capsys):
+    """--from-matrix measures nothing: the dry run says so instead of planning the matrix's time,
+    and a folder without results.json is refused before anything, naming the option."""
+    from ktor_lab import cli
+
+    assert cli.main(["study", "replay", "--from-matrix", str(tmp_path / "missing"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lab: study replay: --from-matrix {tmp_path / 'missing'}: no results.json there")
+    assert err.count("\n") == 1
+    (tmp_path / "results.json").write_text("{}")
+    assert cli.main(["study", "replay", "--from-matrix", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"reads the matrix in {tmp_path}: measures nothing" in out and "proxies" not in out

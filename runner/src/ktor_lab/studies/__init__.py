@@ -66,6 +66,9 @@ def dry_run_lines(items: list) -> list[str]:
     """Per `lab run` plan of the study: its proxies, windows and most time; the others counted."""
     lines, total, others = [], 0.0, 0
     for item in items:
+        if callable(said := getattr(item, "dry_run_line", None)):
+            lines.append(said())
+            continue
         plans = plans_in(item)
         others += not plans
         lines += window_warnings([item])

@@ -74,9 +74,26 @@ def matrix_plan(args: argparse.Namespace) -> Plan:
     return machinery.runs_plan(args, case_list(args.cases), ["static-small"], [parse_load(x) for x in loads])
 
 
-def plan(args: argparse.Namespace) -> list[Plan]:
-    """One run: the whole matrix (or none, with --from-matrix)."""
-    return [matrix_plan(args)]
+@dataclass(frozen=True)
+class ReadMatrix:
+    """--from-matrix: the matrix an earlier replay wrote, read instead of measured."""
+
+    folder: Path
+    plan: Plan
+
+    def dry_run_line(self) -> str:
+        return f"reads the matrix in {self.folder}: measures nothing"
+
+
+def plan(args: argparse.Namespace) -> list[Plan | ReadMatrix]:
+    """One run: the whole matrix (or, with --from-matrix, the folder that holds it)."""
+    if args.from_matrix is None:
+        return [matrix_plan(args)]
+    if not (args.from_matrix / "results.json").is_file():
+        raise ValueError(
+            f"--from-matrix {args.from_matrix}: no results.json there (give the matrix/ folder of a replay)"
+        )
+    return [ReadMatrix(args.from_matrix, matrix_plan(args))]
 
 
 def held(run: Run) -> bool:
@@ -84,14 +101,15 @@ def held(run: Run) -> bool:
     return "target" in flags and "errors" not in flags and (run.locust.p99_ms or 0) <= HELD_P99_MS
 
 
-def measure(d: Path, p: Plan, args: argparse.Namespace) -> list[Row]:
-    if args.from_matrix:
-        results = load_results(args.from_matrix)
+def measure(d: Path, item: Plan | ReadMatrix, args: argparse.Namespace) -> list[Row]:
+    if isinstance(item, ReadMatrix):
+        results, p = load_results(item.folder), item.plan
         if [c.name for c in results.plan.cases] != [c.name for c in p.cases] or [
             x.label for x in results.plan.loads
         ] != [x.label for x in p.loads]:
-            raise ValueError(f"{args.from_matrix} ran other cases or loads than these options give")
+            raise ValueError(f"{item.folder} ran other cases or loads than these options give")
     else:
+        p = item
         (results,) = machinery.run_matrices(p, [(p, d / "matrix")], d / "matrix")
     for r in results.runs:
         r.verdict = verdict.judge(r)
