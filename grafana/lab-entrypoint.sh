@@ -36,5 +36,11 @@ if [ -z "$GF_SECURITY_ADMIN_PASSWORD" ]; then
     echo "lab: Grafana's admin password is blank (LAB_PASSWORD_FILE or LAB_PASSWORD)" >&2
     exit 1
 fi
+# The lab's password guards every UI: the rule of locust/lab_guard.py's weakness().
+if [ -n "${LAB_PASSWORD_FILE:-}${LAB_PASSWORD:-}" ] && { [ "${#GF_SECURITY_ADMIN_PASSWORD}" -lt 12 ] ||
+    [ "$(printf %s "$GF_SECURITY_ADMIN_PASSWORD" | fold -w1 | sort -u | wc -l)" -lt 4 ]; }; then
+    echo "lab: the lab's password is too weak: use at least 12 characters, not one or two repeated (e.g. openssl rand -base64 18)" >&2
+    exit 1
+fi
 export GF_SECURITY_ADMIN_PASSWORD
 exec /run.sh "$@"

@@ -16,6 +16,19 @@ A start naming another host is refused before anything runs: in the UI and its w
 and /user, which can set a user class's host) as Locust answers every start it refuses (200,
 success false, the message its form shows); a headless run at start (exit 2, one line); and every
 user checks its host before its first request, on a worker too, whichever way the run started.
+
+What /user may change: only what Locust's own class picker edits (host, weight, fixed_count,
+tasks); any other attribute of a user class (proxy_host, default_headers, max_redirects, ...) is
+refused, naming the keys. And below every setting, each user's session checks every connection
+it opens, a redirect's too: to a host the guard admits, never through a forward proxy; a
+connection elsewhere fails that request and sends nothing.
+
+Who may drive the UI without a password: a page the browser loaded from the UI's own name. With no
+password the UI is on loopback only (a LAB_BIND off loopback without one stops Locust at start),
+and it answers only requests whose Host is a loopback name (localhost, 127.0.0.1, ::1) or a host
+named in LAB_ALLOWED_HOSTS: a page on another name that rebinds its DNS to 127.0.0.1 is refused.
+With a password the login is the door (a rebound page has no credentials for the UI), so any
+name reaches the login. Failed logins are answered after FAILED_LOGIN_DELAY seconds.
 """
 
 from __future__ import annotations
@@ -37,6 +50,12 @@ REALM = "ktor-lab"
 # Routes served without the login (Prometheus' scrape and the healthcheck).
 OPEN_PATHS = frozenset({"/metrics"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# What /user may set on a user class: what Locust's own class picker edits.
+USER_SETTINGS = ("host", "weight", "fixed_count", "tasks")
+# A password the user chooses is at least this long (the stacks make longer ones themselves).
+MIN_PASSWORD = 12
+# Seconds before a failed login is answered: guesses come one at a time, slowly.
+FAILED_LOGIN_DELAY = 1.0
 
 
 class GuardError(ValueError):
@@ -101,12 +120,62 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class LoadRefused(ConnectionError):
+    """A connection the guard does not admit: the request fails and nothing is sent."""
+
+
 @dataclass
 class Guard:
     password: str | None = None
     allowed: list[Origin] = field(default_factory=list)
     loopback: bool = False  # the UI listens on loopback only: loopback targets are the machine's own
     warned: set[str] = field(default_factory=set)
+    names: frozenset[str] = frozenset()  # the hosts of LAB_ALLOWED_HOSTS: names the UI answers to too
+
+    def foreign_host(self, host_header: str | None) -> str | None:
+        """Why a request with this Host must not drive a UI that has no password (a page on
+        another name, DNS rebinding); None when it may. With a password, None: the login decides."""
+        if self.password is not None:
+            return None
+        try:
+            name = (urlsplit(f"//{host_header}").hostname or "").rstrip(".") if host_header else ""
+        except ValueError:
+            name = ""
+        if name and (is_loopback(name) or name in self.names):
+            return None
+        shown = " ".join((host_header or "").split())[:100] or "none"
+        return f"Host {shown} is not a name of this UI (loopback, or a host in LAB_ALLOWED_HOSTS)"
+
+    def user_refusal(self, settings, classes=None) -> str | None:
+        """Why /user must not apply `settings` to a user class, in one line; None when it may."""
+        if not isinstance(settings, dict):
+            return "a user class's settings are a JSON object"
+        refused = sorted(str(k) for k in settings if k not in ("user_class_name", *USER_SETTINGS))
+        if refused:
+            return f"{', '.join(refused)}: /user changes only {', '.join(USER_SETTINGS)} of the lab's users"
+        name = settings.get("user_class_name")
+        if classes is not None and name not in classes:
+            return f"user_class_name {str(name)[:80]!r} is not one of {', '.join(sorted(classes))}"
+        for key in ("weight", "fixed_count"):
+            value = settings.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return f"{key} must be a whole number >= 0"
+        tasks = settings.get("tasks", [])
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            return "tasks must be a list of task names"
+        host = settings.get("host")
+        if host is not None and not isinstance(host, str):
+            return "host must be a URL"
+        # A blank host changes nothing: the run's host (checked at the start) overrides a class's.
+        return self.refusal(host) if host else None
+
+    def connection_refusal(self, client) -> str | None:
+        """Why a user's session must not open this connection (geventhttpclient's HTTPClient)."""
+        if getattr(client, "use_proxy", False):
+            return "a forward proxy (proxy_host) is not the lab's: the load goes straight to the lab's proxy"
+        scheme = "https" if getattr(client, "ssl", False) else "http"
+        host = client.host if ":" not in client.host else f"[{client.host}]"
+        return self.refusal(f"{scheme}://{host}:{client.port}")
 
     def refusal(self, host: str | None) -> str | None:
         """Why a run must not aim at `host`, in one line; None when it may."""
@@ -161,7 +230,19 @@ def read_password(env: dict[str, str]) -> str | None:
         return None
     if not password.strip() or "\n" in password:
         raise GuardError(f"{name}: the password is blank or has several lines")
+    if why := weakness(password):
+        raise GuardError(f"{name}: {why}")
     return password
+
+
+def weakness(password: str) -> str | None:
+    """Why a password someone chose is too weak to guard a UI on a network; None when it is not."""
+    if len(password) < MIN_PASSWORD or len(set(password)) < 4:
+        return (
+            f"the password is too weak: use at least {MIN_PASSWORD} characters, not one or two repeated "
+            "(e.g. openssl rand -base64 18)"
+        )
+    return None
 
 
 def make(options, env: dict[str, str] | None = None) -> Guard:
@@ -170,11 +251,40 @@ def make(options, env: dict[str, str] | None = None) -> Guard:
     allowed = []
     if (own := origin(getattr(options, "host", None) or "")) is not None:
         allowed.append(own)
-    for entry in env.get("LAB_ALLOWED_HOSTS", "").replace(",", " ").split():
-        allowed.append(allowance(entry))
+    extra = [allowance(entry) for entry in env.get("LAB_ALLOWED_HOSTS", "").replace(",", " ").split()]
+    allowed += extra
     web_host = getattr(options, "web_host", "") or ""
     loopback = web_host not in ("", "*") and is_loopback(web_host)
-    return Guard(read_password(env), allowed, loopback)
+    password = read_password(env)
+    # The compose stacks publish the UI on LAB_BIND: off loopback, never without a login, whether
+    # or not the bind check in nginx's entrypoint ran (docker compose up --no-deps).
+    bind = env.get("LAB_BIND", "")
+    if bind and not is_loopback(bind) and password is None:
+        raise GuardError(
+            f"LAB_BIND={bind} is not a loopback address: add -f compose/lan.yml and set LAB_PASSWORD "
+            "(the UIs then ask for a login; docs/compose.md), or leave LAB_BIND at 127.0.0.1"
+        )
+    return Guard(password, allowed, loopback, names=frozenset(a.host for a in extra))
+
+
+def check_connections(session, guard: Guard) -> None:
+    """Every connection `session` (a FastHttpSession) opens, a redirect's too, is checked first:
+    to a host the guard admits and never through a forward proxy, whatever a user class's
+    attributes say; a refused one fails its request (LoadRefused) and sends nothing."""
+    agent = session.client
+    opened = agent._urlopen
+    admitted: set[int] = set()  # the pool's clients already checked (it keeps one per host and port)
+
+    def checked(request):
+        client = agent.clientpool.get_client(request.url_split)
+        if id(client) not in admitted:
+            if why := guard.connection_refusal(client):
+                guard.warn_once(why)
+                raise LoadRefused(why)
+            admitted.add(id(client))
+        return opened(request)
+
+    agent._urlopen = checked
 
 
 def install(environment, env: dict[str, str] | None = None) -> Guard:
@@ -198,14 +308,36 @@ def install(environment, env: dict[str, str] | None = None) -> Guard:
     return guard
 
 
+def gevent_sleep(seconds: float) -> None:
+    """Waits without holding Locust's other greenlets (Locust's web UI runs on gevent)."""
+    try:
+        import gevent
+    except ImportError:  # pragma: no cover - Locust always has gevent
+        import time
+
+        time.sleep(seconds)
+        return
+    gevent.sleep(seconds)
+
+
 def protect(app, environment, guard: Guard) -> None:
-    """Flask hooks: the login on every route but OPEN_PATHS, then the target of a start."""
+    """Flask hooks: the Host of a UI without a password, the login on every route but OPEN_PATHS,
+    then the target of a start and what /user may change."""
     from flask import jsonify, request
 
     @app.before_request
-    def lab_login():
-        if request.path in OPEN_PATHS or guard.authorized(request.headers.get("Authorization")):
+    def lab_host():
+        if request.path in OPEN_PATHS or not (why := guard.foreign_host(request.headers.get("Host"))):
             return None
+        log.warning("lab: refused %s %s: %s", request.method, request.path, why)
+        return f"refused: {why}\n", 403, {"Content-Type": "text/plain"}
+
+    @app.before_request
+    def lab_login():
+        if request.path in OPEN_PATHS or guard.authorized(given := request.headers.get("Authorization")):
+            return None
+        if given:
+            gevent_sleep(FAILED_LOGIN_DELAY)
         return (
             "the lab's Locust asks for a login: user lab and the lab's password\n",
             401,
@@ -220,10 +352,8 @@ def protect(app, environment, guard: Guard) -> None:
         elif request.endpoint == "locust.swarm":
             why = guard.refusal(environment.host)
         elif request.endpoint == "locust.update_user":
-            settings = request.get_json(force=True, silent=True)
-            # A blank host changes nothing: the run's host (checked above) overrides a class's.
-            if isinstance(settings, dict) and settings.get("host"):
-                why = guard.refusal(settings["host"])
+            classes = getattr(environment, "available_user_classes", None)
+            why = guard.user_refusal(request.get_json(force=True, silent=True), classes)
         if why is None:
             return None
         log.warning("lab: refused a start: %s", why)

@@ -26,6 +26,7 @@ import time
 from locust.runners import MasterRunner, WorkerRunner
 
 from lab_export import install as install_export
+from lab_guard import check_connections
 from lab_guard import install as install_guard
 from lab_payload import digest_of, payload
 from locust import FastHttpUser, events, task
@@ -241,6 +242,13 @@ def describe(s: dict) -> str:
 
 class LabUser(FastHttpUser):
     abstract = True
+
+    def __init__(self, environment):
+        super().__init__(environment)
+        # Below every attribute a class may carry: each connection the session opens is checked.
+        guard = getattr(environment, "lab_guard", None)
+        if guard is not None:
+            check_connections(self.client, guard)
 
     def run(self):
         # The last check of where the load goes (lab_guard.py), whichever way the run started: a

@@ -16,6 +16,11 @@ case "$password" in
         exit 1
         ;;
 esac
+# The rule of locust/lab_guard.py's weakness(): Locust refuses the same password.
+if [ "${#password}" -lt 12 ] || [ "$(printf %s "$password" | fold -w1 | sort -u | wc -l)" -lt 4 ]; then
+    echo "lab: the lab's password is too weak: use at least 12 characters, not one or two repeated (e.g. openssl rand -base64 18)" >&2
+    exit 1
+fi
 mkdir -p /tmp/lab-gate
 umask 027
 printf 'lab:{PLAIN}%s\n' "$password" > /tmp/lab-gate/users

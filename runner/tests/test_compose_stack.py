@@ -492,8 +492,12 @@ def test_grafana_entrypoint_never_leaves_admin_admin(compose_engine, tmp_path):
                   "-v", f"{secret}:/run/secrets/lab-password:ro")  # fmt: skip
     assert "Grafana's admin: user lab, the lab's password (LAB_PASSWORD_FILE)" in swarm
     assert swarm.count("the-lab-s-secret") == 1 and "GF_SECURITY_ADMIN_PASSWORD=the-lab-s-secret\n" in swarm
-    lan = start("-e", "LAB_PASSWORD=from-lan", "-e", "GRAFANA_ADMIN_PASSWORD=ignored")
-    assert lan.count("from-lan") == 1 and "GF_SECURITY_ADMIN_PASSWORD=from-lan\n" in lan
+    lan = start("-e", "LAB_PASSWORD=from-the-lan-file", "-e", "GRAFANA_ADMIN_PASSWORD=ignored")
+    assert lan.count("from-the-lan-file") == 1 and "GF_SECURITY_ADMIN_PASSWORD=from-the-lan-file\n" in lan
+    # the lab's password guards every UI: one too weak stops Grafana as it stops Locust
+    with pytest.raises(subprocess.CalledProcessError) as weak:
+        start("-e", "LAB_PASSWORD=abababababab")
+    assert "lab: the lab's password is too weak: use at least 12 characters" in weak.value.stderr
 
 
 def test_what_a_killed_run_left_is_removed_and_a_live_runs_project_is_not(compose_engine):

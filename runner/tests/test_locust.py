@@ -459,11 +459,13 @@ def test_the_ui_behind_the_login_shows_why_a_start_at_another_host_is_refused(up
         "locust-ui-login",
         loadgen.argv("-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port)),
         tmp_path / "ui.log",
-        env={"LAB_PASSWORD": "ui-secret"},
+        env={"LAB_PASSWORD": "ui-secret-of-the-test"},
     )
     try:
         assert wait_until(lambda: answers(f"{web}/metrics") or not svc.alive(), timeout=30), svc.tail()
-        context = browser.new_context(http_credentials={"username": "lab", "password": "ui-secret"})
+        context = browser.new_context(
+            http_credentials={"username": "lab", "password": "ui-secret-of-the-test"}
+        )
         page = context.new_page()
         page.goto(web + "/")
         page.locator("input[name=userCount]").fill("1")
@@ -473,7 +475,144 @@ def test_the_ui_behind_the_login_shows_why_a_start_at_another_host_is_refused(up
         page.get_by_text("refused: http://192.0.2.1:8080 is not the lab's proxy", exact=False).wait_for(
             timeout=10_000
         )
-        assert loadgen.LocustWeb(web, auth=("lab", "ui-secret")).stats().state == "ready"
+        assert loadgen.LocustWeb(web, auth=("lab", "ui-secret-of-the-test")).stats().state == "ready"
         context.close()
     finally:
         svc.stop()
+
+
+class Listener:
+    """A loopback port that counts the connections it accepts and answers each request with
+    `answer` (bytes) or, by default, nothing (a listener the load must never reach)."""
+
+    def __init__(self, answer: bytes = b""):
+        import socket
+
+        self.accepted = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(self.answer)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_no_attribute_a_caller_sets_sends_the_load_elsewhere(upstream, tmp_path):
+    """As an attacker would, through the UI's HTTP only, on a Locust as `lab up` runs it: /user
+    with a forward proxy, default headers or redirects is refused, naming the keys; a start then
+    loads the lab's upstream alone, and the listener the proxy settings named is never reached.
+    A page that rebinds its name to 127.0.0.1 (Host and Origin its own) cannot start a run."""
+    port = free_port()
+    web = f"http://127.0.0.1:{port}"
+    elsewhere = Listener()
+    svc = Service(
+        "locust-doors",
+        loadgen.argv("-H", upstream.url, "--web-host", "127.0.0.1", "--web-port", str(port)),
+        tmp_path / "ui.log",
+        env=loadgen.NO_LOGIN,
+    )
+    try:
+        assert wait_until(lambda: answers(f"{web}/metrics") or not svc.alive(), timeout=30), svc.tail()
+        for sneaky in (
+            {"proxy_host": "127.0.0.1", "proxy_port": elsewhere.port},
+            {"default_headers": {"Host": "elsewhere.example"}},
+            {"max_redirects": 30, "insecure": False},
+        ):
+            r = requests.post(f"{web}/user", json={"user_class_name": "StaticSmallUser", **sneaky}, timeout=5)
+            body = r.json()
+            assert body.get("success") is False, (sneaky, r.status_code, body)
+            assert all(key in body["message"] for key in sneaky), body
+        rebound = {
+            "Host": f"rebind.attacker.example:{port}",
+            "Origin": f"http://rebind.attacker.example:{port}",
+        }
+        form = {
+            "user_count": "2",
+            "spawn_rate": "2",
+            "host": upstream.url,
+            "wait_min": "0",
+            "wait_max": "0.05",
+        }
+        assert requests.post(f"{web}/swarm", data=form, headers=rebound, timeout=5).status_code == 403
+        assert (
+            requests.post(
+                f"{web}/user", json={"user_class_name": "StaticSmallUser"}, headers=rebound, timeout=5
+            ).status_code
+            == 403
+        )
+        client = loadgen.LocustWeb(web)
+        assert client.stats().state == "ready"  # the rebound start ran nothing
+        client.swarm(upstream.url, 2, 2, wait_min=0, wait_max=0.05)
+        assert wait_until(lambda: client.stats().requests >= 20, timeout=20)
+        client.stop()
+        assert client.stats().failures == 0 and elsewhere.accepted == 0
+    finally:
+        svc.stop()
+        elsewhere.close()
+
+
+REDIRECT_CHECK = """
+import sys
+import lab_guard
+from locust.contrib.fasthttp import FastHttpSession
+from locust.event import EventHook
+
+lab, target = sys.argv[1], sys.argv[2]
+guard = lab_guard.Guard(allowed=[lab_guard.origin(lab)])
+forward = {"proxy_host": "127.0.0.1", "proxy_port": int(target.rsplit(":", 1)[1])}
+for name, more in (("redirect", {"max_redirects": 5}), ("forward proxy", forward)):
+    session = FastHttpSession(lab, request_event=EventHook(), user=None, max_retries=0, **more)
+    lab_guard.check_connections(session, guard)
+    try:
+        session.client.urlopen(lab + "/files/tiny.txt")
+        print(name, "followed")
+    except lab_guard.LoadRefused as e:
+        print(name, "refused:", e)
+"""
+
+
+def test_a_redirect_or_a_forward_proxy_the_guard_does_not_admit_is_never_reached(tmp_path):
+    """Each user's session checks every connection it opens (lab_guard.check_connections), a
+    redirect's too: the lab's host answers 302 to another port, and that port is never reached;
+    nor is a forward proxy. In a process of its own: Locust patches the interpreter (gevent)."""
+    import sys
+
+    target = Listener()
+    location = f"http://127.0.0.1:{target.port}/x"
+    redirecting = Listener(
+        f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode()
+    )
+    lab = f"http://127.0.0.1:{redirecting.port}"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", REDIRECT_CHECK, lab, f"http://127.0.0.1:{target.port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith(
+            f"redirect refused: http://127.0.0.1:{target.port} is not the lab's proxy"
+        ), r.stdout
+        assert lines[1].startswith("forward proxy refused: a forward proxy (proxy_host)"), r.stdout
+        assert (redirecting.accepted, target.accepted) == (1, 0)
+    finally:
+        target.close()
+        redirecting.close()

@@ -97,7 +97,7 @@ def test_the_stack_runs_with_its_parts_on_different_hosts(four_hosts, tmp_path):
     hosts, registry = four_hosts
     manager = hosts.nodes[0]
     # the login, given (LAB_PASSWORD): every UI asks for it from outside the swarm
-    login = ("lab", f"hosts-{os.getpid()}")
+    login = ("lab", f"hosts-login-{os.getpid()}")
     env = {**os.environ, "DOCKER_HOST": manager.docker_host, "LAB_PASSWORD": login[1]}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     dotenv = compose.dotenv()

@@ -71,7 +71,7 @@ def test_the_password_comes_from_the_variable_or_the_secret_s_file(tmp_path):
     secret.write_text("from-the-secret\n")
     assert lab_guard.read_password({}) is None
     assert lab_guard.read_password({"LAB_PASSWORD": ""}) is None
-    assert lab_guard.read_password({"LAB_PASSWORD": "s3cret"}) == "s3cret"
+    assert lab_guard.read_password({"LAB_PASSWORD": "s3cret-enough"}) == "s3cret-enough"
     assert (
         lab_guard.read_password({"LAB_PASSWORD_FILE": str(secret), "LAB_PASSWORD": "x"}) == "from-the-secret"
     )
@@ -90,9 +90,106 @@ def test_only_user_lab_with_the_password_is_authorized():
     assert lab_guard.Guard(password=None).authorized(None)  # no password: nothing asked
 
 
-@pytest.fixture
-def app():
-    """A Flask app with the endpoints lab_guard knows by Locust's names (blueprint `locust`)."""
+@pytest.mark.parametrize("weak", ["short", "aaaaaaaaaaaaaaaa", "abababababababab"])
+def test_a_weak_password_stops_the_start_in_one_line_naming_the_variable(weak, tmp_path):
+    with pytest.raises(
+        lab_guard.GuardError, match=r"^LAB_PASSWORD: the password is too weak: use at least 12"
+    ):
+        lab_guard.read_password({"LAB_PASSWORD": weak})
+    secret = tmp_path / "secret"
+    secret.write_text(weak + "\n")
+    with pytest.raises(lab_guard.GuardError, match=r"^LAB_PASSWORD_FILE: the password is too weak"):
+        lab_guard.read_password({"LAB_PASSWORD_FILE": str(secret)})
+
+
+def test_a_ui_published_off_loopback_without_a_password_stops_at_start():
+    """The compose stacks tell Locust LAB_BIND: off loopback it needs a login, whether or not
+    nginx's bind check ran first (docker compose up --no-deps locust)."""
+    with pytest.raises(lab_guard.GuardError, match=r"^LAB_BIND=0\.0\.0\.0 is not a loopback address"):
+        lab_guard.make(options(), {"LAB_BIND": "0.0.0.0"})
+    assert lab_guard.make(options(), {"LAB_BIND": "0.0.0.0", "LAB_PASSWORD": "a-long-password"}).password
+    assert lab_guard.make(options(), {"LAB_BIND": "127.0.0.1"}).password is None
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"user_class_name": "U", "proxy_host": "10.9.9.9", "proxy_port": 3128},
+        {"user_class_name": "U", "default_headers": {"Authorization": "x"}},
+        {"user_class_name": "U", "max_redirects": 30},
+        {"user_class_name": "U", "insecure": False},
+        {"user_class_name": "U", "client_pool": "x"},
+        {"user_class_name": "Other"},
+        {"user_class_name": "U", "weight": "9"},
+        {"user_class_name": "U", "fixed_count": -1},
+        {"user_class_name": "U", "tasks": "tiny"},
+        {"user_class_name": "U", "host": 3},
+        ["not", "an", "object"],
+    ],
+    ids=lambda s: ",".join(s)[:40] if isinstance(s, dict) else "list",
+)
+def test_user_updates_change_only_what_locusts_class_picker_edits(settings):
+    why = lab_guard.Guard().user_refusal(settings, {"U": object()})
+    assert why and "\n" not in why
+    for key in (
+        set(settings) - {"user_class_name", *lab_guard.USER_SETTINGS} if isinstance(settings, dict) else ()
+    ):
+        assert key in why
+
+
+def test_the_class_pickers_own_settings_pass():
+    guard = lab_guard.make(options(), {})
+    ok = {
+        "user_class_name": "U",
+        "host": "http://proxy:8080",
+        "weight": 2,
+        "fixed_count": 0,
+        "tasks": ["tiny"],
+    }
+    assert guard.user_refusal(ok, {"U": object()}) is None
+    assert guard.user_refusal({"user_class_name": "U", "host": ""}, {"U": object()}) is None
+
+
+def test_a_session_opens_connections_only_to_admitted_hosts_never_through_a_forward_proxy():
+    guard = lab_guard.make(options(), {})
+
+    def client(host, port, ssl=False, use_proxy=False):
+        return SimpleNamespace(host=host, port=port, ssl=ssl, use_proxy=use_proxy)
+
+    assert guard.connection_refusal(client("proxy", 8080)) is None
+    assert "forward proxy" in guard.connection_refusal(client("proxy", 8080, use_proxy=True))
+    assert guard.connection_refusal(client("proxy", 8080, ssl=True))  # another scheme
+    assert guard.connection_refusal(client("evil.example", 80))  # a redirect's target
+    assert guard.connection_refusal(client("::1", 8080))
+
+
+@pytest.mark.parametrize(
+    "host,refused",
+    [
+        ("127.0.0.1:18089", False),
+        ("localhost:8089", False),
+        ("[::1]:8089", False),
+        ("127.0.0.1", False),
+        ("ui.example:8089", False),  # named in LAB_ALLOWED_HOSTS
+        ("rebind.attacker.example:18089", True),
+        ("192.168.1.20:8089", True),
+        ("", True),
+        (None, True),
+        ("[bad", True),
+    ],
+)
+def test_a_ui_without_a_password_answers_only_to_its_own_names(host, refused):
+    guard = lab_guard.make(options(web_host="127.0.0.1"), {"LAB_ALLOWED_HOSTS": "ui.example"})
+    assert bool(guard.foreign_host(host)) is refused
+    # with a password, the login is the door: a rebound page has no credentials for the UI
+    assert guard.foreign_host(host) is None or lab_guard.Guard("a-long-password").foreign_host(host) is None
+
+
+@pytest.fixture(params=["pw"])
+def app(request, monkeypatch):
+    """A Flask app with the endpoints lab_guard knows by Locust's names (blueprint `locust`);
+    failed logins answered at once (test_a_failed_login_is_answered_slowly sees the wait)."""
+    monkeypatch.setattr(lab_guard, "gevent_sleep", lambda seconds: None)
     flask = pytest.importorskip("flask")
     app = flask.Flask("fake-locust")
     bp = flask.Blueprint("locust", "fake-locust")
@@ -118,8 +215,8 @@ def app():
     def metrics():
         return "locust_users 0\n"
 
-    environment = SimpleNamespace(host="http://proxy:8080")
-    guard = lab_guard.Guard("pw", [lab_guard.origin("http://proxy:8080")])
+    environment = SimpleNamespace(host="http://proxy:8080", available_user_classes={"U": object()})
+    guard = lab_guard.Guard(request.param, [lab_guard.origin("http://proxy:8080")])
     lab_guard.protect(app, environment, guard)
     app.started = started
     return app
@@ -158,6 +255,49 @@ def test_a_start_at_another_host_is_refused_with_the_message_the_ui_shows(app):
     assert app.started == [{"user_class_name": "U", "host": ""}]
     ok = client.post("/swarm", data={"host": "http://proxy:8080", "user_count": 1}, headers=login)
     assert ok.get_json()["success"] and app.started[-1]["host"] == "http://proxy:8080"
+
+
+def test_user_with_other_attributes_is_refused_naming_them_and_applies_nothing(app):
+    client = app.test_client()
+    login = {"Authorization": basic("lab", "pw")}
+    sneaky = {
+        "user_class_name": "U",
+        "proxy_host": "10.9.9.9",
+        "proxy_port": 3128,
+        "default_headers": {"X": "1"},
+    }
+    body = client.post("/user", json=sneaky, headers=login).get_json()
+    assert body["success"] is False
+    assert body["message"].startswith("refused: default_headers, proxy_host, proxy_port: /user changes only")
+    assert app.started == []
+
+
+@pytest.mark.parametrize("app", [None], indirect=True)
+def test_a_rebinding_page_cannot_drive_a_ui_without_a_password(app):
+    """DNS rebinding: the attacker's name resolves to 127.0.0.1, so the browser sends the
+    attacker's name as Host and as Origin; the UI answers only to its own names."""
+    client = app.test_client()
+    rebound = {"Host": "rebind.attacker.example:18089", "Origin": "http://rebind.attacker.example:18089"}
+    assert client.post("/swarm", data={"host": "http://proxy:8080"}, headers=rebound).status_code == 403
+    assert (
+        client.post("/user", json={"user_class_name": "U", "weight": 1}, headers=rebound).status_code == 403
+    )
+    assert client.get("/", headers=rebound).status_code == 403
+    assert client.get("/metrics", headers={"Host": "locust:8089"}).status_code == 200  # Prometheus' scrape
+    assert app.started == []
+    own = {"Host": "127.0.0.1:18089"}
+    assert client.post("/swarm", data={"host": "http://proxy:8080"}, headers=own).get_json()["success"]
+
+
+def test_a_failed_login_is_answered_slowly(app, monkeypatch):
+    waited = []
+    monkeypatch.setattr(lab_guard, "gevent_sleep", waited.append)
+    client = app.test_client()
+    assert client.get("/", headers={"Authorization": basic("lab", "guess")}).status_code == 401
+    assert waited == [lab_guard.FAILED_LOGIN_DELAY] and lab_guard.FAILED_LOGIN_DELAY >= 1
+    assert client.get("/").status_code == 401  # the browser's first, credential-less request: no wait
+    assert client.get("/", headers={"Authorization": basic("lab", "pw")}).status_code == 200
+    assert len(waited) == 1
 
 
 def test_a_headless_run_at_another_host_stops_at_start_in_one_line(capsys):
