@@ -227,8 +227,16 @@ def test_a_bind_off_loopback_needs_the_lan_overlay_which_gives_every_ui_a_login(
     user lab), Prometheus itself unpublished; the proxy, nginx and Toxiproxy's API stay on
     LAB_PROXY_BIND, loopback unless set. Without the overlay the base tells nginx's bind check
     the address, and the check stops the stack (test_bind_check.py, test_compose_stack.py)."""
-    base = render(LAB_BIND="10.1.2.3")["services"]["nginx"]["environment"]
-    assert (base["LAB_BIND"], base["LAB_LOGINS"]) == ("10.1.2.3", "off")
+    base = render(LAB_BIND="10.1.2.3")["services"]
+    assert (base["nginx"]["environment"]["LAB_BIND"], base["nginx"]["environment"]["LAB_LOGINS"]) == (
+        "10.1.2.3",
+        "off",
+    )
+    # Locust checks it too (lab_guard), and without the overlay no UI is published off loopback,
+    # even when nginx's check is skipped (docker compose up --no-deps locust prometheus grafana).
+    assert base["locust"]["environment"]["LAB_BIND"] == "10.1.2.3"
+    for name in ("locust", "prometheus", "grafana"):
+        assert {p["host_ip"] for p in base[name]["ports"]} == {"127.0.0.1"}, name
     with pytest.raises(compose.ComposeError, match="set LAB_PASSWORD, the login of Locust, Prometheus"):
         render("singleton-cio", "lan", LAB_BIND="10.1.2.3")
     for overlays in (("singleton-cio", "lan"), ("per-call-okhttp", "distributed", "network", "lan")):
@@ -259,8 +267,12 @@ def test_a_bind_off_loopback_needs_the_lan_overlay_which_gives_every_ui_a_login(
         for volume in gate["volumes"]:
             assert Path(volume["source"]).is_file() and REPO in Path(volume["source"]).parents
     # the proxy and nginx on the network only on request
-    opened = render("singleton-cio", "lan", LAB_BIND="10.1.2.3", LAB_PASSWORD="pw", LAB_PROXY_BIND="10.1.2.3")
-    assert {p["host_ip"] for n in ("proxy", "nginx") for p in opened["services"][n]["ports"]} == {"10.1.2.3"}
+    opened = render(
+        "singleton-cio", "network", "lan", LAB_BIND="10.1.2.3", LAB_PASSWORD="pw", LAB_PROXY_BIND="10.1.2.3"
+    )["services"]
+    assert {p["host_ip"] for n in ("proxy", "nginx") for p in opened[n]["ports"]} == {"10.1.2.3"}
+    # Toxiproxy's API has no login and makes proxies to any address: loopback, whatever is asked.
+    assert {p["host_ip"] for p in opened["toxiproxy"]["ports"]} == {"127.0.0.1"}
 
 
 def test_the_workers_check_the_master_s_host_against_the_proxy_s():

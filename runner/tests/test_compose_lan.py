@@ -5,7 +5,8 @@ The test makes a network namespace joined to this machine by a veth pair: the ma
 the namespace's side, 10.78.0.2, is a client on that network. From there, Locust, Prometheus' gate
 refuse a request without the login and serve one with it, Locust refuses a start aimed at another
 host, and the proxy and nginx are not there (they stay on this machine's loopback). Without the
-overlay, the same LAB_BIND stops the stack at start. Grafana has no stand-in here: its part is the
+overlay, the same LAB_BIND stops the stack at start, and started with --no-deps its UIs and
+Toxiproxy's API are still not on the network. Grafana has no stand-in here: its part is the
 rendered config (test_compose.py). The namespace, the veth pair and the project are removed after.
 """
 
@@ -17,12 +18,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import requests
 
+from conftest import answers, wait_until
 from ktor_lab.cases import Case
 from ktor_lab.parts import compose
 from ktor_lab.processes import free_port, local_url
@@ -32,7 +35,7 @@ pytestmark = pytest.mark.compose
 SUBNET = "10.78.0"
 NAMESPACE = f"klab-lan{os.getpid() % 100000}"
 LINK = f"klan{os.getpid() % 100000}"
-PASSWORD = f"lan-{os.getpid()}"
+PASSWORD = f"lan-login-{os.getpid()}"
 CASE = Case.parse("singleton-cio")
 SERVICES = ("nginx", "nginx-exporter", "proxy", "locust", "prometheus", "prometheus-gate")
 
@@ -59,13 +62,20 @@ class Network:
     address: str
     client: str
 
-    def get(self, url: str, method: str = "GET", auth: bool = False, data: dict | None = None) -> dict:
+    def get(
+        self,
+        url: str,
+        method: str = "GET",
+        auth: bool = False,
+        data: dict | None = None,
+        body: dict | None = None,
+    ) -> dict:
         """One request from the namespace: its status and body (JSON when it is), or the error."""
         script = textwrap.dedent(
             f"""
             import json, requests
             try:
-                r = requests.request({method!r}, {url!r}, data={data!r}, timeout=10,
+                r = requests.request({method!r}, {url!r}, data={data!r}, json={body!r}, timeout=10,
                                      auth={("lab", PASSWORD) if auth else None!r})
                 try:
                     body = r.json()
@@ -125,6 +135,39 @@ def test_a_bind_off_loopback_without_logins_stops_the_stack_in_one_line(compose_
         assert not compose.wait_gone(lab), f"left behind: {lab.leftovers()}"
 
 
+def test_no_ui_nor_toxiproxys_api_is_reachable_off_loopback_without_the_login_however_started(
+    compose_engine, network
+):
+    """As an attacker would try it: the UIs started with --no-deps (nginx's bind check never runs)
+    and LAB_BIND on the network address, and Toxiproxy's API with LAB_PROXY_BIND there too. From
+    the network nothing answers: the base publishes the UIs on 127.0.0.1 whatever LAB_BIND says,
+    Locust refuses to start (its own check, one line), and Toxiproxy's API stays on loopback."""
+    ports = {s: free_port() for s in ("locust", "prometheus", "toxiproxy")}
+    env = {"LAB_BIND": network.address, "LAB_PROXY_BIND": network.address}
+    lab = compose.Project(f"ktor-lab-test-{os.getpid()}-nodeps", ports, env=env)
+    try:
+        lab.compose(CASE, "up", "-d", "--no-deps", "locust", "prometheus", "toxiproxy", extras=("network",),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        for service in ("prometheus", "toxiproxy"):
+            path = "/-/ready" if service == "prometheus" else "/proxies"
+            here = local_url(ports[service], path)
+            assert wait_until(lambda u=here: answers(u), timeout=60), service
+            there = network.get(f"http://{network.address}:{ports[service]}{path}")
+            assert there["status"] is None, (service, there)
+        logs = ""
+        for _ in range(60):
+            logs = lab.compose(CASE, "logs", "locust", capture_output=True, text=True).stdout
+            if "is not a loopback address" in logs:
+                break
+            time.sleep(1)
+        assert f"lab: LAB_BIND={network.address} is not a loopback address: add -f compose/lan.yml" in logs
+        assert network.get(f"http://{network.address}:{ports['locust']}/")["status"] is None
+    finally:
+        lab.compose(CASE, "down", "--volumes", "--remove-orphans", "--timeout", "10", extras=("network",),
+                    check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        assert not compose.wait_gone(lab), f"left behind: {lab.leftovers()}"
+
+
 def test_on_a_network_address_every_ui_asks_for_the_login(compose_engine, network):
     lab = project("lan", LAB_BIND=network.address, LAB_PASSWORD=PASSWORD)
     try:
@@ -146,6 +189,10 @@ def test_on_a_network_address_every_ui_asks_for_the_login(compose_engine, networ
         assert refused["body"]["success"] is False, refused
         assert "http://example.com is not the lab's proxy" in refused["body"]["message"]
         assert network.get(f"{locust}/lab/stats", auth=True)["body"]["state"] == "ready"
+        # /user with the login still cannot aim the load elsewhere: a forward proxy is refused, named
+        sneaky = {"user_class_name": "StaticSmallUser", "proxy_host": network.client, "proxy_port": 3128}
+        refused = network.get(f"{locust}/user", "POST", auth=True, body=sneaky)
+        assert refused["body"]["success"] is False and "proxy_host, proxy_port" in refused["body"]["message"]
         # with the login, a run at the lab's proxy starts (and is stopped at once)
         assert network.get(f"{locust}/swarm", "POST", auth=True, data=start)["body"]["success"] is True
         assert network.get(f"{locust}/stop", "POST", auth=True)["status"] == 200
