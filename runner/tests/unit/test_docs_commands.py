@@ -4,7 +4,8 @@ which checks what it is given (cases, dimensions, options, the plan and what it 
 builds and downloads nothing. A refusal fails here, naming the page and the line.
 
 Placeholders a page writes for the reader to fill are filled as a reader would: CASE with a case,
-NAME with each study, results/<time> with a stored result. Templates (with `...`, `[...]` or
+NAME with each study, results/<time> (and lab compare's OLD, NEW, results/before and after) with a
+stored result. Templates (with `...`, `[...]` or
 `a|b`) and bare names of commands (`lab up`, with nothing after it) are not commands to run."""
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def filled(rest: str) -> list[str]:
     """The command with the page's placeholders filled, once per value a placeholder takes."""
     rest = re.sub(r"results/study-replay-<[^>]+>/matrix", str(FIXTURE), rest)  # a lab run's folder too
     rest = re.sub(r"results/(<[^>]+>|\d{8}-\d{6})", str(FIXTURE), rest)
+    rest = re.sub(r"\bresults/(before|after)\b", str(FIXTURE), rest)
+    rest = re.sub(r"\b(OLD|NEW)\b", str(FIXTURE), rest)  # lab compare's two folders
     rest = rest.replace("CASE", "singleton-cio")
     if "NAME" in rest:
         return [rest.replace("NAME", study) for study in studies.STUDIES]

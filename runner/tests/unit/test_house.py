@@ -36,6 +36,7 @@ MACHINERY = {
     "confidence",
     "measure",
     "conclusions",
+    "comparison",
     "run_report",
     "backends",
 }
