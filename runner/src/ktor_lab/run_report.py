@@ -10,6 +10,7 @@ HTML).
 
 from __future__ import annotations
 
+import csv
 import html
 from pathlib import Path
 
@@ -383,11 +384,34 @@ def page(results: Results) -> str:
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:
+    """report.md, report.html and results.csv (one line per window) from results.json."""
     results = load(results_dir)
     md, html_path = results_dir / "report.md", results_dir / "report.html"
     md.write_text(markdown(results))
     html_path.write_text(page(results))
+    write_csv(results, results_dir / "results.csv")
     return md, html_path
+
+
+# What names a window in results.csv, before its figures (conclusions.FIGURES, by their headings).
+CSV_KEYS = ("row", "case", "engine", "lifetime", "ktor", "java", "protocol", "rtt_ms", "dispatcher",
+            "scenario", "load", "fork", "window", "after", "start", "seconds")  # fmt: skip
+
+
+def write_csv(results: Results, path: Path) -> None:
+    """One line per window: what names it, every figure of the report's tables, and its flags."""
+
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow([*CSV_KEYS, *(fig.heading for fig in FIGURES), "flags"])
+        for r in results.runs:
+            names = {"load": r.load.label, "window": r.repeat, "start": r.window.start}
+            names["seconds"] = r.window.seconds
+            keys = [names[k] if k in names else getattr(r, k) for k in CSV_KEYS]
+            values = [fig.get(r) for fig in FIGURES]
+            out.writerow(
+                [*keys, *("" if v is None else round(v, 6) for v in values), " ".join(r.verdict.flags)]
+            )
 
 
 def summary(report_md: str) -> str:

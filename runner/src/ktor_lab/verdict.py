@@ -81,6 +81,8 @@ RATE_FLAGS = (
     "unresponsive",
     "machine-busy",
 )
+# Every flag a window can carry: the rate flags, then those that say something of the proxy.
+FLAGS = (*RATE_FLAGS, "leak", "generator-latency", "proxy-exceptions", "scrapes-missed")
 
 
 def warm_first_hint(run: Run) -> str:

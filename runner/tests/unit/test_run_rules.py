@@ -670,3 +670,59 @@ def test_a_proxy_that_collapsed_in_its_warm_up_at_capacity_is_not_passed_as_warm
     v = verdict.judge(run)
     assert "not-warm" in v.flags
     assert any(r.startswith("stopped answering in its first warm-up, at closed/50/0") for r in v.reasons)
+
+
+def test_fail_on_turns_the_flags_it_names_into_exit_1_each_named_with_its_reason(capsys):
+    """A CI job's check, as k6's thresholds: --fail-on errors (the default), leak, ...: exit 1 when a
+    window carries one, each window and flag on stderr with the verdict's reason; unknown flags are
+    refused by the parser, naming the known ones."""
+    import argparse
+
+    from ktor_lab import verdict
+    from ktor_lab.commands.run import fail_on, failed_checks
+    from ktor_lab.plan import parse_load
+    from ktor_lab.results import Run, Verdict
+
+    def window(*flags: str) -> Run:
+        r = Run("singleton-cio", "cio", "singleton", "static-small", parse_load("closed/50/0"), 1)
+        r.verdict = Verdict(list(flags), True, [f"why {f}" for f in flags])
+        return r
+
+    runs = [window(), window("leak", "not-warm"), window("errors")]
+    assert (
+        fail_on("errors") == ("errors",)
+        and fail_on("none") == ()
+        and fail_on("leak, errors") == ("leak", "errors")
+    )
+    assert failed_checks(runs, fail_on("none")) == 0 and capsys.readouterr().err == ""
+    assert failed_checks(runs, fail_on("errors")) == 1
+    assert (
+        capsys.readouterr().err
+        == "lab run: singleton-cio static-small closed/50/0 #1: errors: why errors (--fail-on errors)\n"
+    )
+    assert failed_checks(runs, fail_on("leak,errors")) == 1
+    assert capsys.readouterr().err.count("\n") == 2
+    assert failed_checks(runs, fail_on("proxy-exceptions")) == 0
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^lek: not a flag \(known: generator-saturated"):
+        fail_on("lek")
+    assert set(verdict.FLAGS) >= {"errors", "leak", "not-warm", "machine-busy", "scrapes-missed"}
+
+
+def test_results_csv_has_a_line_per_window_with_its_figures_and_flags(tmp_path):
+    import csv
+    import shutil
+
+    from ktor_lab import run_report
+    from ktor_lab.conclusions import FIGURES
+
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "results-small" / "results.json", tmp_path)
+    run_report.write_report(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    results = run_report.load(tmp_path)
+    assert len(rows) == len(results.runs)
+    first, run = rows[0], results.runs[0]
+    assert (first["row"], first["load"], first["window"]) == (run.row, run.load.label, str(run.repeat))
+    assert float(first["rps"]) == pytest.approx(run.locust.rps) and first["flags"] == " ".join(
+        run.verdict.flags
+    )
+    assert list(first)[-len(FIGURES) - 1 : -1] == [f.heading for f in FIGURES]

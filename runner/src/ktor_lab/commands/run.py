@@ -36,6 +36,14 @@ def add_parser(sub) -> None:
         "verdict names a difference only when a test over the windows and the noise floor say so.",
     )
     p.add_argument(
+        "--fail-on",
+        default="errors",
+        type=fail_on,
+        metavar="FLAGS",
+        help="comma-separated flags: exit 1 when any window carries one, after the report is written, "
+        f"for a CI job (default: errors; none: never; known: {', '.join(verdict.FLAGS)})",
+    )
+    p.add_argument(
         "--cases",
         default=",".join(DEFAULT_CASES),
         help="comma-separated cases, each <lifetime>-<engine> and optionally its dimensions, e.g. "
@@ -171,6 +179,16 @@ def plan_of(args: argparse.Namespace) -> Plan:
         raise LabError(str(e)) from None
 
 
+def fail_on(text: str) -> tuple[str, ...]:
+    """--fail-on's flags (none: no flag fails the run); argparse names the unknown ones."""
+    flags = tuple(f.strip() for f in text.split(",") if f.strip() and f.strip() != "none")
+    if unknown := [f for f in flags if f not in verdict.FLAGS]:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown)}: not a flag (known: {', '.join(verdict.FLAGS)})"
+        )
+    return flags
+
+
 def aa_case(text: str, cases: list) -> str:
     """--aa: the A/A case's name, or "" for none (also when the plan already names a case twice, or
     has a single case: a pair of it is asked for with --cases X,X)."""
@@ -228,12 +246,18 @@ def run(args: argparse.Namespace) -> int:
         print(run_report.summary(md.read_text()))
     if results.interrupted:
         return 130
-    if failed := [r for r in results.runs if "errors" in r.verdict.flags]:
-        for r in failed:
-            print(
-                f"lab run: {r.title()}: {r.locust.failures} of {r.locust.requests} requests failed "
-                f"(more than {verdict.ERROR_RATIO_LIMIT:.0%})",
-                file=sys.stderr,
-            )
-        return 1
-    return 0
+    return failed_checks(results.runs, args.fail_on)
+
+
+def failed_checks(runs: list, flags: tuple[str, ...]) -> int:
+    """1 when a window carries one of `flags` (--fail-on), each named on stderr with its reason
+    (the verdict gives one reason per flag, in the same order); else 0."""
+    failed = [
+        (r, f, why)
+        for r in runs
+        for f, why in zip(r.verdict.flags, r.verdict.reasons, strict=False)
+        if f in flags
+    ]
+    for r, flag, why in failed:
+        print(f"lab run: {r.title()}: {flag}: {why} (--fail-on {flag})", file=sys.stderr)
+    return 1 if failed else 0
