@@ -143,6 +143,54 @@ def bars(
     return "\n".join(parts) + "\n"
 
 
+def series(
+    title: str,
+    lines: dict[str, Sequence[tuple[float, float]]],
+    x_label: str = "minutes",
+    digits: int = 0,
+    better: str = "",
+) -> str:
+    """Points over time, one colour per line (e.g. a row's windows at their start), joined in order;
+    the axes start at 0 and end at the largest x and y, both labelled; a legend names the lines."""
+    left, width, plot_h = 60, 520, 200
+    names = [n for n, pts in lines.items() if pts]
+    xs = [x for n in names for x, _ in lines[n]]
+    ys = [y for n in names for _, y in lines[n]]
+    top_x, top_y = max(xs + [1e-9]), max(ys + [1e-9])
+    head_h = 44 if better else 30
+    legend_rows = (len(names) + 2) // 3
+    height = head_h + plot_h + 30 + 18 * legend_rows
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{left + width + 40}" '
+        f'height="{height}" font-family="sans-serif">',
+        f"<title>{html.escape(title)}</title>",
+        '<rect width="100%" height="100%" fill="#fff"/>',
+        f'<text x="0" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+    ]
+    if better:
+        parts.append(f'<text x="0" y="32" font-size="11" fill="#555">{html.escape(better)} is better</text>')
+    y0, y1 = head_h, head_h + plot_h
+    parts += [
+        f'<line x1="{left}" x2="{left}" y1="{y0}" y2="{y1}" stroke="#999"/>',
+        f'<line x1="{left}" x2="{left + width}" y1="{y1}" y2="{y1}" stroke="#999"/>',
+        f'<text x="{left - 4}" y="{y0 + 4}" font-size="10" text-anchor="end">{top_y:,.{digits}f}</text>',
+        f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
+        f'<text x="{left + width}" y="{y1 + 14}" font-size="10" text-anchor="end">'
+        f"{top_x:,.1f} {html.escape(x_label)}</text>",
+    ]
+    for i, name in enumerate(names):
+        color = PALETTE[i % len(PALETTE)]
+        points = [(left + width * x / top_x, y1 - plot_h * y / top_y) for x, y in lines[name]]
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1"/>')
+        parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{color}"/>' for px, py in points]
+        lx, ly = left + (i % 3) * (width // 3), y1 + 30 + 18 * (i // 3)
+        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
 def svg_title(svg: str) -> str:
     start = svg.find("<title>") + len("<title>")
     return html.unescape(svg[start : svg.find("</title>")])

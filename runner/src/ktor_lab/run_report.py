@@ -169,6 +169,22 @@ def charts(group: Group) -> list[str]:
     return out
 
 
+def over_time(group: Group, start: float) -> list[str]:
+    """Each row's windows at their start, minutes into the run: rps and p99 (Locust's), so drift,
+    a slow first round or one odd window shows where the tables give only their spread."""
+    out = []
+    for key, title in (("rps", "rps per window over the run"), ("p99", "p99 ms per window over the run")):
+        f = BY_KEY[key]
+        lines = {
+            r.name: [((w.window.start - start) / 60, v) for w in sorted(r.runs, key=lambda w: w.window.start)
+                     if (v := f.get(w)) is not None and w.window.start]
+            for r in group.rows
+        }  # fmt: skip
+        if any(len(pts) > 1 for pts in lines.values()):
+            out.append(render.series(title, lines, "minutes into the run", f.digits, f.better))
+    return out
+
+
 def intro(results: Results) -> str:
     env, machine = results.environment, results.environment["machine"]
     plan = results.plan
@@ -348,6 +364,7 @@ details { margin: 1em 0; } summary { cursor: pointer; font-weight: bold; }
 
 def page(results: Results) -> str:
     gs = groups(results)
+    start = min((r.window.start for r in results.runs if r.window.start), default=0.0)
 
     def ul(items: list[str]) -> str:
         return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
@@ -371,7 +388,7 @@ def page(results: Results) -> str:
         body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))
         if reasons := [f"{r.name}: {why}" for r in g.rows for why in r.reasons]:
             body.append(ul(reasons))
-        body.append('<div class="charts">' + "".join(charts(g)) + "</div>")
+        body.append('<div class="charts">' + "".join(charts(g) + over_time(g, start)) + "</div>")
     body.append(f"<h2>The engines themselves</h2>{ul(engine_notes(results))}")
     appendix = [w for g in gs if (w := warmth(g))] + settings(results) + warmups(results)
     body.append(

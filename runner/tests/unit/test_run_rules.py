@@ -349,7 +349,8 @@ def test_report_from_a_stored_result(tmp_path):
     parser = Page()
     parser.feed(page)
     assert page.startswith("<!doctype html>")
-    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * len(run_report.CHARTS)
+    # per scenario and load: the bars of each figure, and rps and p99 over the run
+    assert parser.tags.count("table") == 2 and parser.tags.count("svg") == 2 * (len(run_report.CHARTS) + 2)
     assert "<script" not in page and "http://" not in page.split("<details")[0].replace('xmlns="http://', "")
     assert "singleton-cio" in parser.cells and "load-model" in " ".join(parser.cells)
     # The settings and warm-ups are an appendix, collapsed.
@@ -726,3 +727,18 @@ def test_results_csv_has_a_line_per_window_with_its_figures_and_flags(tmp_path):
         run.verdict.flags
     )
     assert list(first)[-len(FIGURES) - 1 : -1] == [f.heading for f in FIGURES]
+
+
+def test_the_report_shows_each_rows_windows_over_the_run():
+    """Rates and latency over time (issue: a load tester expects a series): per scenario and load,
+    rps and p99 per window at the window's start, one line per row, its points in time order."""
+    from ktor_lab import render
+    from ktor_lab.results import load
+
+    results = load(Path(__file__).parents[1] / "fixtures" / "results-small")
+    page = run_report.page(results)
+    assert page.count("<title>rps per window over the run</title>") == len(results.plan.loads)
+    assert page.count("<title>p99 ms per window over the run</title>") == len(results.plan.loads)
+    svg = render.series("t", {"a": [(0, 1), (1, 3), (2, 2)], "b": [(0.5, 2)], "none": []}, digits=0)
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 4 and ">none<" not in svg
+    assert 'points="60.0,163.3 320.0,30.0 580.0,96.7"' in svg  # 0..2 min across, 0..3 up (y grows down)
