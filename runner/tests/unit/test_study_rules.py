@@ -254,7 +254,56 @@ def test_a_study_s_dry_run_says_its_proxies_windows_and_time():
         f"at most about {format_seconds(most)}"
     )
     lines = dry_run_lines(STUDIES["versions"].plan(options("versions")))
-    assert lines[0].startswith("ktor: ") and "in all" in lines[-2] and lines[-1].endswith("not estimated")
+    assert lines[0].startswith("ktor: ") and lines[-3].startswith("the lab run matrices: at most about ")
+    assert lines[-2].startswith("4 JMH item(s) (the io study per Ktor release): at most about ")
+    assert lines[-1].startswith("the study: at most about ")
+    assert lines[-1].endswith(" in all, the lab run matrices included")
+
+
+def test_every_study_s_dry_run_estimates_all_of_its_time():
+    """Every item of every study is timed with its default options (its `lab run` plans, or its own
+    `planned_seconds()`), and the last line is the sum of them all."""
+    from ktor_lab.measure import format_seconds, planned_seconds
+    from ktor_lab.studies import dry_run_lines, plans_in
+
+    for name, study in STUDIES.items():
+        items = study.plan(options(name))
+        lines = dry_run_lines(items)
+        assert not [line for line in lines if "not estimated" in line], (name, lines)
+        total = sum(
+            sum(planned_seconds(p) for _, p in plans) if (plans := plans_in(item)) else item.planned_seconds()
+            for item in items
+        )
+        assert total > 0, name
+        last = rf"the (study|lab run matrices): at most about {format_seconds(total)} in all.*"
+        assert re.fullmatch(last, lines[-1]), (name, lines)
+
+
+def test_a_benchmark_s_estimate_follows_its_parameters():
+    """A non-Plan item's time comes from its own numbers, not a constant: io's JMH run doubles with
+    its forks and is never past its timeout; a threads burst on the fair limit is its waves of the
+    delay, on the engine's own limits its deadline."""
+    from ktor_lab.studies import io, machinery, threads
+
+    def jmh(*argv: str) -> io.Jmh:
+        (run,) = STUDIES["io"].plan(options("io", *argv))
+        return run
+
+    one, two = jmh().planned_seconds(), jmh("--forks", "2").planned_seconds()
+    assert 1.9 < two / one < 2
+    assert jmh("--iterations", "10").planned_seconds() > one
+    assert jmh("--forks", "100").planned_seconds() == 1800
+    bursts = {
+        (b.limits, b.n): b.planned_seconds()
+        for b in STUDIES["threads"].plan(options("threads", "--engines", "cio", "--n", "100,1000"))
+    }
+    start = machinery.PROXY_START_S + threads.IDLE_S
+    assert bursts["defaults", 100] == bursts["defaults", 1000] == start + 120
+    assert bursts["fair", 1000] == start + 2 + 1000 * threads.BURST_S_PER_REQUEST
+    (fair,) = STUDIES["threads"].plan(
+        options("threads", "--engines", "cio", "--n", "1000", "--limits", "fair", "--max-connections", "100")
+    )
+    assert fair.planned_seconds() == start + 10 * 2 + 1000 * threads.BURST_S_PER_REQUEST
 
 
 def test_every_lab_run_a_study_makes_is_in_its_dry_run():

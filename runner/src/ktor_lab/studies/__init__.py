@@ -63,18 +63,26 @@ def window_warnings(items: list) -> list[str]:
 
 
 def dry_run_lines(items: list) -> list[str]:
-    """Per `lab run` plan of the study: its proxies, windows and most time; the others counted."""
-    lines, total, others = [], 0.0, 0
+    """Per `lab run` plan of the study: its proxies, windows and most time; per kind of other item
+    (a benchmark, a burst, transfers: its `planned_seconds()`, with its KIND and EACH): how many
+    and their most time; then the study's in all."""
+    lines, matrices, others, untimed = [], 0.0, {}, 0
     for item in items:
         if callable(said := getattr(item, "dry_run_line", None)):
             lines.append(said())
             continue
         plans = plans_in(item)
-        others += not plans
+        if not plans:
+            if callable(timed := getattr(item, "planned_seconds", None)):
+                kind = getattr(item, "KIND", type(item).__name__), getattr(item, "EACH", "")
+                others.setdefault(kind, []).append(timed())
+            else:
+                untimed += 1
+            continue
         lines += window_warnings([item])
         for name, plan in plans:
             seconds = measure.planned_seconds(plan)
-            total += seconds
+            matrices += seconds
             skipped = len(plan.skipped())
             lines.append(
                 f"{name or 'matrix'}: {len(plan.proxies())} proxies, {len(plan.runs())} windows of "
@@ -83,10 +91,22 @@ def dry_run_lines(items: list) -> list[str]:
                 + (f", {skipped} combinations skipped" if skipped else "")
                 + f"; at most about {measure.format_seconds(seconds)}"
             )
-    if total:
-        lines.append(f"the lab run matrices: at most about {measure.format_seconds(total)} in all")
+    if matrices:
+        lines.append(
+            f"the lab run matrices: at most about {measure.format_seconds(matrices)}"
+            + ("" if others else " in all")
+        )
+    for (kind, each), seconds in others.items():
+        said = f"{len(seconds)} {kind} item(s)" + (f" ({each})" if each else "")
+        lines.append(f"{said}: at most about {measure.format_seconds(sum(seconds))}")
     if others:
-        lines.append(f"{others} other item(s) (benchmarks, transfers): their time is not estimated")
+        total = matrices + sum(sum(s) for s in others.values())
+        lines.append(
+            f"the study: at most about {measure.format_seconds(total)} in all"
+            + (", the lab run matrices included" if matrices else "")
+        )
+    if untimed:
+        lines.append(f"{untimed} other item(s): their time is not estimated")
     return lines
 
 

@@ -19,8 +19,9 @@ import argparse
 import json
 import statistics
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .. import render, versions
 from ..backends import NativeBackend
@@ -51,6 +52,12 @@ LADDER = (
     ("+ streaming (execute {}): the lab's client", ("--parts", "all", "--read", "stream")),
 )
 BASE = "plain-limits"
+# For a dry run's estimate: the fewest requests per second a run should make. The slowest batch
+# measured was about 1,450 rps (CIO, all of a batch at once; docs/studies/engines/); the cold
+# unmeasured batches are slower, so about two thirds of it.
+MIN_RPS = 1000
+# Seconds a benchmark's JVM takes beyond its requests: its start, the client made, its JSON written.
+JVM_START_S = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,20 @@ class Bench:
     client: str = "lab"
     options: tuple[str, ...] = ()
     repeat: int = 1
+    _: KW_ONLY  # engine-bench's batches (unmeasured, then measured, of batch_size requests each)
+    warmup_batches: int
+    batches: int
+    batch_size: int
+    timeout: int  # the most seconds its JVM may run
+
+    KIND: ClassVar[str] = "benchmark"  # its dry run's line
+    EACH: ClassVar[str] = "engines x modes x clients x rounds, a JVM each"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: a JVM (JVM_START_S) making (warm-up + measured batches) x
+        batch size requests at MIN_RPS at least; never past the timeout, where it is stopped."""
+        requests = (self.warmup_batches + self.batches) * self.batch_size
+        return min(self.timeout, JVM_START_S + requests / MIN_RPS)
 
 
 @dataclass
@@ -117,7 +138,17 @@ def plan(args: argparse.Namespace) -> list[Bench]:
     modes = [args.concurrency] + ([0] if args.as_published else [])
     clients = LADDER if args.ladder else CLIENTS
     return [
-        Bench(engine, concurrency, client, options, repeat)
+        Bench(
+            engine,
+            concurrency,
+            client,
+            options,
+            repeat,
+            warmup_batches=args.warmup_batches,
+            batches=args.batches,
+            batch_size=args.batch_size,
+            timeout=args.timeout,
+        )
         for repeat in range(1, args.repeats + 1)
         for concurrency in modes
         for engine in engines
@@ -138,11 +169,11 @@ def measure(lab: NativeBackend, bench: Bench, args: argparse.Namespace) -> list[
         "-jar",
         str(jar(args, bench.engine)),
         *("--engine", bench.engine, "--url", url),
-        *("--batches", str(args.batches), "--batch-size", str(args.batch_size)),
-        *("--concurrency", str(bench.concurrency), "--warmup-batches", str(args.warmup_batches)),
+        *("--batches", str(bench.batches), "--batch-size", str(bench.batch_size)),
+        *("--concurrency", str(bench.concurrency), "--warmup-batches", str(bench.warmup_batches)),
         *bench.options,
     ]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=bench.timeout)
     log.write_text(f"$ {' '.join(argv)}\n{r.stdout}\n{r.stderr}")
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -153,7 +184,7 @@ def measure(lab: NativeBackend, bench: Bench, args: argparse.Namespace) -> list[
         Row(
             engine=bench.engine,
             concurrency=bench.concurrency,
-            mode=mode_name(bench.concurrency, args.batch_size),
+            mode=mode_name(bench.concurrency, bench.batch_size),
             **{
                 k: out[k] for k in ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "failures", "ktor_version")
             },

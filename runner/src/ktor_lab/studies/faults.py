@@ -22,8 +22,9 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import requests
 
@@ -38,6 +39,18 @@ from . import machinery
 
 REQUEST_TIMEOUT_MS = 1500
 LARGE = 1 << 20
+REPEATS = 3  # tries of each fault, by default
+# The refused fault: the upstream refuses connections for DOWN_S seconds; the try asks
+# REFUSED_MARGIN_S into it and waits until REFUSED_MARGIN_S after it.
+DOWN_S = 2.0
+REFUSED_MARGIN_S = 0.2
+# Seconds an upload the caller cut waits, at most, for the upstream to log what reached it.
+UPLOAD_LOG_S = 2.0
+# For a dry run's estimate: seconds a try takes beyond its waits (the next request and the first
+# clean one: 40 ms at most in the study's run, docs/studies/faults/).
+TRY_EXTRA_S = 0.25
+# Seconds to start and stop the busy loops (a process per core) around a fault's busy tries.
+BUSY_S = 1.0
 SETTINGS = {
     "lab": {"CLIENT_LIMITS": "fair", "CLIENT_RETRY_ON_STALE": "on"},
     "engine": {"CLIENT_LIMITS": "defaults", "CLIENT_RETRY_ON_STALE": "engine"},
@@ -51,6 +64,15 @@ class Fault:
     path: str = ""
     cut: bool = False  # the upstream's body is cut: passing it as whole is the danger
     upload: str = ""  # a caller's upload cut off: how
+
+    def most_seconds(self) -> float:
+        """The most one try should take (see `trial`): for `refused`, the outage and its margins;
+        else the proxy's answer, its request timeout at most (it ends what the upstream leaves
+        hanging, or the caller's cut upload), and for an upload the wait for the upstream's log;
+        plus TRY_EXTRA_S."""
+        if self.name == "refused":
+            return REFUSED_MARGIN_S + DOWN_S + REFUSED_MARGIN_S + TRY_EXTRA_S
+        return REQUEST_TIMEOUT_MS / 1000 + (UPLOAD_LOG_S if self.upload else 0.0) + TRY_EXTRA_S
 
 
 FAULTS = (
@@ -171,13 +193,13 @@ def next_request(proxy_url: str) -> str:
 def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
     """One try of `fault`: the caller's answer, the next request's, and the time to clean again."""
     if fault.name == "refused":
-        server.down(2.0)
-        time.sleep(0.2)
+        server.down(DOWN_S)
+        time.sleep(REFUSED_MARGIN_S)
         t0 = time.monotonic()
         out = Trial(
             describe(exchange(proxy_url, get("/ok"))), caller_ms=round((time.monotonic() - t0) * 1000, 1)
         )
-        time.sleep(max(0.0, 2.2 - (time.monotonic() - t0)))  # the upstream is back
+        time.sleep(max(0.0, DOWN_S + REFUSED_MARGIN_S - (time.monotonic() - t0)))  # the upstream is back
         back = time.monotonic()
         out.next = next_request(proxy_url)
         out.clean_ms = served_cleanly_after(proxy_url, back)
@@ -189,7 +211,9 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
         out = Trial("reset by the caller" if status is None else str(status) if status else "closed")
         # What reached the upstream is logged once its body ended (or was cut): 2 s at most.
         seen = wait_until(
-            lambda: [e for e in server.log() if e["target"].startswith("/upload")], timeout=2.0, interval=0.05
+            lambda: [e for e in server.log() if e["target"].startswith("/upload")],
+            timeout=UPLOAD_LOG_S,
+            interval=0.05,
         )
         out.upstream_saw = "whole" if any(e["body_complete"] for e in seen) else "cut" if seen else "nothing"
     else:
@@ -209,6 +233,23 @@ class Setup:
 
     case: Case
     settings: str  # a key of SETTINGS
+    _: KW_ONLY
+    faults: tuple[str, ...] = tuple(BY_NAME)  # names of FAULTS, tried in this order
+    repeats: int = REPEATS  # tries of each
+    busy: bool = True  # the cut bodies tried again with every core busy
+
+    KIND: ClassVar[str] = "fault setup"  # its dry run's line
+    EACH: ClassVar[str] = "settings x lifetimes x engines, every fault"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: a fresh proxy (PROXY_START_S; its 3 unmeasured requests are
+        instant), then repeats x each fault's most (Fault.most_seconds), and with busy the cut
+        bodies' repeats again, BUSY_S to start and stop the busy loops around them."""
+        total = float(machinery.PROXY_START_S)
+        for fault in (BY_NAME[name] for name in self.faults):
+            again = self.busy and bool(fault.cut or fault.upload)
+            total += self.repeats * fault.most_seconds() * (1 + again) + BUSY_S * again
+        return total
 
 
 @dataclass
@@ -309,7 +350,12 @@ def plan(args: argparse.Namespace) -> list[Setup]:
     if bad := [x for x in lifetimes if x not in LIFETIMES]:
         raise ValueError(f"unknown lifetime {bad[0]!r}; lifetimes: {', '.join(LIFETIMES)}")
     return [
-        Setup(Case(lifetime, engine), s) for s in settings for lifetime in lifetimes for engine in engines
+        Setup(
+            Case(lifetime, engine), s, faults=tuple(fault_names(args)), repeats=args.repeats, busy=args.busy
+        )
+        for s in settings
+        for lifetime in lifetimes
+        for engine in engines
     ]
 
 
@@ -328,13 +374,13 @@ def measure(parts: tuple[NativeBackend, FaultServer], setup: Setup, args: argpar
             requests.get(f"{url}/ok", timeout=10)
         probe = Probe(setup, Gauges.read(url), metrics.scrape(url, timeout=10).labels("lab_proxy_info"))
         rows = []
-        for name in fault_names(args):
+        for name in setup.faults:
             fault = BY_NAME[name]
-            trials = [trial(fault, url, server) for _ in range(args.repeats)]
+            trials = [trial(fault, url, server) for _ in range(setup.repeats)]
             busy = None
-            if args.busy and (fault.cut or fault.upload):
+            if setup.busy and (fault.cut or fault.upload):
                 with busy_cores(os.cpu_count() or 2, backend.run_dir):
-                    busy = [trial(fault, url, server) for _ in range(args.repeats)]
+                    busy = [trial(fault, url, server) for _ in range(setup.repeats)]
             rows.append(probe.row(fault, trials, Gauges.read(url), busy))
         return rows
 
@@ -471,7 +517,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=",".join(BY_NAME),
         help=f"comma-separated, of: {', '.join(BY_NAME)} (default: all)",
     )
-    p.add_argument("--repeats", type=int, default=3, help="tries of each fault (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=REPEATS, help="tries of each fault (default: %(default)s)")
     p.add_argument(
         "--busy",
         action=argparse.BooleanOptionalAction,

@@ -14,6 +14,7 @@ import math
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from .. import render, versions
 from ..machine import java
@@ -26,6 +27,14 @@ PAIRS = [
     ("socket write", "SocketWriteBenchmark.ktorSocket", "SocketWriteBenchmark.javaSocket"),
     ("file read", "FileReadBenchmark.ktorFileChannel", "FileReadBenchmark.javaFileInputStream"),
 ]
+# The benchmarks a run measures: "lab.iobench." matches io-bench's four, those of PAIRS.
+BENCHMARKS = len(PAIRS) * 2
+# Seconds JMH's own JVM takes to start, list the benchmarks and write its JSON.
+JMH_START_S = 2
+# Seconds each fork takes beyond its iterations: its JVM's start, its trial set-up (a 128 MiB file
+# written, a loopback sink opened) and each iteration's last operation finishing past its time
+# (the io study's run: 66.5 s for 64 s of iterations in 4 forks).
+FORK_EXTRA_S = 5
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,16 @@ class Jmh:
     forks: int = 1
     timeout: int = 1800
     release: str = ""  # "" for the default build
+
+    KIND: ClassVar[str] = "JMH"  # its dry run's line
+    EACH: ClassVar[str] = "io-bench's socket write and file read, Ktor and JVM"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: JMH_START_S, then per benchmark (BENCHMARKS) forks x ((warm-up +
+        measured iterations) x iteration time + FORK_EXTRA_S); never past the timeout, where it is
+        stopped. A release's jar built first, when missing, is not counted."""
+        iterations = (self.warmup_iterations + self.iterations) * self.iteration_ms / 1000
+        return min(self.timeout, JMH_START_S + BENCHMARKS * self.forks * (iterations + FORK_EXTRA_S))
 
     @property
     def jar(self) -> Path:

@@ -31,6 +31,11 @@ from ..plan import Load, Plan, parse_warm_first
 from ..results import Results
 from ..rundirs import results_dir
 
+# Seconds a study's fresh proxy takes to start (a JVM, until /health answers) and to stop: 3-4 s
+# on the lab's 2 cores in the threads and streaming studies' runs (docs/studies/); the items of
+# those studies (and of faults and protocols' uploads) count it once per proxy in their dry run.
+PROXY_START_S = 5
+
 Item = TypeVar("Item")
 Row = TypeVar("Row")
 Parts = TypeVar("Parts")

@@ -18,6 +18,7 @@ import argparse
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .. import render, verdict
 from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
@@ -59,17 +60,50 @@ def matrix_plan(args: argparse.Namespace) -> Plan:
 
 
 @dataclass(frozen=True)
-class Part:
-    name: str  # "matrix" or "uploads"
+class Matrix:
+    """The `matrix` part: its `lab run` plan (timed by the dry run as every study's plans are)."""
+
+    plan: Plan
+    name: ClassVar[str] = "matrix"
+
+    def named_plans(self) -> list[tuple[str, Plan]]:
+        return [("matrix", self.plan)]
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """The `uploads` part: the streaming study's transfers through each of UPLOAD_TARGETS, a proxy
+    with `java_opts` each."""
+
+    transfers: streaming.Transfers
+    java_opts: str
+    name: ClassVar[str] = "uploads"
+
+    KIND: ClassVar[str] = "upload"  # its dry run's line
+    EACH: ClassVar[str] = f"the upload study's {len(UPLOAD_TARGETS)} proxies, every size both ways"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: per target a fresh proxy (PROXY_START_S) and its transfers
+        (streaming.Transfers.planned_seconds)."""
+        return len(UPLOAD_TARGETS) * (machinery.PROXY_START_S + self.transfers.planned_seconds())
+
+
+Part = Matrix | Uploads
 
 
 def plan(args: argparse.Namespace) -> list[Part]:
+    """The parts, checked before anything starts: the matrix's plan, the uploads' sizes."""
     parts = args.parts.split(",")
     if bad := [p for p in parts if p not in ("matrix", "uploads")]:
         raise ValueError(f"--parts: {bad[0]!r} is not one of matrix, uploads")
-    if "matrix" in parts:
-        matrix_plan(args)  # checked before anything starts
-    return [Part(p) for p in parts]
+    return [
+        Matrix(matrix_plan(args))
+        if p == "matrix"
+        else Uploads(
+            streaming.Transfers.of(args.sizes, args.repeats, args.upload_warmup), args.upload_java_opts
+        )
+        for p in parts
+    ]
 
 
 @dataclass
@@ -113,11 +147,10 @@ class UploadRow:
 
 
 def measure(d: Path, part: Part, args: argparse.Namespace) -> list:
-    if part.name == "matrix":
-        p = matrix_plan(args)
-        (results,) = machinery.run_matrices(p, [(p, d / "matrix")], d / "matrix")
+    if isinstance(part, Matrix):
+        (results,) = machinery.run_matrices(part.plan, [(part.plan, d / "matrix")], d / "matrix")
         return case_rows(results)
-    return upload_rows(d, args)
+    return upload_rows(d, part, args)
 
 
 def case_rows(results: Results) -> list[CaseRow]:
@@ -147,15 +180,14 @@ def case_rows(results: Results) -> list[CaseRow]:
     return rows
 
 
-def upload_rows(d: Path, args: argparse.Namespace) -> list[UploadRow]:
+def upload_rows(d: Path, part: Uploads, args: argparse.Namespace) -> list[UploadRow]:
     """The upload study's transfers (streaming.transfers) through each of UPLOAD_TARGETS."""
     files = nginx.shared_files_dir()
-    plan = streaming.Transfers.of(args.sizes, args.repeats, args.upload_warmup)
     out = []
-    with machinery.proxies(args, d / "uploads", args.upload_java_opts) as backend:
+    with machinery.proxies(args, d / "uploads", part.java_opts) as backend:
         for case in UPLOAD_TARGETS:
             with machinery.proxy_up(backend, case) as url:
-                rows = streaming.transfers(case.name, url, url, files, plan)
+                rows = streaming.transfers(case.name, url, url, files, part.transfers)
             out += [
                 UploadRow(
                     r.target,

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import requests
 
@@ -30,6 +31,15 @@ from . import machinery
 
 DIRECT = "nginx direct"
 CHUNK = 1 << 20
+# The upstream's files by the unit of their names: 15m is 15 MiB (nginx/docker-entrypoint.d/40-lab-files.sh).
+UNITS = {"k": 1 << 10, "m": 1 << 20}
+# The slowest a transfer should go, in MB/s (10^6 bytes), for a dry run's estimate: the slowest
+# measured was CIO's 15 MiB upload over HTTPS at 64 MB/s (docs/studies/protocols.md), 95 MB/s over
+# plain http (docs/studies/streaming.md); half of the slowest.
+TRANSFER_MIN_MB_PER_S = 30
+# Seconds a transfer takes beyond its bytes: a fresh connection, the proxy's heap and CPU read
+# before and after it.
+TRANSFER_OVERHEAD_S = 0.3
 
 
 class ProxyProbe:
@@ -75,6 +85,13 @@ def label(size: str) -> str:
     return size[:-1] + {"k": " KiB", "m": " MiB"}[size[-1]]
 
 
+def size_bytes(size: str) -> int:
+    """`15m` -> 15 MiB in bytes; a ValueError for a name no upstream file could have."""
+    if size[:-1].isdigit() and size[-1:] in UNITS:
+        return int(size[:-1]) * UNITS[size[-1]]
+    raise ValueError(f"--sizes: {size!r} is not a file's size, such as 1k, 100k, 1m, 15m or 100m")
+
+
 def download(base: str, name: str) -> tuple[int, str, float]:
     """(bytes, sha256, seconds) of GET /files/name, read in 1 MiB pieces."""
     h = hashlib.sha256()
@@ -110,7 +127,18 @@ class Transfers:
 
     @classmethod
     def of(cls, sizes: str, repeats: int, warmup: int) -> Transfers:
-        return cls(tuple(s.strip() for s in sizes.split(",") if s.strip()), repeats, warmup)
+        """The transfers; a ValueError for a size that is not a file's size (1k, 15m, ...)."""
+        made = cls(tuple(s.strip() for s in sizes.split(",") if s.strip()), repeats, warmup)
+        for size in made.sizes:
+            size_bytes(size)
+        return made
+
+    def planned_seconds(self) -> float:
+        """The most these transfers should take through one target: every size down and up, in
+        `warmup` unmeasured rounds and `repeats` measured ones, each its bytes at
+        TRANSFER_MIN_MB_PER_S plus TRANSFER_OVERHEAD_S."""
+        each = sum(size_bytes(s) / 1e6 / TRANSFER_MIN_MB_PER_S + TRANSFER_OVERHEAD_S for s in self.sizes)
+        return (self.warmup + self.repeats) * 2 * each
 
 
 def warm_up(base: str, files: Path, plan: Transfers) -> None:
@@ -150,18 +178,33 @@ class Row:
     of_direct: float | None = None  # filled by the report, beside nginx direct's same cell
 
 
-def plan(args: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True)
+class Target:
+    """One run of the plan: every transfer through one target, nginx direct or an engine's proxy."""
+
+    name: str  # DIRECT or an engine
+    transfers: Transfers
+
+    KIND: ClassVar[str] = "transfer"  # its dry run's line
+    EACH: ClassVar[str] = "nginx direct and each engine, every size both ways"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: its transfers, and an engine's fresh proxy (PROXY_START_S)."""
+        return self.transfers.planned_seconds() + (0 if self.name == DIRECT else machinery.PROXY_START_S)
+
+
+def plan(args: argparse.Namespace) -> list[Target]:
     """The targets: nginx direct (what the measuring client itself manages), then each engine."""
-    return [DIRECT, *engine_list(args.engines)]
+    transfers = Transfers.of(args.sizes, args.repeats, args.warmup)
+    return [Target(name, transfers) for name in (DIRECT, *engine_list(args.engines))]
 
 
-def measure(backend: NativeBackend, target: str, args: argparse.Namespace) -> list[Row]:
+def measure(backend: NativeBackend, target: Target, args: argparse.Namespace) -> list[Row]:
     files = nginx.shared_files_dir()
-    plan = Transfers.of(args.sizes, args.repeats, args.warmup)
-    if target == DIRECT:
-        return transfers(target, backend.upstream_url, None, files, plan)
-    with machinery.proxy_up(backend, Case("singleton", target)) as url:
-        return transfers(target, url, url, files, plan)
+    if target.name == DIRECT:
+        return transfers(target.name, backend.upstream_url, None, files, target.transfers)
+    with machinery.proxy_up(backend, Case("singleton", target.name)) as url:
+        return transfers(target.name, url, url, files, target.transfers)
 
 
 def transfers(target: str, base: str, probe_url: str | None, files: Path, plan: Transfers) -> list[Row]:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import resource
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import requests
 
@@ -26,6 +28,13 @@ from .. import metrics, render
 from ..backends import NativeBackend
 from ..cases import Case, engine_list
 from . import machinery
+
+# Seconds the proxy idles after its unmeasured requests, before its idle figures are read.
+IDLE_S = 0.5
+# Seconds a burst takes beyond its waves of the delay, per request sent at once (connecting,
+# sending, reading the answers, the thread samples): 1,000 at once took 1.9 s more than the delay
+# in the study's run (docs/studies/threads.md); 5 ms each leaves room.
+BURST_S_PER_REQUEST = 0.005
 
 
 def raise_fd_limit() -> None:
@@ -116,6 +125,21 @@ class Burst:
     engine: str
     limits: str  # CLIENT_LIMITS: defaults (the engine's own) or fair
     n: int
+    delay_ms: int  # the upstream's answer delay
+    deadline: float  # seconds before the burst is cut short
+    max_connections: int  # the fair limit (CLIENT_MAX_CONNECTIONS)
+
+    KIND: ClassVar[str] = "burst"  # its dry run's line: "30 burst item(s) (engines x limits x N)"
+    EACH: ClassVar[str] = "engines x limits x N"
+
+    def planned_seconds(self) -> float:
+        """The most it should take: a fresh proxy (PROXY_START_S; its 5 unmeasured requests are
+        instant) and IDLE_S, then the burst: with the fair limit, ceil(N / max connections) waves
+        of the delay plus BURST_S_PER_REQUEST per request; with the engine's own limits, which may
+        queue the requests (OkHttp's 5 per host did), the deadline. Never past the deadline."""
+        waves = math.ceil(self.n / max(1, self.max_connections)) if self.limits == "fair" else math.inf
+        burst = min(self.deadline, waves * self.delay_ms / 1000 + self.n * BURST_S_PER_REQUEST)
+        return machinery.PROXY_START_S + IDLE_S + burst
 
 
 @dataclass
@@ -148,7 +172,12 @@ def plan(args: argparse.Namespace) -> list[Burst]:
     limits = args.limits.split(",")
     if bad := [x for x in limits if x not in ("defaults", "fair")]:
         raise ValueError(f"--limits {bad[0]!r}: give defaults, fair or both")
-    return [Burst(engine, lim, n) for lim in limits for engine in engines for n in ns]
+    return [
+        Burst(engine, lim, n, args.delay_ms, args.deadline, args.max_connections)
+        for lim in limits
+        for engine in engines
+        for n in ns
+    ]
 
 
 @contextlib.contextmanager
@@ -172,16 +201,16 @@ def measure(backend: NativeBackend, burst: Burst, args: argparse.Namespace) -> l
         backend,
         Case("singleton", burst.engine),
         CLIENT_LIMITS=burst.limits,
-        CLIENT_MAX_CONNECTIONS=str(args.max_connections),
+        CLIENT_MAX_CONNECTIONS=str(burst.max_connections),
         CLIENT_REQUEST_TIMEOUT_MS=str(request_ms),
         CLIENT_CONNECT_TIMEOUT_MS=str(connect_ms),
     ) as url:
         # Unmeasured: the first calls create the client, load classes and open a few connections.
         for _ in range(5):
             requests.get(f"{url}/delay?ms=0", timeout=30).raise_for_status()
-        time.sleep(0.5)
+        time.sleep(IDLE_S)
         idle = thread_gauges(url)
-        result = asyncio.run(burst_of(url, burst.n, args.delay_ms, args.sample_at, args.deadline))
+        result = asyncio.run(burst_of(url, burst.n, burst.delay_ms, args.sample_at, burst.deadline))
         settings = metrics.scrape(url).labels("lab_proxy_info")
     at = result["at"]
     return [
@@ -201,7 +230,7 @@ def measure(backend: NativeBackend, burst: Burst, args: argparse.Namespace) -> l
             live_added=_minus(at.get("live"), idle.get("live")),
             unparked_added=_minus(at.get("unparked"), idle.get("unparked")),
             live_peak=result["peak"]["live"],
-            deadline_s=args.deadline,
+            deadline_s=burst.deadline,
             proxy_settings=settings,
         )
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .. import conclusions, confidence, render, run_report, versions
 from ..cases import LIFETIMES, Case, case_list
@@ -36,9 +37,33 @@ class Matrices:
 
 @dataclass(frozen=True)
 class IoRun:
-    """The io study's JMH run for one release."""
+    """The io study's JMH run for one release (its jar built at its run, when missing)."""
 
-    release: str
+    run: io.Jmh
+
+    KIND: ClassVar[str] = "JMH"  # its dry run's line
+    EACH: ClassVar[str] = "the io study per Ktor release"
+
+    @property
+    def release(self) -> str:
+        return self.run.release
+
+    def planned_seconds(self) -> float:
+        """The most it should take: its JMH run's (io.Jmh.planned_seconds)."""
+        return self.run.planned_seconds()
+
+
+def io_run(args: argparse.Namespace, release: str) -> IoRun:
+    """The io study for `release` with this study's --io-* options (forks and timeout: io's defaults)."""
+    return IoRun(
+        io.Jmh(
+            args.io_size,
+            warmup_iterations=args.io_iterations,
+            iterations=args.io_iterations,
+            iteration_ms=args.io_iteration_ms,
+            release=release,
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -112,20 +137,13 @@ def plan(args: argparse.Namespace) -> list[Matrices | IoRun]:
     m = matrices(args)
     if not args.io:
         return [m]
-    return [m, *(IoRun(name) for name in m.whole.ktor)]  # each release's io-bench jar: built at its run
+    return [m, *(io_run(args, name) for name in m.whole.ktor)]  # each release's jar: built at its run
 
 
 def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
     if isinstance(item, IoRun):
-        run = io.Jmh(
-            args.io_size,
-            warmup_iterations=args.io_iterations,
-            iterations=args.io_iterations,
-            iteration_ms=args.io_iteration_ms,
-            release=item.release,
-        )
         out = d / f"jmh-{item.release}"
-        return [IoRow(item.release, row) for row in io.jmh(run, Path(f"{out}.json"), Path(f"{out}.log"))]
+        return [IoRow(item.release, row) for row in io.jmh(item.run, Path(f"{out}.json"), Path(f"{out}.log"))]
     m = item
     for name, p in (("ktor", m.ktor), ("jdk", m.jdk)):
         print(f"lab study versions: {name} changed: {len(p.runs())} runs", flush=True)
