@@ -82,6 +82,7 @@ class Network:
                 except ValueError:
                     body = r.text
                 print(json.dumps({{"status": r.status_code, "body": body,
+                                  "seconds": r.elapsed.total_seconds(),
                                   "challenge": r.headers.get("WWW-Authenticate", "")}}))
             except requests.ConnectionError as e:
                 print(json.dumps({{"status": None, "error": type(e).__name__}}))
@@ -197,10 +198,13 @@ def test_on_a_network_address_every_ui_asks_for_the_login(compose_engine, networ
         assert network.get(f"{locust}/swarm", "POST", auth=True, data=start)["body"]["success"] is True
         assert network.get(f"{locust}/stop", "POST", auth=True)["status"] == 200
 
-        # Prometheus: its gate asks for the login; Prometheus' own port is published nowhere
+        # Prometheus: its gate asks for the login, answering a refusal after a second (auth_delay: a
+        # password is guessed slowly); Prometheus' own port is published nowhere
         query = f"{prometheus}/api/v1/query?query=up"
         anonymous = network.get(query)
         assert anonymous["status"] == 401 and anonymous["challenge"].startswith("Basic "), anonymous
+        wrong = network.get(query.replace("http://", f"http://lab:wrong-{PASSWORD}@"))
+        assert wrong["status"] == 401 and wrong["seconds"] >= 1.0, wrong
         answered = network.get(query, auth=True)
         assert answered["status"] == 200 and answered["body"]["status"] == "success", answered
         ports = lab.compose(CASE, "port", "prometheus", "9090", extras=("lan",), check=False,
