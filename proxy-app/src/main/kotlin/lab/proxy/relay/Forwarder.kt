@@ -94,7 +94,7 @@ class Forwarder(
                 // The caller's framing broke, not the upstream: 400 (whatever the engine made of the
                 // failed read), and the connection closes; the decoder reads nothing after it.
                 outcome = Outcome.ABORTED
-                failureLog.record("refused", e)
+                failureLog.record("aborted", e)
                 return refuse(call, Refusal(HttpStatusCode.BadRequest, "invalid body framing: $broken", close = true))
             }
             val timedOut = watch?.expired == true

@@ -5,8 +5,8 @@
  * - TRACE and CONNECT are not forwarded (405): TRACE reflects the request, credentials included,
  *   and the proxy tunnels nothing.
  * - HTTP/1.1 without `Host` is malformed (400, RFC 9112 section 3.2).
- * - A `Transfer-Encoding` whose last coding is not `chunked` cannot be framed (400, RFC 9112
- *   section 6.1's MUST), and one with another coding before `chunked` is not supported (501): the
+ * - A `Transfer-Encoding` whose last coding is not `chunked`, or that names it twice, cannot be
+ *   framed (400, RFC 9112 sections 6.1 and 7), and one with another coding before `chunked` is not supported (501): the
  *   server codec would read such a body as the next request, so the connection is closed after the
  *   answer.
  * - `Content-Length` beside `Transfer-Encoding` (400, the connection closed: RFC 9112 section 6.1;
@@ -37,8 +37,8 @@ object RequestChecks {
         val length = headers[HttpHeaders.ContentLength]?.trim()?.toLongOrNull()
         val hasBody = transferEncoding.isNotEmpty() || (length != null && length > 0)
         return when {
-            transferEncoding.isNotEmpty() && transferEncoding.last() != "chunked" -> Refusal(
-                HttpStatusCode.BadRequest, "Transfer-Encoding ${transferEncoding.joinToString(", ")} does not end with chunked", close = true,
+            transferEncoding.isNotEmpty() && (transferEncoding.last() != "chunked" || transferEncoding.count { it == "chunked" } > 1) -> Refusal(
+                HttpStatusCode.BadRequest, "Transfer-Encoding ${transferEncoding.joinToString(", ")} does not end with chunked once", close = true,
             )
             transferEncoding.isNotEmpty() && !chunked -> Refusal(
                 HttpStatusCode.NotImplemented, "Transfer-Encoding ${transferEncoding.joinToString(", ")} is not supported", close = true,

@@ -196,6 +196,8 @@ object ServerGuards {
                 ctx.channel().attr(CLOSE_AFTER_RESPONSE).set(true)
                 state.bodyOpen = false
                 state.dropping = true
+                // Answered already (the upstream did not wait for the body): nothing is left to write.
+                if (state.active == 0) ctx.close()
             } else if (msg is LastHttpContent) {
                 state.bodyOpen = false
             }

@@ -156,4 +156,18 @@ class ServerGuardsTest {
         assertTrue(open.isOpen)
         open.finishAndReleaseAll()
     }
+
+    @Test
+    fun `a framing that breaks after the answer was written closes the connection at once`() {
+        val (ch, _) = channel()
+        ch.send("PUT /upload HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        // The upstream answered without waiting for the body: the answer is written whole.
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.runPendingTasks()
+        assertTrue(ch.isOpen)
+        ch.send("zz\r\n")
+        ch.runPendingTasks()
+        assertFalse(ch.isOpen) // not held open until the idle timeout
+        ch.finishAndReleaseAll()
+    }
 }
