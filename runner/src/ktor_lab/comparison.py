@@ -16,14 +16,18 @@ between two JVMs of one case, which an A/A run of the plan (the same case twice)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from scipy import stats
 
+from . import verdict
+from .cases import DIMENSIONS, Case
 from .conclusions import BY_KEY, Figure
 from .confidence import ALPHA, CONFIDENCE
 from .results import Results, Run
+
+CASE_FIELDS = {f.name: f for f in fields(Case)}
 
 # The figures compared, in their order (conclusions.FIGURES' keys): positive in every window.
 FIGURES = ("rps", "p50", "p99", "cpu_no_jit", "cpu", "threads", "heap")
@@ -60,12 +64,14 @@ class Change:
 
 
 def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], int]:
+    """The figure's windows, but those flagged by today's rules (verdict.judge, as lab report
+    judges them again) as LEFT_OUT; and how many were left out."""
     kept, left = [], 0
     for r in runs:
         v = figure.get(r)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
-        if set(r.verdict.flags) & set(LEFT_OUT):
+        if set(verdict.judge(r).flags) & set(LEFT_OUT):
             left += 1
             continue
         kept.append(float(v))
@@ -94,16 +100,44 @@ def change(section: str, row: str, figure: Figure, old: list[Run], new: list[Run
     return replace(c, ratio=ratio, low=low, high=high, p=p)
 
 
-def _by_row(results: Results) -> dict[tuple[str, str], list[Run]]:
+def _values(results: Results, dimension) -> set:
+    """The values of a dimension a run's windows ran with (the release and JDK as the proxy
+    reported them, named in the rows or not)."""
+    return {getattr(r, dimension.run_field) for r in results.runs}
+
+
+def held(old: Results, new: Results) -> list:
+    """The dimensions each run held at one value throughout: the rows are paired without them."""
+    return [d for d in DIMENSIONS if len(_values(old, d)) == len(_values(new, d)) == 1]
+
+
+def changed_dimensions(old: Results, new: Results) -> dict[str, tuple[str, str]]:
+    """What a user changed between the runs among the dimensions (Ktor release, JDK, ...): each run
+    held it at one value, a different one in each. {word: (old, new)}."""
+    out = {}
+    for d in held(old, new):
+        (a,), (b,) = _values(old, d), _values(new, d)
+        if a != b:
+            out[d.word] = (d.show(a) if a is not None else "?", d.show(b) if b is not None else "?")
+    return out
+
+
+def _by_row(results: Results, across: list) -> dict[tuple[str, str], list[Run]]:
+    """The runs by scenario and load, and row: its case with the dimensions in `across` set back to
+    their defaults (each run held them at one value), so that the two runs' rows meet."""
+    defaults = {d.field: CASE_FIELDS[d.field].default for d in across}
     rows: dict[tuple[str, str], list[Run]] = {}
     for r in results.runs:
-        rows.setdefault((f"{r.scenario} {r.load.label}", r.row), []).append(r)
+        name = Case.parse(r.variant).with_dimensions(**defaults).name + (f" #{r.copy}" if r.copy else "")
+        rows.setdefault((f"{r.scenario} {r.load.label}", name), []).append(r)
     return rows
 
 
 def changes(old: Results, new: Results, figures: tuple[str, ...] = FIGURES) -> list[Change]:
-    """Every row both measured, every figure either measured: OLD against NEW."""
-    a, b = _by_row(old), _by_row(new)
+    """Every row both measured, every figure either measured: OLD against NEW, rows paired without
+    the dimensions each run held at one value (a Ktor release or JDK changed between them)."""
+    across = held(old, new)
+    a, b = _by_row(old, across), _by_row(new, across)
     out = []
     for key in [k for k in a if k in b]:
         for name in figures:
@@ -118,12 +152,17 @@ def mismatch(old: Results, new: Results) -> str | None:
     """Why OLD and NEW are not two runs of one plan on one kind of machine; None when they are."""
     po, pn = old.plan, new.plan
     what = {
-        "cases": ([c.name for c in po.cases], [c.name for c in pn.cases]),
+        "cases": ([c.id for c in po.cases], [c.id for c in pn.cases]),
         "scenarios": (po.scenarios, pn.scenarios),
         "loads": ([x.label for x in po.loads], [x.label for x in pn.loads]),
+        "backend": (old.backend.get("kind"), new.backend.get("kind")),
+        "Locust workers": (po.workers, pn.workers),
         "window seconds": (po.duration_s, pn.duration_s),
-        "proxy JVM options": (po.java_opts, pn.java_opts),
-        "proxy settings": (po.proxy_env, pn.proxy_env),
+        "warm-up seconds": (po.warmup_s, pn.warmup_s),
+        "forks": (po.forks, pn.forks),
+        "fresh proxies": (po.fresh, pn.fresh),
+        "jitter ms": (po.jitter_ms, pn.jitter_ms),
+        "bandwidth KB/s": (po.bandwidth_kbps, pn.bandwidth_kbps),
     }
     for name, (x, y) in what.items():
         if x != y:
@@ -135,12 +174,25 @@ def mismatch(old: Results, new: Results) -> str | None:
     return None
 
 
-def lines(old_name: str, new_name: str, found: list[Change]) -> list[str]:
+def what_changed(old: Results, new: Results) -> list[str]:
+    """What differs between the runs that a user changes on purpose: the dimensions each held at a
+    value of its own (the rows are paired across them), the proxy's settings and JVM options."""
+    out = [f"{word}: {a} -> {b}" for word, (a, b) in changed_dimensions(old, new).items()]
+    if old.plan.proxy_env != new.plan.proxy_env:
+        out.append(f"proxy settings: {old.plan.proxy_env or 'none'} -> {new.plan.proxy_env or 'none'}")
+    if old.plan.java_opts != new.plan.java_opts:
+        out.append(f"proxy JVM options: {old.plan.java_opts!r} -> {new.plan.java_opts!r}")
+    return out
+
+
+def lines(old_name: str, new_name: str, found: list[Change], changed: list[str] = ()) -> list[str]:
     """The comparison as text: a header, then per scenario and load one line per row and figure."""
     named = sum(c.significant for c in found)
     tested = sum(c.p is not None for c in found)
     out = [
-        f"NEW {new_name} against OLD {old_name}: the ratio NEW/OLD of the windows' geometric means, "
+        f"NEW {new_name} against OLD {old_name}"
+        + (f" ({'; '.join(changed)})" if changed else "")
+        + ": the ratio NEW/OLD of the windows' geometric means, "
         f"its 95% interval and Welch's t on the windows' logs; ~ where p >= {ALPHA:g}.",
         f"{tested} lines tested, {named} with a change; at {ALPHA:g} each, about {tested * ALPHA:.1f} of "
         f"{tested} would show one between two runs of one thing. A row's windows come from one JVM: "

@@ -10,13 +10,23 @@ import numpy as np
 import pytest
 
 from ktor_lab import cli, comparison
-from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, load
+from ktor_lab.results import (
+    LocustFigures,
+    MachineFigures,
+    PrometheusFigures,
+    ProxyFigures,
+    Results,
+    Run,
+    load,
+)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results-small"
 LOAD = load(FIXTURE).plan.loads[0]
 
 
-def results(cpu: dict[str, list[float]], rps: dict[str, list[float]] | None = None) -> Results:
+def results(
+    cpu: dict[str, list[float]], rps: dict[str, list[float]] | None = None, ktor: str = ""
+) -> Results:
     """A run of the fixture's plan whose rows have these windows (CPU s / 1000 req, rps)."""
     base = load(FIXTURE)
     out = copy.deepcopy(base)
@@ -37,6 +47,9 @@ def results(cpu: dict[str, list[float]], rps: dict[str, list[float]] | None = No
                         rps=(rps or {}).get(case, [300.0] * len(values))[i], p50_ms=2.0, p99_ms=9.0
                     ),
                     proxy=ProxyFigures(cpu_seconds_per_1000_requests=v),
+                    ktor=ktor or None,
+                    java="17.0.15",
+                    dimensions=bool(ktor),
                     prometheus=PrometheusFigures(threads_live_max=40, heap_max_bytes=64 << 20),
                 )
             )
@@ -70,7 +83,7 @@ def test_a_change_is_named_with_its_interval_and_no_change_gets_a_tilde_with_its
 def test_flagged_windows_are_left_out_and_counted_and_too_few_are_not_tested():
     old = results({"singleton-cio": [1.0, 1.0, 1.1, 0.9, 1.0]})
     new = results({"singleton-cio": [1.0, 1.0, 1.1, 0.9, 5.0]})
-    new.runs[-1].verdict.flags = ["machine-busy"]
+    new.runs[-1].machine = MachineFigures(cpus=2, window_s=10, others_share=0.5)  # judged machine-busy
     c = line(comparison.changes(old, new), "singleton-cio", "cpu")
     assert c.left_out == (0, 1) and len(c.new) == 4 and not c.significant
     one = results({"singleton-cio": [1.0]})
@@ -127,3 +140,30 @@ def test_a_run_against_itself_shows_no_change(dry, capsys):
         assert out.startswith("lab compare: dry run; ")
     else:
         assert "0 with a change" in out and "~ [" in out
+
+
+def test_rows_pair_across_a_dimension_each_run_held_at_its_own_value():
+    """After upgrading Ktor: lab run --ktor 3.4.1 against lab run --ktor 3.5.2 (rows named
+    `singleton-cio ktor 3.4.1` and `... ktor 3.5.2`) compare row by row, and the header says so."""
+    old = results({"singleton-cio": [1.0, 1.05, 0.97, 1.02, 0.99]}, ktor="3.4.1")
+    new = results({"singleton-cio": [0.8, 0.82, 0.79, 0.81, 0.8]}, ktor="3.5.2")
+    assert comparison.changed_dimensions(old, new) == {"ktor": ("3.4.1", "3.5.2")}
+    c = line(comparison.changes(old, new), "singleton-cio", "cpu")
+    assert c.significant and c.ratio < 0.85
+    assert "(ktor: 3.4.1 -> 3.5.2)" in comparison.lines("a", "b", [c], comparison.what_changed(old, new))[0]
+    # a plain run (the default release, rows without it in their names) pairs with --ktor 3.5.2's
+    plain = results({"singleton-cio": [1.0, 1.05, 0.97]})
+    for r in plain.runs:
+        r.ktor = "3.5.2"
+    assert comparison.changed_dimensions(plain, new) == {}
+    assert line(comparison.changes(plain, new), "singleton-cio", "cpu").old
+
+
+def test_another_backend_or_workers_is_another_plan():
+    old = results({"singleton-cio": [1.0, 1.1, 0.9]})
+    other = results({"singleton-cio": [1.0, 1.1, 0.9]})
+    other.backend = {**other.backend, "kind": "compose"}
+    assert "different plans (backend" in comparison.mismatch(old, other)
+    more = results({"singleton-cio": [1.0, 1.1, 0.9]})
+    more.plan.workers = 4
+    assert "different plans (Locust workers" in comparison.mismatch(old, more)

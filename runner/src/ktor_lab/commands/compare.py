@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if why:
         print(f"lab compare: {why}; compared anyway (--force)")
-    print("\n".join(comparison.lines(str(args.old), str(args.new), found)))
+    print("\n".join(comparison.lines(str(args.old), str(args.new), found, comparison.what_changed(old, new))))
     return 0
