@@ -28,7 +28,7 @@ password the UI is on loopback only (a LAB_BIND off loopback without one stops L
 and it answers only requests whose Host is a loopback name (localhost, 127.0.0.1, ::1) or a host
 named in LAB_ALLOWED_HOSTS: a page on another name that rebinds its DNS to 127.0.0.1 is refused.
 With a password the login is the door (a rebound page has no credentials for the UI), so any
-name reaches the login. Failed logins are answered after FAILED_LOGIN_DELAY seconds.
+name reaches the login. Failed logins are answered after FAILED_LOGIN_DELAY seconds, one at a time.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 USER_SETTINGS = ("host", "weight", "fixed_count", "tasks")
 # A password the user chooses is at least this long (the stacks make longer ones themselves).
 MIN_PASSWORD = 12
-# Seconds before a failed login is answered: guesses come one at a time, slowly.
+# Seconds before a failed login is answered, one at a time in the process: guesses sent in
+# parallel wait their turn, so they come at most one a second.
 FAILED_LOGIN_DELAY = 1.0
 
 
@@ -310,14 +311,22 @@ def install(environment, env: dict[str, str] | None = None) -> Guard:
 
 def gevent_sleep(seconds: float) -> None:
     """Waits without holding Locust's other greenlets (Locust's web UI runs on gevent)."""
-    try:
-        import gevent
-    except ImportError:  # pragma: no cover - Locust always has gevent
-        import time
+    import gevent
 
-        time.sleep(seconds)
-        return
     gevent.sleep(seconds)
+
+
+_refusals: list = []  # the lock refused logins take turns on (made on first use, in Locust's hub)
+
+
+def slow_refusal() -> None:
+    """Answers a refused login after FAILED_LOGIN_DELAY seconds, one refusal at a time."""
+    import gevent.lock
+
+    if not _refusals:
+        _refusals.append(gevent.lock.Semaphore(1))
+    with _refusals[0]:
+        gevent_sleep(FAILED_LOGIN_DELAY)
 
 
 def protect(app, environment, guard: Guard) -> None:
@@ -337,7 +346,7 @@ def protect(app, environment, guard: Guard) -> None:
         if request.path in OPEN_PATHS or guard.authorized(given := request.headers.get("Authorization")):
             return None
         if given:
-            gevent_sleep(FAILED_LOGIN_DELAY)
+            slow_refusal()
         return (
             "the lab's Locust asks for a login: user lab and the lab's password\n",
             401,

@@ -341,3 +341,20 @@ def test_native_locust_asks_for_no_login_whatever_the_shell_exports(monkeypatch,
     loadgen.start(tmp_path, "locust", 1, [], workers=2)
     assert started == [loadgen.NO_LOGIN] * 4
     assert lab_guard.read_password({"LAB_PASSWORD": "", "LAB_PASSWORD_FILE": ""}) is None
+
+
+def test_refused_logins_take_turns_so_parallel_guesses_come_one_a_second(monkeypatch):
+    """Four refusals at once (greenlets, as Locust's web UI serves them): each waits its full
+    delay after the one before, so N guesses in parallel take N delays (here 50 ms each)."""
+    import time
+
+    import gevent
+
+    waited = []
+    monkeypatch.setattr(
+        lab_guard, "gevent_sleep", lambda seconds: (waited.append(seconds), gevent.sleep(0.05))
+    )
+    started = time.monotonic()
+    gevent.joinall([gevent.spawn(lab_guard.slow_refusal) for _ in range(4)])
+    assert waited == [lab_guard.FAILED_LOGIN_DELAY] * 4
+    assert time.monotonic() - started >= 4 * 0.05  # in turn, not side by side
