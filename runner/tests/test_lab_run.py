@@ -51,9 +51,13 @@ def test_report_page_as_a_browser_shows_it(tmp_path, browser):
     results = load(tmp_path)
     answers = sum(len(run_report.answers(results, g)) for g in groups(results))
     assert page.locator("section.verdict li").count() == answers >= 6
-    assert page.locator("table").count() == 2 and page.locator("svg").count() == 2 * len(run_report.CHARTS)
-    # Charts say which way is better and mark the rates that are not capacity.
-    assert page.locator("svg >> text=higher is better").count() == 2
+    # per scenario and load: the bars of each figure, then rps and p99 per window over the run
+    assert page.locator("table").count() == 2 and page.locator("svg").count() == 2 * (
+        len(run_report.CHARTS) + 2
+    )
+    # Charts say which way is better (rps: its bars and its windows over the run) and mark the rates
+    # that are not capacity.
+    assert page.locator("svg >> text=higher is better").count() == 2 * 2
     assert page.locator("svg >> text=/not capacity/").count() == 4
     shot = (tmp_path / "report.png").read_bytes()
     assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
