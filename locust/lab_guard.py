@@ -229,15 +229,16 @@ def read_password(env: dict[str, str]) -> str | None:
         password, name = env["LAB_PASSWORD"], "LAB_PASSWORD"
     else:
         return None
-    if not password.strip() or "\n" in password:
-        raise GuardError(f"{name}: the password is blank or has several lines")
     if why := weakness(password):
         raise GuardError(f"{name}: {why}")
     return password
 
 
 def weakness(password: str) -> str | None:
-    """Why a password someone chose is too weak to guard a UI on a network; None when it is not."""
+    """Why a password someone chose cannot guard a UI on a network (blank, several lines, too
+    weak); None when it can. Locust and `lab swarm up` apply this one rule."""
+    if not password.strip() or "\n" in password or "\r" in password:
+        return "the password is blank or has several lines"
     if len(password) < MIN_PASSWORD or len(set(password)) < 4:
         return (
             f"the password is too weak: use at least {MIN_PASSWORD} characters, not one or two repeated "

@@ -365,6 +365,11 @@ def test_the_web_ui_refuses_other_origins_and_listens_on_loopback(tmp_path):
         svc.stop()
 
 
+def start_form(host: str) -> dict[str, str]:
+    """What Locust's start form posts for a short run of 2 users at `host`."""
+    return {"user_count": "2", "spawn_rate": "2", "host": host, "wait_min": "0", "wait_max": "0.05"}
+
+
 def test_with_a_password_every_route_but_metrics_asks_for_the_login(upstream, tmp_path):
     """locust/lab_guard.py in a real Locust (the stacks set LAB_PASSWORD_FILE to their secret):
     anonymous and wrong logins are refused, user lab with the password drives a run, Prometheus'
@@ -382,13 +387,7 @@ def test_with_a_password_every_route_but_metrics_asks_for_the_login(upstream, tm
     login = ("lab", "s3cret-of-the-test")
     try:
         assert wait_until(lambda: answers(f"{web}/metrics") or not svc.alive(), timeout=30), svc.tail()
-        form = {
-            "user_count": "2",
-            "spawn_rate": "2",
-            "host": upstream.url,
-            "wait_min": "0",
-            "wait_max": "0.05",
-        }
+        form = start_form(upstream.url)
         anonymous = requests.post(f"{web}/swarm", data=form, timeout=5)
         assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic ")
         for path in ("/", "/lab/stats", "/stats/requests"):
@@ -542,13 +541,7 @@ def test_no_attribute_a_caller_sets_sends_the_load_elsewhere(upstream, tmp_path)
             "Host": f"rebind.attacker.example:{port}",
             "Origin": f"http://rebind.attacker.example:{port}",
         }
-        form = {
-            "user_count": "2",
-            "spawn_rate": "2",
-            "host": upstream.url,
-            "wait_min": "0",
-            "wait_max": "0.05",
-        }
+        form = start_form(upstream.url)
         assert requests.post(f"{web}/swarm", data=form, headers=rebound, timeout=5).status_code == 403
         assert (
             requests.post(

@@ -125,10 +125,8 @@ class Forwarder(
     }
 
     private suspend fun refuse(call: ApplicationCall, refusal: Refusal) {
-        if (refusal.close) {
-            call.response.header(HttpHeaders.Connection, "close")
-            ServerGuards.closeAfterResponse(call)
-        }
+        // ServerGuards closes the connection after any response that says so.
+        if (refusal.close) call.response.header(HttpHeaders.Connection, "close")
         call.respondText("${refusal.status.value} ${refusal.status.description}: ${refusal.reason}\n", status = refusal.status)
     }
 

@@ -13,9 +13,9 @@
  *   last part that carries the failure, and Ktor 3.5's `RequestBodyHandler` takes any last part for
  *   the body's end. The connection is marked [FRAMING_BROKEN] first, with the decoder's reason: the
  *   proxy fails the upstream exchange, answers 400 and closes; nothing after it is read.
- * - [closeAfterResponse]: the connection closes once the current response is written (a refused
- *   request whose body was never read must not be parsed as the next request); so does every
- *   response that says `Connection: close` (RFC 9112 section 9.6), Ktor's own 400s among them.
+ * - A response that says `Connection: close` is followed by the close once it is written (RFC 9112
+ *   section 9.6): a refused request whose body was never read must not be parsed as the next
+ *   request, and Ktor's own 400s say close without closing.
  * - A request whose framing is in doubt (`Content-Length` beside `Transfer-Encoding`, or a transfer
  *   coding other than `chunked`) is the last one read on its connection: whatever follows it, a
  *   pipelined request too, is dropped unread, and [lab.proxy.relay.RequestChecks] refuses it and closes. A request
@@ -103,10 +103,6 @@ object ServerGuards {
     /** The mark alone: what the writer sees when it gets there before the close does. */
     internal fun markAborted(channel: Channel) {
         channel.attr(ABORTED).set(true)
-    }
-
-    fun closeAfterResponse(call: ApplicationCall) {
-        call.nettyChannel()?.attr(CLOSE_AFTER_RESPONSE)?.set(true)
     }
 
     /** The connection under a call; a route's call wraps the engine's (null under a test engine). */
