@@ -398,7 +398,7 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
             "per-call-okhttp rtt 20",
             "--loads",
             f"rate/{RATE}/10",
-            *("--warmup", "0", "--duration", "5", "--windows", "1", "--aa", "none"),
+            *("--warmup", "0", "--duration", "5", "--windows", "1", "--forks", "1", "--aa", "none"),
             "--out",
             str(tmp_path),
         ],

@@ -49,11 +49,16 @@ def test_report_page_as_a_browser_shows_it(tmp_path, browser):
     from ktor_lab.results import load
 
     results = load(tmp_path)
-    answers = sum(len(run_report.answers(results, g)) for g in groups(results))
-    assert page.locator("section.verdict li").count() == answers >= 6
-    # per scenario and load: the bars of each figure, then rps and p99 per window over the run
+    details = sum(len(run_report.details(results, g)) for g in groups(results))
+    assert page.locator("section.verdict li").count() == details >= 6
+    # Per scenario and load: the answer in words, the first screen's chart right below it (inside
+    # the verdict), then the bars of each figure, and rps and p99 per window over the run.
+    answer = page.locator("p.answer").first.bounding_box()
+    chart = page.locator("section.verdict svg").first.bounding_box()
+    assert answer is not None and chart is not None and answer["y"] < chart["y"] < 900, (answer, chart)
+    assert page.locator("section.verdict svg").count() == 2
     assert page.locator("table").count() == 2 and page.locator("svg").count() == 2 * (
-        len(run_report.CHARTS) + 2
+        1 + len(run_report.CHARTS) + 2
     )
     # Charts say which way is better (rps: its bars and its windows over the run) and mark the rates
     # that are not capacity.
@@ -72,7 +77,7 @@ BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monoton
 def one_case_run(out: Path) -> dict:
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-cio", "--loads", "rate/50", "--warmup", "0", "--duration", "6"]
-        + ["--windows", "1", "--out", str(out)],
+        + ["--windows", "1", "--forks", "1", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -176,7 +181,7 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
     r = subprocess.run(
         [LAB, "run", "--cases", "singleton-java,per-call-java", "--aa", "singleton-java"]
         + ["--loads", "rate/200", "--windows", "2", "--warm-first", "closed/10/0", "--warmup", "5"]
-        + ["--duration", "6", "--settle", "1"]
+        + ["--duration", "6", "--settle", "1", "--forks", "1"]
         # lab run's default heap: with a far smaller one, the GC hides per-call Java's leak.
         + ["--java-opts=-Xmx512m", "--out", str(out)],
         capture_output=True,
@@ -186,11 +191,16 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     runs = results["runs"]
-    rows = ["singleton-java #1", "singleton-java #2", "per-call-java"]
-    assert [(f"{run['case']} #{run['copy']}" if run["copy"] else run["case"]) for run in runs] == rows * 2
+    rows = ["per-call-java", "singleton-java #1", "singleton-java #2"]
+
+    def row(run: dict) -> str:
+        return f"{run['case']} #{run['copy']}" if run["copy"] else run["case"]
+
+    # Each round measures every proxy once, in an order of its own.
+    assert sorted(map(row, runs[:3])) == rows == sorted(map(row, runs[3:]))
     assert [run["repeat"] for run in runs] == [1, 1, 1, 2, 2, 2]
     assert results["plan"]["warm_first"]["label"] == "closed/10/0"
-    first, second = runs[:3], runs[3:]
+    first, second = sorted(runs[:3], key=row), sorted(runs[3:], key=row)
     for a, b in zip(first, second, strict=True):
         assert (a["after"], b["after"]) == ("warm-up", "idle")
         # One warm-up per proxy, recorded with each of its windows; the second window came after the
@@ -250,7 +260,7 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
         assert abs(served - counted) <= 0.02 * counted + in_flight + 30, (where, served, counted, locust)
         assert 0 < run["proxy"]["server_p50_ms"] <= run["locust"]["p50_ms"] + 1, run["proxy"]
         assert run["machine"]["lab_cores"] > 0 and run["machine"]["cpus"] >= 1, run["machine"]
-    for singleton, per_call in ((first[0], first[2]), (second[0], second[2])):
+    for singleton, per_call in ((first[1], first[0]), (second[1], second[0])):
         # Per-call Java starts a selector thread per client, kept until the GC finds the client: far
         # more threads than the singleton's in the window. (Whether they are still there at the leak
         # check depends on when the GC ran; the rule is unit-tested.)

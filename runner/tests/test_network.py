@@ -163,7 +163,7 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
     out = tmp_path / "results"
     r = subprocess.run(
         [LAB, "run", "--cases", "per-call-okhttp,singleton-okhttp", "--rtt", "0,20", "--loads", "rate/50"]
-        + ["--warmup", "0", "--duration", "5", "--windows", "1", "--aa", "none"]
+        + ["--warmup", "0", "--duration", "5", "--windows", "1", "--forks", "1", "--aa", "none"]
         + ["--java-opts=-Xmx256m", "--out", str(out)],
         capture_output=True,
         text=True,

@@ -89,7 +89,7 @@ def test_lab_run_with_two_releases_and_two_jdks_plans_every_combination():
             "--cases",
             "per-call-cio",
         ]
-        + ["--loads", "rate/20", "--windows", "1", "--aa", "none", "--dry-run"],
+        + ["--loads", "rate/20", "--windows", "1", "--forks", "1", "--aa", "none", "--dry-run"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,7 @@ from . import confidence, studies
 from .cases import DEFAULT_CASES
 from .commands import bench, bench_locust, compare, report, run, swarm, up, verify
 from .errors import LabError
-from .plan import Plan
+from .plan import DEFAULT_LOAD, Plan
 
 EPILOG = f"""\
 examples:
@@ -25,7 +25,8 @@ examples:
   lab up per-call-okhttp --proxy-port 9080 --set CLIENT_MAX_CONNECTIONS=200
   lab verify                            start everything, check every endpoint and metric, stop
   lab run                               {len(DEFAULT_CASES)} cases (not the deprecated apache), an A/A pair, \
-static-small, closed/50/0, warm-up <= {Plan.warmup_s} s, {confidence.WINDOWS} windows of {Plan.duration_s} s
+static-small at {DEFAULT_LOAD}, {confidence.FORKS} JVMs a row x {confidence.WINDOWS} windows of \
+{Plan.duration_s} s
   lab run --cases singleton-cio,per-call-cio --loads closed/1000/1-2,rate/500 --repeats 3
   lab report results/20261122-101500    report.md and report.html from a run's results.json
   lab compare results/before results/after   two runs of one plan: each change with its interval, ~ if none

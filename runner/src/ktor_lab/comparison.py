@@ -9,8 +9,10 @@ benchstat): at 5% each, about one line in twenty shows a change between two runs
 and the header says how many lines there are.
 
 Windows flagged for errors, a busy machine or a saturated generator are left out, and counted.
-Every window of a row comes from one JVM: a change between two runs also holds what differs
-between two JVMs of one case, which an A/A run of the plan (the same case twice) shows.
+Where a run has several JVMs a row (`lab run --forks`, 2 by default), the test's units are the
+JVMs (each its windows' geometric mean), so a change is one between JVMs of either run, not
+between windows of two JVMs; with one JVM a row the units are its windows, and a change also holds
+what differs between two JVMs of one case.
 """
 
 from __future__ import annotations
@@ -63,10 +65,10 @@ class Change:
         return f"{self.ratio - 1:+.1%} {span}" if self.significant else f"~ {span}"
 
 
-def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], int]:
-    """The figure's windows, but those flagged by today's rules (verdict.judge, as lab report
-    judges them again) as LEFT_OUT; and how many were left out."""
-    kept, left = [], 0
+def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[int, ...], int]:
+    """The figure's windows and the fork (JVM) of each, but those flagged by today's rules
+    (verdict.judge, as lab report judges them again) as LEFT_OUT; and how many were left out."""
+    kept, forks, left = [], [], 0
     for r in runs:
         v = figure.get(r)
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -75,7 +77,17 @@ def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], int]:
             left += 1
             continue
         kept.append(float(v))
-    return tuple(kept), left
+        forks.append(r.fork)
+    return tuple(kept), tuple(forks), left
+
+
+def units(values: tuple[float, ...], forks: tuple[int, ...], by_fork: bool) -> np.ndarray:
+    """What the test compares: each JVM's geometric mean over its windows, or every window."""
+    a = np.array(values)
+    if not by_fork:
+        return a
+    f = np.array(forks)
+    return np.array([math.exp(float(np.log(a[f == k]).mean())) for k in dict.fromkeys(forks)])
 
 
 def ratio_test(old, new) -> tuple:
@@ -88,10 +100,14 @@ def ratio_test(old, new) -> tuple:
 
 
 def change(section: str, row: str, figure: Figure, old: list[Run], new: list[Run]) -> Change:
-    a, left_a = _windows(old, figure)
-    b, left_b = _windows(new, figure)
+    a, forks_a, left_a = _windows(old, figure)
+    b, forks_b, left_b = _windows(new, figure)
     c = Change(section, row, figure, a, b, (left_a, left_b))
-    if len(a) < 2 or len(b) < 2 or min(a + b) <= 0:
+    if not a or not b or min(a + b) <= 0:
+        return c
+    by_fork = len(set(forks_a)) > 1 or len(set(forks_b)) > 1
+    a, b = tuple(units(a, forks_a, by_fork)), tuple(units(b, forks_b, by_fork))
+    if len(a) < 2 or len(b) < 2:
         return c
     if len(set(a)) == 1 and len(set(b)) == 1:  # constant windows: the test is undefined there
         ratio = b[0] / a[0]

@@ -1,23 +1,26 @@
 """What a `lab run` concludes, apart from how it is written (run_report.py renders it).
 
 The windows are grouped by scenario and load, then by row (a case with its dimensions; `#1` and
-`#2` for two proxies of one case, an A/A pair). Each figure of a row is an Estimate over its
-windows (confidence.py). From them, in words a user can act on:
+`#2` for two proxies of one case, an A/A pair); a window flagged LEFT_OUT is left out of its row.
+Each figure of a row is an Estimate over its JVMs (forks) and windows, its spread pooled over the
+group's rows (confidence.py). From them, in words a user can act on:
 
-- which lifetime: per engine, per-call against singleton on CPU per request and rps;
-- which engines lead or tie, per figure, among the recommended lifetime's rows: the best row and
-  every row a test cannot tell from it, then those clearly behind;
+- the first screen (`screen`), on one figure, CPU per request, as one family of tests: which
+  lifetime per engine, and which engines among the recommended lifetime's rows lead and which
+  use clearly more, every difference with its interval;
+- the other figures, each its own family;
 - the risks by name: leaks, a deprecated engine, a connection per request, unlimited connections,
   rows whose rate was not the engine's;
 - what the figures are not (loopback at 0 ms unless --rtt said otherwise);
-- the noise floor: what the A/A pair differed by, below which nothing is called a difference.
+- the A/A check: two proxies of one case, whose intervals should include 0.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import confidence, verdict
 from .cases import DEPRECATED_ENGINES, DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PROTOCOLS, Case
@@ -34,7 +37,13 @@ class Figure:
     digits: int
     better: str  # "higher", "lower", or "" (no better direction: a count)
     # Flags that make a row's value of this figure not comparable with the others'.
-    not_comparable: tuple[str, ...] = ("generator-saturated", "errors", "not-warm", "machine-busy")
+    not_comparable: tuple[str, ...] = (
+        "generator-saturated",
+        "errors",
+        "not-warm",
+        "machine-busy",
+        "unresponsive",
+    )
     # What the first screen calls it.
     words: str = ""
 
@@ -71,7 +80,7 @@ FIGURES = [
         lambda r: r.proxy.cpu_seconds_per_1000_requests,
         3,
         "lower",
-        words="CPU per request with the JIT's",
+        words="CPU per request (the JIT's included)",
     ),
     Figure(
         "cpu_no_jit",
@@ -120,10 +129,12 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The figures the first screen answers on, in its order. CPU per request without the JIT's
 # compiling where it was seen (`verdict_figures`), else with it.
 VERDICT_FIGURES = ("rps", "p99", "cpu_no_jit", "threads", "heap")
-# A window taken while other work loaded the machine (verdict's `machine-busy`) is left out of its
-# row's figures when at least this many of the row's windows, and half of them, were quiet: one busy
-# window does not take a row out of the ranking. With fewer, the row keeps them all and its flag.
-QUIET_WINDOWS_KEPT = 2
+# A window flagged with one of these is left out of its row's figures (the row stays, on the
+# windows that are not): the JVM still compiling or a warm-up that did not settle, other work on
+# the machine, scrapes Prometheus missed. When fewer than MIN_KEPT windows of a row are free of
+# them, the row keeps every window and is flagged as a whole (and named wherever it is left out).
+LEFT_OUT = ("not-warm", "machine-busy", "scrapes-missed")
+MIN_KEPT = 2
 # The connection figure a "connection per request" risk is read from: at or above this many new
 # connections per 1,000 requests, the engine opened one for (nearly) every request.
 CONNECTION_PER_REQUEST = 900
@@ -131,7 +142,8 @@ CONNECTION_PER_REQUEST = 900
 
 @dataclass
 class Row:
-    """One row of a scenario and load: a case with its dimensions (and its copy), over its windows."""
+    """One row of a scenario and load: a case with its dimensions (and its copy), over the windows
+    of its forks that were not left out (LEFT_OUT)."""
 
     name: str
     runs: list[Run]
@@ -139,8 +151,8 @@ class Row:
     flags: list[str] = field(default_factory=list)
     capacity: bool = True
     reasons: list[str] = field(default_factory=list)
-    # Windows taken on a busy machine, left out of `runs` and the figures (QUIET_WINDOWS_KEPT).
-    busy: list[Run] = field(default_factory=list)
+    # Windows left out of `runs` and the figures (LEFT_OUT).
+    left: list[Run] = field(default_factory=list)
 
     @property
     def windows(self) -> int:
@@ -164,8 +176,22 @@ class Row:
         record = self.runs[0].network
         return record.settings.describe() if record else "none"
 
+    @property
+    def label(self) -> str:
+        """`okhttp, singleton`: how the first screen's chart names it."""
+        return f"{self.case.engine}, {self.case.lifetime}" + (f" #{self.copy}" if self.copy else "")
+
     def comparable(self, figure: Figure) -> bool:
         return self.figures[figure.key].mean is not None and not set(self.flags) & set(figure.not_comparable)
+
+    def why_not(self, figure: Figure) -> str:
+        """`per-call-java (errors, unresponsive)`: why it is left out of a ranking on `figure`."""
+        flags = [f for f in self.flags if f in figure.not_comparable]
+        return f"{self.name} ({', '.join(flags) or 'not measured'})"
+
+    def kept_rate(self, load: Load) -> bool:
+        """At a fixed rate: whether every window reached it (the equal work the rows are compared at)."""
+        return load.model != "rate" or all("target" in r.verdict.flags for r in self.runs)
 
 
 @dataclass
@@ -183,12 +209,6 @@ class Group:
         first = {r.case: r for r in self.rows if r.copy == 1}
         return [(first[r.case], r) for r in self.rows if r.copy == 2 and r.case in first]
 
-    def floor(self, key: str, without: tuple[Row, Row] | None = None) -> float:
-        """The noise floor of a figure: the largest difference the A/A pairs showed (a pair is not
-        judged by its own), never under confidence.MIN_DIFFERENCE."""
-        pairs = [p for p in self.pairs() if p != without]
-        return confidence.noise_floor([confidence.compare(a.figures[key], b.figures[key]) for a, b in pairs])
-
     @property
     def cpu_key(self) -> str:
         """The CPU per request the verdicts use: without the JIT's compiling when every row's JIT
@@ -202,14 +222,14 @@ class Group:
         return tuple(self.cpu_key if k == "cpu_no_jit" else k for k in VERDICT_FIGURES)
 
     def compare(self, a: Row, b: Row, key: str) -> Comparison:
-        """B against A on a figure, judged against the noise floor of the others pairs."""
-        pair = (a, b) if (a, b) in self.pairs() else (b, a) if (b, a) in self.pairs() else None
-        return confidence.compare(a.figures[key], b.figures[key], self.floor(key, pair))
+        """B against A on a figure: the t test with the spread pooled over the group's rows."""
+        return confidence.compare(a.figures[key], b.figures[key])
 
 
 def groups(results: Results) -> list[Group]:
     """Windows grouped by (scenario, load), then by row in the plan's order; verdicts by today's
-    rules, whatever the runs recorded."""
+    rules, whatever the runs recorded. Each figure's spread is pooled over the rows that can be
+    compared on it (confidence.Pool)."""
     by_cell: dict[tuple[str, str], tuple[Load, dict[str, list[Run]]]] = {}
     for run in results.runs:
         run.verdict = verdict.judge(run)
@@ -225,40 +245,49 @@ def groups(results: Results) -> list[Group]:
     for (scenario, _), (load_level, rows) in by_cell.items():
         made = []
         for name in sorted(rows, key=place):  # stable: releases and JDKs in the order they ran
-            runs, busy = quiet(rows[name])
+            runs, left = kept(rows[name])
             made.append(
                 Row(
                     name,
                     runs,
-                    {f.key: Estimate.of([f.get(r) for r in runs]) for f in FIGURES},
+                    {f.key: Estimate.of([f.get(r) for r in runs], [r.fork for r in runs]) for f in FIGURES},
                     sorted({f for r in runs for f in r.verdict.flags}),
                     all(r.verdict.capacity for r in runs),
-                    reasons(runs) + left_out_busy(busy, len(runs)),
-                    busy,
+                    reasons(runs) + left_out(left, len(runs)),
+                    left,
                 )
             )
+        for f in FIGURES:
+            pool = confidence.pool_of([r.figures[f.key] for r in made if r.comparable(f)])
+            for r in made:
+                if pool is not None and r.comparable(f):
+                    r.figures[f.key] = r.figures[f.key].with_pool(pool)
         out.append(Group(scenario, load_level, made))
     return out
 
 
-def quiet(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """A row's windows split into those its figures are made of and the busy ones left out: every
-    window when too few were quiet (QUIET_WINDOWS_KEPT)."""
-    busy = [r for r in runs if "machine-busy" in r.verdict.flags]
-    kept = [r for r in runs if "machine-busy" not in r.verdict.flags]
-    if busy and len(kept) >= QUIET_WINDOWS_KEPT and 2 * len(kept) >= len(runs):
-        return kept, busy
+def kept(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """A row's windows split into those its figures are made of and those left out (LEFT_OUT):
+    every window when fewer than MIN_KEPT are free of those flags."""
+    left = [r for r in runs if set(r.verdict.flags) & set(LEFT_OUT)]
+    free = [r for r in runs if r not in left]
+    if left and len(free) >= MIN_KEPT:
+        return free, left
     return runs, []
 
 
-def left_out_busy(busy: list[Run], kept: int) -> list[str]:
-    if not busy:
+def left_out(left: list[Run], n: int) -> list[str]:
+    """Why windows were left out of a row's figures: per flag, how many and the first reason."""
+    if not left:
         return []
-    worst = max(busy, key=lambda r: r.machine.others_share if r.machine else 0)
-    share = worst.machine.others_share if worst.machine else 0
+    by_flag: dict[str, list[str]] = {}
+    for run in left:
+        for flag, why in zip(run.verdict.flags, run.verdict.reasons, strict=True):
+            if flag in LEFT_OUT:
+                by_flag.setdefault(flag, []).append(why)
+    said = "; ".join(f"{flag} in {len(whys)} ({whys[0]})" for flag, whys in sorted(by_flag.items()))
     return [
-        f"{len(busy)} of {len(busy) + kept} windows left out of its figures: other processes used up to "
-        f"{share:.0%} of the CPUs in them (machine-busy); its figures are its {kept} quiet windows'"
+        f"{len(left)} of {len(left) + n} windows left out of its figures, which are its other {n}: {said}"
     ]
 
 
@@ -274,46 +303,80 @@ def reasons(runs: list[Run]) -> list[str]:
     ]
 
 
-# --- one figure: who leads, who ties, who is behind ---------------------------------------------
+# --- one figure: who leads, who is clearly behind, with the interval of every difference ---------
 
 
 @dataclass
 class Standing:
-    """The rows of a group on one figure: the best and those a test cannot tell from it (leaders,
-    each with its comparison to the best), those clearly behind it, and the rows left out."""
+    """The rows of a group on one figure, tested pairwise as one family: the leaders (no row is
+    clearly better than them) and those clearly behind, each with its comparison against the best
+    (`family` adjusted), and the rows left out of the ranking."""
 
     figure: Figure
     leaders: list[tuple[Row, Comparison | None]]
     behind: list[tuple[Row, Comparison]]
     left_out: list[Row]
-    indicative: bool = False  # every row was flagged: ranked anyway, and said so
+    detectable: float | None = None  # the smallest difference found POWER of the time
+
+    @property
+    def best(self) -> Row | None:
+        return self.leaders[0][0] if self.leaders else None
 
 
-def standing(group: Group, figure: Figure, rows: list[Row] | None = None) -> Standing:
-    """`figure` over `rows` (default: the group's; an A/A pair's #2 never stands for its case)."""
+def better(figure: Figure, c: Comparison) -> bool:
+    """Whether B is clearly better than A in `c`."""
+    if not c.clear or c.difference is None:
+        return False
+    return c.difference > 0 if figure.better == "higher" else c.difference < 0
+
+
+def ranked(group: Group, figure: Figure, rows: list[Row] | None = None) -> tuple[list[Row], list[Row]]:
+    """The rows a figure ranks (first copies of an A/A pair only) and those left out: flagged
+    (Figure.not_comparable) or, at a fixed rate, short of it (not the equal work)."""
     rows = [r for r in (group.rows if rows is None else rows) if r.copy <= 1]
     measured = [r for r in rows if r.figures[figure.key].mean is not None]
-    comparable = [r for r in measured if r.comparable(figure)]
-    indicative = not comparable and figure.key != "rps"
-    if indicative:
-        comparable = measured
-    left_out = [r for r in measured if r not in comparable]
-    if not comparable:
-        return Standing(figure, [], [], left_out)
-    higher = figure.better == "higher"
-    ranked = sorted(comparable, key=lambda r: r.figures[figure.key].mean, reverse=higher)
-    best = ranked[0]
-    leaders: list[tuple[Row, Comparison | None]] = [(best, None)]
-    behind = []
-    # The best against each of the others: one family of tests, adjusted for its size.
-    tests = confidence.adjust([group.compare(best, row, figure.key) for row in ranked[1:]])
-    for row, c in zip(ranked[1:], tests, strict=True):
-        (behind if c.clear else leaders).append((row, c))  # type: ignore[arg-type]
-    return Standing(figure, leaders, behind, left_out, indicative)
+    ok = [r for r in measured if r.comparable(figure) and (figure.key == "rps" or r.kept_rate(group.load))]
+    return ok, [r for r in measured if r not in ok]
+
+
+def pairwise(group: Group, key: str, rows: list[Row]) -> dict[tuple[str, str], Comparison]:
+    """Every pair of `rows` on a figure, unadjusted, keyed by their names in order."""
+    return {(a.name, b.name): group.compare(a, b, key) for a, b in itertools.combinations(rows, 2)}
+
+
+def standing(
+    group: Group,
+    figure: Figure,
+    rows: list[Row] | None = None,
+    tests: dict[tuple[str, str], Comparison] | None = None,
+) -> Standing:
+    """`figure` over `rows` (default: the group's). `tests`: the pairs already adjusted in a larger
+    family (the first screen's); else the pairs are their own family."""
+    ok, out = ranked(group, figure, rows)
+    if tests is None:
+        raw = pairwise(group, figure.key, ok)
+        tests = dict(zip(raw, confidence.adjust(list(raw.values())), strict=True))
+    order = sorted(ok, key=lambda r: r.figures[figure.key].mean, reverse=figure.better == "higher")
+    if not order:
+        return Standing(figure, [], [], out)
+
+    def against(a: Row, b: Row) -> Comparison:
+        """B against A, with the family's p and interval level."""
+        key = (a.name, b.name) if (a.name, b.name) in tests else (b.name, a.name)
+        c = tests[key]
+        mine = group.compare(a, b, figure.key)
+        return replace(mine, p=c.p, family=c.family).interval_at(c.level)
+
+    beaten = {r.name for a in order for r in order if a is not r and better(figure, against(r, a))}
+    best = order[0]
+    leaders = [(r, None if r is best else against(best, r)) for r in order if r.name not in beaten]
+    behind = [(r, against(best, r)) for r in order if r.name in beaten]
+    detectable = max((d for c in tests.values() if (d := c.detectable()) is not None), default=None)
+    return Standing(figure, leaders, behind, out, detectable)
 
 
 def value(row: Row, figure: Figure) -> str:
-    """`3,412 ±1.2%` (the mean and half its 95% interval), or `3,412` with one window."""
+    """`3,412 ±1.2%` (the centre and half its 95% interval), or `3,412` without one."""
     e = row.figures[figure.key]
     if e.mean is None:
         return "-"
@@ -322,60 +385,42 @@ def value(row: Row, figure: Figure) -> str:
 
 
 def sentence(s: Standing) -> str:
-    """One figure in words: who leads or ties (within how much), and who is clearly behind."""
+    """One figure in words: who leads (with the interval of each leader's difference from the best),
+    who is clearly behind (with theirs), which rows were left out and why, and what the run could
+    have found."""
     f = s.figure
     head = f"{f.heading} ({f.better} is better)" if f.better else f.heading
+    out = f" Left out: {', '.join(r.why_not(f) for r in s.left_out)}." if s.left_out else ""
     if not s.leaders:
         if f.key == "rps":
-            return f"{head}: no row's rate is its capacity (flags below), so rps does not rank the rows here."
-        return f"{head}: no figure was measured."
-    best = s.leaders[0][0]
+            return f"{head}: no row's rate is its capacity (flags below): rps ranks nothing here.{out}"
+        return f"{head}: no row could be ranked.{out}"
+    best = s.best
+    if len(s.leaders) + len(s.behind) == 1:
+        return (
+            f"{head}: only {best.name} ({value(best, f)}) could be ranked; nothing to compare it with.{out}"
+        )
     if len(s.leaders) == 1:
         text = f"{head}: {best.name} leads with {value(best, f)}"
-        if len(s.leaders) + len(s.behind) == 1:
-            text += ", the only row that can be compared"
     else:
-        ties = [c for _, c in s.leaders[1:] if c is not None and c.difference is not None]
-        spread = max((abs(c.difference) for c in ties), default=0.0)  # type: ignore[arg-type]
-        blind = [c for c in ties if c.p is not None and not c.can_tell]
-        verdict_word = "not told apart (too few windows a row for the test)" if blind else "indistinguishable"
+        ties = "; ".join(f"{r.name} {value(r, f)}: {c.words()}" for r, c in s.leaders[1:] if c is not None)
         text = (
-            f"{head}: {', '.join(f'{r.name} {value(r, f)}' for r, _ in s.leaders)} lead, {verdict_word} "
-            f"(within {spread:.1%} of {best.name}: {ties_words(s)})"
+            f"{head}: {best.name} {value(best, f)} and {len(s.leaders) - 1} more lead, no clear difference "
+            f"among them (against {best.name}: {ties})"
         )
     if s.behind:
-        text += "; behind: " + "; ".join(f"{r.name} {value(r, f)} ({c.words()})" for r, c in s.behind)
-    text += "."
-    if s.indicative:
-        text += " Indicative only: every row is flagged (below)."
-    return text
-
-
-def of(c: Comparison) -> str:
-    """` of 4` when the p value was adjusted over a family of 4 comparisons."""
-    return f" of {c.family}" if c.family > 1 else ""
-
-
-def ties_words(s: Standing) -> str:
-    """Why the leaders tie: each one's test against the best."""
-    parts = []
-    for row, c in s.leaders[1:]:
-        if c is None:
-            continue
-        why = (
-            "one window"
-            if c.p is None
-            else f"p={c.p:.2g}{of(c)}, too few windows to tell"
-            if not c.significant and not c.can_tell
-            else f"p={c.p:.2g}{of(c)}"
-            if not c.significant
-            else "under the noise floor"
+        text += f"; clearly behind {best.name}: " + "; ".join(
+            f"{r.name} {value(r, f)} ({c.words()})" for r, c in s.behind
         )
-        parts.append(f"{row.name} {why}")
-    return ", ".join(parts)
+    text += "."
+    if s.detectable is not None:
+        text += (
+            f" This run finds a difference of {s.detectable:.0%} or more {confidence.POWER:.0%} of the time."
+        )
+    return text + out
 
 
-# --- the first screen ---------------------------------------------------------------------------
+# --- the first screen: one figure, one family -------------------------------------------------
 
 
 def pairs_by_engine(group: Group) -> list[tuple[Row, Row]]:
@@ -391,72 +436,6 @@ def pairs_by_engine(group: Group) -> list[tuple[Row, Row]]:
     return out
 
 
-def lifetime_answer(group: Group) -> str | None:
-    """Which lifetime, with the measured cost of the other: per-call against singleton, per engine."""
-    pairs = pairs_by_engine(group)
-    if not pairs:
-        return None
-    cpu = [(s, p, group.compare(s, p, group.cpu_key)) for s, p in pairs]
-    cpu = [(s, p, c) for s, p, c in cpu if c.a.mean and c.b.mean]
-    cpu = [(s, p, c) for (s, p, _), c in zip(cpu, confidence.adjust([c for *_, c in cpu]), strict=True)]
-    rps = [
-        (s, p, group.compare(s, p, "rps"))
-        for s, p in pairs
-        if s.comparable(BY_KEY["rps"]) and p.comparable(BY_KEY["rps"])
-    ]
-    rps = [(s, p, c) for (s, p, _), c in zip(rps, confidence.adjust([c for *_, c in rps]), strict=True)]
-    costlier = [(s, p, c) for s, p, c in cpu if c.clear and c.difference and c.difference > 0]
-    cheaper = [(s, p, c) for s, p, c in cpu if c.clear and c.difference and c.difference < 0]
-    parts = []
-    if cpu and len(costlier) == len(cpu):
-        lo, hi = (min(c.b.mean / c.a.mean for *_, c in cpu), max(c.b.mean / c.a.mean for *_, c in cpu))
-        parts.append(
-            f"Lifetime: keep one HttpClient for the process (singleton). A new client per call cost "
-            f"{lo:.1f}-{hi:.1f}x the CPU per request here, for each of the {len(cpu)} engines "
-            f"(each beyond the noise floor, p<{confidence.ALPHA:g})"
-        )
-    elif cheaper:
-        names = ", ".join(s.case.engine for s, *_ in cheaper)
-        parts.append(
-            f"Lifetime: per call was cheaper in CPU per request for {names} here; singleton for the others "
-            f"({len(costlier)} of {len(cpu)} engines clearly costlier per call)"
-        )
-    elif costlier:
-        lo, hi = (
-            min(c.b.mean / c.a.mean for *_, c in costlier),
-            max(c.b.mean / c.a.mean for *_, c in costlier),
-        )
-        untold = [
-            f"{s.case.engine} ({c.b.mean / c.a.mean:.1f}x"
-            + (f" over {c.a.n} and {c.b.n} windows with the figure)" if not c.can_tell else f", p={c.p:.2g})")
-            for s, _, c in cpu
-            if not c.clear
-        ]
-        dearer = ", ".join(s.case.engine for s, *_ in costlier)
-        parts.append(
-            f"Lifetime: keep one HttpClient for the process (singleton). A new client per call cost "
-            f"{lo:.1f}-{hi:.1f}x the CPU per request here for {dearer} "
-            f"(beyond the noise floor, p<{confidence.ALPHA:g}); no engine was cheaper per call; the test "
-            f"could not tell for {'; '.join(untold)}"
-        )
-    else:
-        parts.append(
-            f"Lifetime: per call against singleton, CPU per request: {len(costlier)} of {len(cpu)} engines "
-            "clearly costlier per call, the others indistinguishable"
-        )
-    if rps:
-        ratios = [c.b.mean / c.a.mean for *_, c in rps if c.a.mean and c.b.mean]
-        lower = sum(1 for *_, c in rps if c.clear and c.difference < 0)
-        parts.append(
-            f"and {min(ratios):.2f}-{max(ratios):.2f}x the rps ({lower} of {len(rps)} clearly lower)"
-        )
-    leaks = [p.name for _, p in pairs if "leak" in p.flags]
-    text = ", ".join(parts) + "."
-    if leaks:
-        text += f" Per call also kept threads or files after the load: {', '.join(leaks)} (leak)."
-    return text
-
-
 def recommended_rows(group: Group) -> tuple[str, list[Row]]:
     """The rows the engines are ranked among: the singletons when there are any (and A/A copies
     #2 left out: the pair's first stands for the case), else every row."""
@@ -467,36 +446,165 @@ def recommended_rows(group: Group) -> tuple[str, list[Row]]:
     return "", rows
 
 
-def engines_answer(group: Group) -> list[str]:
-    """Per figure of VERDICT_FIGURES: who leads or ties among the recommended rows."""
+@dataclass
+class Screen:
+    """What the first screen claims, all on the primary figure (CPU per request, at the group's
+    load) and as one family of tests: per engine, per call against singleton; and the engines among
+    the recommended lifetime's rows, pairwise."""
+
+    group: Group
+    figure: Figure
+    lifetimes: list[tuple[Row, Row, Comparison | None]]  # None: one of the two left out
+    engines: Standing
+    which: str  # "singleton", or "" when the rows are ranked without a lifetime
+
+    @property
+    def family(self) -> int:
+        cs = [c for *_, c in self.lifetimes if c is not None and c.p is not None]
+        cs += [c for _, c in self.engines.leaders + self.engines.behind if c is not None]
+        return max((c.family for c in cs), default=1)
+
+    def claims(self) -> list[str]:
+        """Every difference the first screen names: `lifetime cio`, `engines okhttp < cio`."""
+        out = [f"lifetime {s.case.engine}" for s, _, c in self.lifetimes if c is not None and c.clear]
+        best = self.engines.best
+        out += [f"engines {best.name} < {r.name}" for r, _ in self.engines.behind if best]
+        return out
+
+
+def screen(group: Group) -> Screen:
+    f = BY_KEY[group.cpu_key]
     which, rows = recommended_rows(group)
-    if len(rows) < 2:
-        return []
-    lines = []
-    counts: dict[str, int] = {}
-    for key in group.verdict_figures:
-        s = standing(group, BY_KEY[key], rows)
-        if not s.leaders:
-            lines.append(sentence(s))
-            continue
-        for r, _ in s.leaders:
-            counts[r.name] = counts.get(r.name, 0) + 1
-        lines.append(sentence(s))
-    if counts:
-        top = max(counts.values())
-        best = [n for n, c in counts.items() if c == top]
-        among = f"among {which} clients" if which else "among the rows"
-        lines.insert(
-            0,
-            f"Engines, {among}: {' and '.join(best)} lead or tie on {top} of {len(VERDICT_FIGURES)} figures "
-            "(rps, p99, CPU per request, threads, heap); each figure below, with its 95% interval and test."
-            + (
-                " Apache (HttpAsyncClient 4) is deprecated (below): choose among the others if it leads."
-                if any(r.name in best and r.case.engine in DEPRECATED_ENGINES for r in group.rows)
-                else ""
-            ),
+    ok, _ = ranked(group, f, rows)
+    pairs = pairs_by_engine(group)
+    lifetime_ok = [(s, p) for s, p in pairs if ranked(group, f, [s, p])[0] == [s, p]]
+    raw_life = [group.compare(s, p, f.key) for s, p in lifetime_ok]
+    raw_engines = pairwise(group, f.key, ok)
+    adjusted = confidence.adjust(raw_life + list(raw_engines.values()))
+    life = dict(zip([(s.name, p.name) for s, p in lifetime_ok], adjusted[: len(raw_life)], strict=True))
+    tests = dict(zip(raw_engines, adjusted[len(raw_life) :], strict=True))
+    lifetimes = [(s, p, life.get((s.name, p.name))) for s, p in pairs]
+    return Screen(group, f, lifetimes, standing(group, f, rows, tests), which)
+
+
+def ratio(c: Comparison) -> str:
+    """`2.4x (2.1-2.8x)`: B over A with its interval."""
+    text = f"{1 + c.difference:.2g}x"
+    if c.low is not None and c.high is not None:
+        text += f" ({1 + c.low:.2g}-{1 + c.high:.2g}x)"
+    return text
+
+
+def lifetime_answer(s: Screen) -> str | None:
+    """Which lifetime, per engine: per call against singleton on the primary figure, with the
+    interval of the ratio; the engines the test could not tell, and those left out, by name."""
+    if not s.lifetimes:
+        return None
+    dearer = [(a, b, c) for a, b, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
+    cheaper = [(a, b, c) for a, b, c in s.lifetimes if c is not None and c.clear and c.difference < 0]
+    untold = [(a, b, c) for a, b, c in s.lifetimes if c is not None and not c.clear]
+    out = [(a, b) for a, b, c in s.lifetimes if c is None]
+    g, f = s.group, s.figure
+    parts = []
+    if dearer:
+        parts.append(
+            "a client per call cost "
+            + ", ".join(f"{a.case.engine} {ratio(c)}" for a, _, c in dearer)
+            + f" the {s.figure.words or s.figure.heading} of one client for the process"
         )
-    return lines
+    if cheaper:
+        parts.append(
+            "per call cost less for " + ", ".join(f"{a.case.engine} {ratio(c)}" for a, _, c in cheaper)
+        )
+    if untold:
+        parts.append(
+            "no clear difference for " + ", ".join(f"{a.case.engine} ({c.span()})" for a, _, c in untold)
+        )
+    if out:
+        whys = [", ".join(r.why_not(f) for r in (a, b) if not ranked(g, f, [r])[0]) for a, b in out]
+        parts.append(
+            "not compared: "
+            + ", ".join(f"{a.case.engine} ({why})" for (a, _), why in zip(out, whys, strict=True))
+        )
+    head = (
+        "Lifetime: keep one HttpClient for the process (singleton)"
+        if dearer and not cheaper
+        else "Lifetime: per call was cheaper for some engines"
+        if cheaper
+        else "Lifetime: no clear difference between one client and a client per call"
+    )
+    return f"{head}: {'; '.join(parts)}."
+
+
+def engines_answer(s: Screen) -> str | None:
+    """Which engines, among the recommended lifetime's rows, on the primary figure."""
+    st = s.engines
+    if len(st.leaders) + len(st.behind) + len(st.left_out) < 2:
+        return None
+    among = f"Among {s.which} clients" if s.which else "Among the rows"
+    f = s.figure
+    out = f" Left out: {', '.join(r.why_not(f) for r in st.left_out)}." if st.left_out else ""
+    if len(st.leaders) + len(st.behind) < 2:
+        return f"{among}, no engine can be ranked on {f.words or f.heading}.{out}"
+    lead = [r.case.engine for r, _ in st.leaders]
+    if not st.behind:
+        ties = ", ".join(f"{r.case.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+        return (
+            f"{among}, no engine is clearly ahead on {f.words or f.heading} at this load "
+            f"(against {st.best.case.engine}: {ties}).{out}"
+        )
+    verb = "uses" if len(lead) == 1 else "use"
+    text = f"{among}, {' and '.join(lead)} {verb} the least {f.words or f.heading}"
+    if len(st.leaders) > 1:
+        text += (
+            " (no clear difference: "
+            + ", ".join(f"{r.case.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+            + f" against {st.best.case.engine})"
+        )
+    text += "; clearly more: " + ", ".join(
+        f"{r.case.engine} {c.difference:+.0%} ({c.span()})" for r, c in st.behind
+    )
+    return text + "." + out
+
+
+def family_line(s: Screen) -> str:
+    """How the first screen's claims were tested, in one line."""
+    forks = max(r.proxies for r in s.group.rows)
+    jvms = (
+        f"{forks} JVMs a row, each warmed once"
+        if forks > 1
+        else "one JVM a row: the intervals are of that JVM, not of the engine (lab run --forks 2)"
+    )
+    return (
+        f"How: {s.figure.words or s.figure.heading} of a row is the geometric mean of its JVMs' windows "
+        f"({jvms}); {f'the {s.family} comparisons above are' if s.family > 1 else 'the comparison above is'} "
+        "one family: t tests with the spread of JVMs "
+        "pooled over the rows, p adjusted by Benjamini-Hochberg, and each interval of a difference "
+        "adjusted with it, so that it excludes 0 exactly when the difference is named."
+    )
+
+
+def other_figures(group: Group) -> list[str]:
+    """The verdict's other figures (rps when it is capacity, p99, threads, heap), each its own
+    family: details, not the first screen's answer."""
+    rows = recommended_rows(group)[1]
+    out = []
+    for key in group.verdict_figures:
+        if key == group.cpu_key:
+            continue
+        if key == "rps" and group.load.model == "rate":
+            short = [r.name for r in group.rows if not r.kept_rate(group.load)]
+            out.append(
+                f"rps: every row was given {group.load.target_rps:g} rps, the same work, so rps ranks nothing"
+                + (
+                    f"; short of it in some window, and left out of the comparisons: {', '.join(short)}."
+                    if short
+                    else "."
+                )
+            )
+            continue
+        out.append(sentence(standing(group, BY_KEY[key], rows)))
+    return out
 
 
 def risks(results: Results, group: Group) -> list[str]:
@@ -534,12 +642,19 @@ def risks(results: Results, group: Group) -> list[str]:
             "Unlimited connections: the JDK's client (java) cannot limit its connections in flight; "
             "the lab's CLIENT_MAX_CONNECTIONS does not apply to it."
         )
-    if not_capacity := [r for r in group.rows if not r.capacity]:
+
+    # At a fixed rate, reaching it (`target`) is the equal work, not a risk.
+    def rate_flags(r: Row) -> list[str]:
+        return [
+            f
+            for f in r.flags
+            if f in verdict.RATE_FLAGS and not (f == "target" and group.load.model == "rate")
+        ]
+
+    if not_capacity := [r for r in group.rows if rate_flags(r)]:
         out.append(
             "Rate not the engine's: "
-            + "; ".join(
-                f"{r.name} ({', '.join(f for f in r.flags if f in verdict.RATE_FLAGS)})" for r in not_capacity
-            )
+            + "; ".join(f"{r.name} ({', '.join(rate_flags(r))})" for r in not_capacity)
             + "."
         )
     if missed := [r.name for r in group.rows if "scrapes-missed" in r.flags]:
@@ -583,38 +698,33 @@ def not_this(results: Results) -> str:
     )
 
 
-def noise_line(group: Group) -> str:
-    """What the A/A pair differed by: the noise floor of this run."""
+def aa_check(group: Group) -> str:
+    """The A/A pair, the check that the method holds: two proxies of one case (each its own forks)
+    should differ by nothing, so the interval of their difference should include 0."""
     pairs = group.pairs()
     if not pairs:
         return (
-            f"Noise floor: no A/A pair in this run (lab run --aa CASE): differences between JVMs are not "
-            f"known; a difference is named when the test over the windows says so and it exceeds "
-            f"{confidence.MIN_DIFFERENCE:.0%}."
+            "A/A check: no A/A pair in this run (lab run --aa CASE): whether two proxies of one case "
+            "stay within the intervals is not checked here."
         )
     out = []
     for a, b in pairs:
-        parts, clear = [], []
-        # Whether the pair differs is asked of every figure at once: one family of tests, its p
-        # values adjusted for their number (as the engines' are); unadjusted, two JVMs drawn alike
-        # were called different in 16% of draws (test_conclusions), adjusted in 4%.
         keys = [k for k in group.verdict_figures if group.compare(a, b, k).difference is not None]
-        for key, c in zip(keys, confidence.adjust([group.compare(a, b, k) for k in keys]), strict=True):
-            parts.append(
-                f"{BY_KEY[key].words or BY_KEY[key].heading} {abs(c.difference):.1%}"
-                + (f" (p={c.p:.2g}{f' of {c.family}' if c.family > 1 else ''})" if c.p is not None else "")
-            )
-            if c.clear:
-                clear.append(BY_KEY[key].words or key)
-        text = (
-            f"Noise floor: two proxies of {a.case.name} ({a.name}, {b.name}) differed by {', '.join(parts)}"
-        )
-        text += "; differences below these are not named."
+        # One family over the figures, as the first screen's own.
+        tests = confidence.adjust([group.compare(a, b, k) for k in keys])
+        parts = [
+            f"{BY_KEY[k].words or BY_KEY[k].heading} {c.difference:+.1%} ({c.span()})"
+            for k, c in zip(keys, tests, strict=True)
+        ]
+        clear = [BY_KEY[k].words or k for k, c in zip(keys, tests, strict=True) if c.clear]
+        text = f"A/A check: two proxies of {a.case.name} ({a.name}, {b.name}) differed by {', '.join(parts)}"
         if clear:
             text += (
-                f" The pair itself differed beyond chance on {', '.join(clear)}: JVMs of one case differ "
-                "by that much here; read leads near it with care."
+                f"; on {', '.join(clear)} the interval excludes 0: two JVMs of one case differed more than "
+                "the model allows here, so read close calls with care."
             )
+        else:
+            text += "; every interval includes 0, as it should when the method holds."
         out.append(text)
     return " ".join(out)
 
@@ -673,16 +783,11 @@ class Change:
         head = f"{self.case} on {self.same}, {self.dimension} {self.before_name} -> {self.after_name}: "
         text = head + "; ".join(parts)
         if not judged:
-            text += ". One window a side: no test possible (lab run --windows 5)."
+            text += ". No spread to test with (one window a row): lab run --forks 2 --windows 3."
         elif clear:
             text += f". A difference on {', '.join(clear)}."
-        elif not self.comparison(self.keys[0]).can_tell:
-            n = min(self.before.windows, self.after.windows)
-            text += (
-                f". Too few windows a side ({n}) for the test to name any difference (lab run --windows 5)."
-            )
         else:
-            text += ". No difference the windows and the noise floor support."
+            text += ". No clear difference on any of them."
         flagged = sorted(set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS))
         if flagged:
             text += f" Rates flagged ({', '.join(flagged)}): rps does not compare capacity here."

@@ -1,26 +1,25 @@
-"""A figure as a distribution over windows, and a difference named only when the windows say so.
+"""A figure as a distribution over JVMs and windows, and a difference named only when a test says so.
 
-A row of `lab run` is several measured windows (interleaved across the cases, A B C A B C), not a
-number: each figure is their mean with its 95% interval (Student's t over the windows, as pyperf
-and benchstat give one beside each centre). Two rows differ on a figure only when both hold:
+A row of `lab run` is measured on several proxies (forks: JVMs, each warmed once) in several windows
+each. What differs between JVMs (JIT decisions, code layout, GC sizing) is sampled only by forks,
+so the unit of a row is a fork: the mean of its windows' logarithms. A row's figure is the
+geometric mean of its forks (the centre its test is about), and its interval is Student's t with
+the spread of forks pooled over every row of the group (`Pool`): with 2 forks a row, one row alone
+says little of its spread, nine rows together do (9 degrees of freedom). With one fork a row (`lab
+run --forks 1`), the units are its windows, and the interval is of that JVM, not of the engine.
 
-- a test over the windows says so: Mann-Whitney U, two-sided, p < ALPHA (no assumption of normal
-  windows; with 5 windows a side its smallest p is 0.008). Where one row is held against several
-  (the best of a figure against every other, `adjust`), the p values are adjusted for their number
-  (Benjamini-Hochberg): unadjusted, the best of 5 rows drawn from one distribution (5 windows each,
-  within 5%) was named ahead of another in 16% of 400 draws, of 10 rows in about half; adjusted, in
-  5% (`runner/tests/unit/test_conclusions.py`). Holm's stricter control would name nothing among 10
-  rows with 5 windows (its smallest p, 9 x 0.008, is above 0.05);
-- the difference is larger than the noise floor measured in the same run: what two proxies of the
-  same case (an A/A pair) differ by, never less than MIN_DIFFERENCE. Windows of one JVM do not
-  sample what differs between JVMs (JIT decisions, memory layout); the A/A pair does.
-
-Otherwise the rows are indistinguishable, and the report says within how many percent.
-The statistics are scipy's; nothing here is a hand-written test.
+Two rows differ on a figure when a t test on their units' logarithms, with the pooled spread, says
+so: p < ALPHA, and the difference is above MIN_DIFFERENCE. Every comparison comes with the interval
+of its ratio. A family of comparisons (everything a first screen claims) has its p values adjusted
+by Benjamini-Hochberg, and its intervals by Benjamini-Yekutieli's rule for the selected (level
+1 - R x ALPHA / m with R of m named), so that an interval excludes 0 exactly when its difference is
+named. Whether that holds on JVMs that differ is checked by simulation in
+`runner/tests/unit/test_verdict_simulation.py`. The statistics are scipy's.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,12 +32,38 @@ ALPHA = 0.05
 # Below this, a difference is never called one, whatever the test: the lab's own edges (a window's
 # first and last requests, a scrape) move figures by about this much.
 MIN_DIFFERENCE = 0.01
+# The power the smallest detectable difference is given at (as a sample-size table gives it).
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The spread of a figure's units pooled over a group's rows: the variance of one unit (on the
+    log scale when `log`), its degrees of freedom, and whether the units are forks or windows."""
+
+    variance: float
+    df: int
+    log: bool
+    by_fork: bool
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile (scipy's, cached: a report asks for the same few thousands of times)."""
+    return float(stats.t.ppf(q, df))
+
+
+def _scale(values: Sequence[float], log: bool) -> np.ndarray:
+    a = np.asarray(values, dtype=float)
+    return np.log(a) if log else a
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """The windows of one figure of one row: their number, mean and 95% interval of the mean,
-    median and range. None throughout when no window measured it."""
+    """The windows of one figure of one row: their number, the centre (the geometric mean of the
+    forks' means of logs; the plain mean when a window is 0 or below) with its 95% interval,
+    median and range. None throughout when no window measured it. `forks` gives each window's
+    fork; `pool` the group's spread the interval was made with."""
 
     n: int
     mean: float | None = None
@@ -48,135 +73,212 @@ class Estimate:
     minimum: float | None = None
     maximum: float | None = None
     values: tuple[float, ...] = ()
+    forks: tuple[int, ...] = ()
+    pool: Pool | None = None
 
     @classmethod
-    def of(cls, values: Sequence[float | None]) -> Estimate:
-        known = tuple(float(v) for v in values if v is not None and not math.isnan(v))
-        if not known:
+    def of(cls, values: Sequence[float | None], forks: Sequence[int] | None = None) -> Estimate:
+        forks = list(forks) if forks is not None else [1] * len(values)
+        pairs = [
+            (float(v), f) for v, f in zip(values, forks, strict=True) if v is not None and not math.isnan(v)
+        ]
+        if not pairs:
             return cls(0)
+        known = tuple(v for v, _ in pairs)
         a = np.array(known)
-        mean = float(a.mean())
+        e = cls(
+            len(a),
+            None,
+            None,
+            None,
+            float(np.median(a)),
+            float(a.min()),
+            float(a.max()),
+            known,
+            tuple(f for _, f in pairs),
+        )
+        return e.with_pool(own_pool(e))
+
+    @property
+    def log(self) -> bool:
+        return bool(self.values) and min(self.values) > 0
+
+    def units(self, by_fork: bool, log: bool) -> np.ndarray:
+        """Per fork, the mean of its windows (of their logarithms when `log`); every window alone
+        when not `by_fork`."""
+        x = _scale(self.values, log)
+        if not by_fork:
+            return x
+        forks = np.asarray(self.forks)
+        return np.array([x[forks == f].mean() for f in dict.fromkeys(self.forks)])
+
+    def with_pool(self, pool: Pool | None) -> Estimate:
+        """The centre and 95% interval under `pool` (None: the plain mean, no interval)."""
+        if not self.values:
+            return self
+        log = pool.log if pool is not None else self.log
+        u = self.units(pool.by_fork if pool is not None else True, log)
+        centre = float(u.mean())
         low = high = None
-        if len(a) >= 2:
-            sem = float(stats.sem(a))
-            if sem == 0:
-                low = high = mean
-            else:
-                low, high = (float(x) for x in stats.t.interval(CONFIDENCE, len(a) - 1, loc=mean, scale=sem))
-        return cls(len(a), mean, low, high, float(np.median(a)), float(a.min()), float(a.max()), known)
+        if pool is not None and pool.df >= 1:
+            half = t_quantile(0.5 + CONFIDENCE / 2, pool.df) * math.sqrt(pool.variance / len(u))
+            low, high = centre - half, centre + half
+        back = (lambda x: math.exp(x)) if log else (lambda x: x)
+        return replace(
+            self,
+            mean=back(centre),
+            low=None if low is None else back(low),
+            high=None if high is None else back(high),
+            pool=pool,
+        )
+
+    @property
+    def fork_count(self) -> int:
+        return len(set(self.forks))
 
     @property
     def half_width(self) -> float | None:
-        """Half the 95% interval, as a share of the mean (benchstat's `±3%`); None with one window."""
+        """Half the 95% interval, as a share of the centre (benchstat's `±3%`); None without one."""
         if self.mean is None or self.low is None or self.high is None or self.mean == 0:
             return None
         return (self.high - self.low) / 2 / abs(self.mean)
 
 
+def own_pool(e: Estimate) -> Pool | None:
+    """One row's spread alone: of its forks when it has several, else of its windows."""
+    return pool_of([e])
+
+
+def pool_of(estimates: Sequence[Estimate]) -> Pool | None:
+    """The spread of units pooled over `estimates` (rows of one group, one figure): forks when any
+    row has two or more, else windows. Each row adds (its units - 1) degrees of freedom; on the log
+    scale when every window of every row is above 0. None when no row has two units."""
+    measured = [e for e in estimates if e.values]
+    if not measured:
+        return None
+    by_fork = any(e.fork_count > 1 for e in measured)
+    log = all(e.log for e in measured)
+    ss, df = 0.0, 0
+    for e in measured:
+        u = e.units(by_fork, log)
+        ss += float(((u - u.mean()) ** 2).sum())
+        df += len(u) - 1
+    if df < 1:
+        return None
+    return Pool(ss / df, df, log, by_fork)
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Row B against row A on one figure."""
+    """Row B against row A on one figure: (B - A) / A of the centres, the interval of that
+    difference at `level`, and the test's p (adjusted when `family` > 1)."""
 
     a: Estimate
     b: Estimate
-    p: float | None  # Mann-Whitney U, two-sided (adjusted when `family` > 1); None: under 2 windows a side
-    difference: float | None  # (B - A) / A, of the means
-    floor: float  # the noise floor it was judged against (a share)
-    family: int = 1  # how many comparisons its p was adjusted over (Benjamini-Hochberg)
+    p: float | None  # None: no spread to test with (one unit a side and no pool)
+    difference: float | None
+    low: float | None = None
+    high: float | None = None
+    level: float = CONFIDENCE
+    family: int = 1
+    # What the interval is made of: the difference on the test's scale, its standard error, df.
+    d: float | None = None
+    se: float | None = None
+    df: int | None = None
+    log: bool = True
 
     @property
     def significant(self) -> bool:
         return self.p is not None and self.p < ALPHA
 
     @property
-    def can_tell(self) -> bool:
-        """Whether these windows could give p < ALPHA at all (3 and 3 cannot: see smallest_p)."""
-        return smallest_p(self.a.n, self.b.n) < ALPHA
-
-    @property
-    def beyond_floor(self) -> bool:
-        return self.difference is not None and abs(self.difference) > self.floor
-
-    @property
     def clear(self) -> bool:
-        """A difference the report may name: the test and the floor both say so."""
-        return self.significant and self.beyond_floor
+        """A difference the report may name: the test says so, and it is above MIN_DIFFERENCE."""
+        return self.significant and self.difference is not None and abs(self.difference) > MIN_DIFFERENCE
+
+    def interval_at(self, level: float) -> Comparison:
+        if self.se is None or self.d is None or self.df is None:
+            return replace(self, level=level)
+        half = t_quantile(0.5 + level / 2, self.df) * self.se
+        return replace(self, low=self._back(self.d - half), high=self._back(self.d + half), level=level)
+
+    def _back(self, x: float) -> float:
+        if self.log:
+            return math.exp(x) - 1
+        return x / abs(self.a.mean) if self.a.mean else float("nan")
+
+    def detectable(self, family: int | None = None) -> float | None:
+        """The smallest difference (a share) this comparison finds POWER of the time at ALPHA over
+        `family` comparisons (Bonferroni's share, the strictest a name can meet)."""
+        if self.se is None or self.df is None:
+            return None
+        alpha = ALPHA / (family or self.family)
+        x = (t_quantile(1 - alpha / 2, self.df) + t_quantile(POWER, self.df)) * self.se
+        return math.exp(x) - 1 if self.log else x / abs(self.a.mean) if self.a.mean else None
+
+    def span(self) -> str:
+        """`-3.1% to +8.0%`, the interval of the difference."""
+        if self.low is None or self.high is None:
+            return ""
+        return f"{self.low:+.1%} to {self.high:+.1%}"
 
     def words(self) -> str:
-        """`+4.2%, p=0.008`, `+1.3%, p=0.55, not significant`, or `+700.0%, not tested (one window)`."""
+        """`+88.1% (+60.2% to +121.0%), p=0.0004 of 10`, `no clear difference (-3.1% to +8.0%)`,
+        or `+700.0%, not tested (one window)`."""
         if self.difference is None:
             return "not measured"
         if self.p is None:
-            return f"{self.difference:+.1%}, not tested (one window)"
-        text = f"{self.difference:+.1%}, p={self.p:.2g}"
-        if self.family > 1:
-            text += f" of {self.family}"
-        if not self.significant and not self.can_tell:
-            return text + f", too few windows to tell ({self.a.n} and {self.b.n})"
-        if not self.significant:
-            return text + ", not significant"
-        if not self.beyond_floor:
-            return text + f", under the noise floor of {self.floor:.1%}"
-        return text
+            return f"{self.difference:+.1%}, not tested (no spread to test with)"
+        span = f" ({self.span()})" if self.span() else ""
+        of = f" of {self.family}" if self.family > 1 else ""
+        if self.clear:
+            return f"{self.difference:+.1%}{span}, p={self.p:.2g}{of}"
+        return f"no clear difference{span}, p={self.p:.2g}{of}"
 
 
-def smallest_p(n_a: int, n_b: int) -> float:
-    """The smallest two-sided p Mann-Whitney U can give with these many windows a side (every
-    window of one side above every one of the other): 2 / C(n_a + n_b, n_a). With 3 and 3 it is
-    0.1, so no difference can be named; with 4 and 4, 0.029; with 5 and 5, 0.008."""
-    if n_a < 1 or n_b < 1:
-        return 1.0
-    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
-
-
-# Measured windows per row by default, in `lab run` and in every study made of windows: enough for
-# the test over them (Mann-Whitney U's smallest p with 5 a side is 0.008; with 3, 0.1: never a change).
-WINDOWS = 5
-
-
-def fewest_windows() -> int:
-    """The fewest windows a side with which the test can reach ALPHA."""
-    return next(n for n in range(2, 100) if smallest_p(n, n) < ALPHA)
-
-
-def too_few_windows(n: int) -> str | None:
-    """Why `n` windows a row (2 or more) can name no difference, and how many can; None when they can."""
-    if 1 < n < (fewest := fewest_windows()):
-        return (
-            f"with {n} windows a row no difference can be named (the test's smallest p is "
-            f"{smallest_p(n, n):.2g}); give --windows {fewest} or more"
-        )
-    return None
+# Measured windows per fork by default in `lab run`.
+WINDOWS = 3
+# Windows a row by default in the studies made of windows, whose rows are one JVM each.
+STUDY_WINDOWS = 5
+# Proxies (JVMs) per row by default: the unit the tests sample.
+FORKS = 2
 
 
 def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparison:
-    """B against A: the test over their windows and the relative difference of their means."""
-    p = None
-    if a.n >= 2 and b.n >= 2:
-        if set(a.values) == set(b.values) and len(set(a.values)) == 1:
-            p = 1.0  # identical constant windows: scipy's test is undefined there
-        else:
-            p = float(stats.mannwhitneyu(a.values, b.values, alternative="two-sided").pvalue)
-    difference = None
-    if a.mean is not None and b.mean is not None and a.mean != 0:
-        difference = (b.mean - a.mean) / abs(a.mean)
-    return Comparison(a, b, p, difference, max(floor, MIN_DIFFERENCE))
+    """B against A: a t test on their units with the spread pooled over the group (the pool both
+    carry; else the two rows' own), and the interval of the difference. `floor` is not used: the
+    A/A pair checks the method, it does not move the threshold."""
+    del floor
+    if a.mean is None or b.mean is None:
+        return Comparison(a, b, None, None)
+    pool = a.pool if a.pool is not None and a.pool == b.pool else pool_of([a, b])
+    log = pool.log if pool is not None else (a.log and b.log)
+    by_fork = pool.by_fork if pool is not None else True
+    ua, ub = a.units(by_fork, log), b.units(by_fork, log)
+    d = float(ub.mean() - ua.mean())
+    difference = math.exp(d) - 1 if log else (d / abs(float(ua.mean())) if ua.mean() else None)
+    if pool is None:
+        return Comparison(a, b, None, difference, d=d, log=log)
+    if pool.variance == 0:
+        p = 1.0 if d == 0 else 0.0
+        return Comparison(a, b, p, difference, difference, difference, d=d, se=0.0, df=pool.df, log=log)
+    se = math.sqrt(pool.variance * (1 / len(ua) + 1 / len(ub)))
+    p = float(2 * stats.t.sf(abs(d) / se, pool.df))
+    return Comparison(a, b, p, difference, d=d, se=se, df=pool.df, log=log).interval_at(CONFIDENCE)
 
 
 def adjust(comparisons: Sequence[Comparison]) -> list[Comparison]:
-    """The comparisons of one row against several others, their p values adjusted for how many
-    they are (Benjamini-Hochberg, scipy's `false_discovery_control`); those without a p as they are."""
+    """One family of comparisons: p values adjusted for their number (Benjamini-Hochberg, scipy's
+    `false_discovery_control`), and intervals at 1 - R x ALPHA / m, R of the m named (1 - ALPHA / m
+    when none is), so that each interval excludes 0 exactly when its difference is named."""
     tested = [i for i, c in enumerate(comparisons) if c.p is not None]
     out = list(comparisons)
     if len(tested) < 2:
         return out
+    m = len(tested)
     adjusted = stats.false_discovery_control([comparisons[i].p for i in tested], method="bh")
+    named = sum(1 for q in adjusted if q < ALPHA)
+    level = 1 - max(named, 1) * ALPHA / m
     for i, q in zip(tested, adjusted, strict=True):
-        out[i] = replace(comparisons[i], p=float(q), family=len(tested))
+        out[i] = replace(comparisons[i], p=float(q), family=m).interval_at(level)
     return out
-
-
-def noise_floor(pairs: Sequence[Comparison]) -> float:
-    """The largest difference the A/A pairs of a run showed on a figure (at least MIN_DIFFERENCE)."""
-    seen = [abs(c.difference) for c in pairs if c.difference is not None]
-    return max([MIN_DIFFERENCE, *seen])

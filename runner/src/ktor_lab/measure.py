@@ -631,10 +631,14 @@ def fmt(v) -> str:
 
 def batches(plan: Plan) -> list[list[ProxySpec]]:
     """The plan's proxies in groups of at most MAX_PROXIES_UP, in the plan's order (a dimension's
-    cases together): each group is up at once, its windows interleaved; a larger plan (the distance
-    study's 81 proxies) would not fit in memory all at once."""
-    proxies = plan.proxies()
-    return [proxies[i : i + MAX_PROXIES_UP] for i in range(0, len(proxies), MAX_PROXIES_UP)]
+    cases together), one fork at a time: each group is up at once, its windows interleaved, and
+    holds one JVM of every row it can (a block: what drifts between blocks hits every row alike);
+    a larger plan (the distance study's 81 proxies) would not fit in memory all at once."""
+    out = []
+    for fork in sorted({p.fork for p in plan.proxies()}):
+        proxies = [p for p in plan.proxies() if p.fork == fork]
+        out += [proxies[i : i + MAX_PROXIES_UP] for i in range(0, len(proxies), MAX_PROXIES_UP)]
+    return out
 
 
 def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -16,6 +17,15 @@ from . import versions
 from .cases import DIMENSIONS, SCENARIOS, Case
 from .network import Network
 
+# `lab run`'s default load: the same open-model rate for every row (the equal work its CPU per
+# request and latency are compared at), below every recommended engine's capacity on 2 cores (per
+# call, Apache5 carried about 590 rps at capacity; Java per call collapses at any rate), and its
+# warm-up first at capacity, where the JIT compiles the proxy's path in 30-60 s.
+DEFAULT_LOAD = "rate/400/40"
+DEFAULT_WARM_FIRST = "closed/50/0"
+# Its most seconds of warm-up, at each of the two loads: a window in which the JIT still compiles
+# is left out of its row (conclusions.LEFT_OUT), so a warm-up need not wait for every last method.
+DEFAULT_WARMUP_S = 60
 LOAD_HELP = "closed/USERS/WAIT (e.g. closed/50/0, closed/1000/1-2) or rate/RPS[/USERS] (e.g. rate/500)"
 # What --warm-first loads: the smallest file, which exercises the proxy's whole path fastest.
 WARM_FIRST_SCENARIO = "static-small"
@@ -138,7 +148,7 @@ class Plan:
     bandwidth_kbps: int = 0
     # Proxies per row: each warmed once, its windows pooled into the row (JMH's forks).
     forks: int = 1
-    # The case measured by two proxies as two rows, the A/A pair that gives the noise floor
+    # The case measured as two rows, the A/A pair that checks the method (its intervals include 0)
     # ("": none, unless --cases names a case twice).
     aa: str = ""
     # A fresh proxy for every window, warmed again each time (the compose backend always).
@@ -213,10 +223,30 @@ class Plan:
         round trip of 0 has nothing to vary: its runs get no jitter (--rtt 0,20 --jitter 2)."""
         return Network(case.rtt_ms, self.jitter_ms if case.rtt_ms else 0, self.bandwidth_kbps)
 
+    @classmethod
+    def default(cls) -> Plan:
+        """What `lab run` measures when given nothing: the recommended engines in both lifetimes,
+        an A/A pair of the first, FORKS JVMs a row and WINDOWS windows a JVM, at DEFAULT_LOAD."""
+        from .cases import DEFAULT_CASES
+        from .confidence import FORKS, WINDOWS
+
+        cases = [Case.parse(c) for c in DEFAULT_CASES]
+        return cls(
+            cases,
+            ["static-small"],
+            [parse_load(DEFAULT_LOAD)],
+            repeats=WINDOWS,
+            forks=FORKS,
+            aa=cases[0].id,
+            warm_first=parse_load(DEFAULT_WARM_FIRST),
+            warmup_s=DEFAULT_WARMUP_S,
+        )
+
     def proxies(self) -> list[ProxySpec]:
         """Every proxy the plan measures, in order: each case to run (its forks), a case the plan
         names twice as two rows (copies 1 and 2), and the A/A case's second copy when the plan has
-        no pair of its own."""
+        no pair of its own. Forks outermost: every row's first JVM, then every row's second, so a
+        batch of proxies up at once (measure.batches) holds one JVM of every row."""
         cases = self.cases_to_run()
         count = Counter(cases)
         pair = None
@@ -227,17 +257,20 @@ class Plan:
             seen[case] += 1
             copies = [seen[case]] if count[case] > 1 else ([1, 2] if case == pair else [0])
             out += [ProxySpec(case, copy, fork) for copy in copies for fork in range(1, self.forks + 1)]
-        return out
+        return sorted(out, key=lambda p: p.fork)
 
     def runs(self) -> list[Spec]:
         """Every window in the order it is measured: each round goes through every scenario, load
-        and proxy before the next (A B C A B C: drift hits every row alike)."""
+        and proxy before the next (A B C A B C: drift hits every row alike), the proxies of a
+        round in an order of their own (seeded by the round: the same plan, the same order), so
+        that no row always follows the same neighbour."""
+        proxies = self.proxies()
         return [
             Spec(r + 1, p.case, scenario, load, p.copy, p.fork)
             for r in range(self.repeats)
             for scenario in self.scenarios
             for load in self.loads
-            for p in self.proxies()
+            for p in random.Random(r).sample(proxies, len(proxies))
         ]
 
     @property

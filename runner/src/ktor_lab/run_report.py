@@ -1,9 +1,10 @@
 """The report of a `lab run`: report.md and one self-contained report.html from the same data.
 
-What it concludes is conclusions.py's; this module only writes it. It opens with the answers (which
-lifetime, which engines lead or tie per figure with their intervals and tests, the risks by name,
-what the figures are not, the run's noise floor), then one table per scenario and load (one row per
-case: each figure the mean of its windows with half its 95% interval), charts (inline SVG: the HTML
+What it concludes is conclusions.py's; this module only writes it. It opens with the answer (which
+lifetime, which engines, on CPU per request with the interval of every difference) and its chart,
+then the details (how it was tested, the A/A check, the other figures, the risks by name, what the
+figures are not), then one table per scenario and load (one row per case: each figure its centre
+with half its 95% interval), charts (inline SVG: the HTML
 needs nothing else to open), and an appendix with the settings and the warm-ups (collapsed in the
 HTML).
 """
@@ -21,13 +22,16 @@ from .conclusions import (
     FIGURES,
     Group,
     Row,
+    aa_check,
     changes,
     engines_answer,
+    family_line,
     groups,
     lifetime_answer,
-    noise_line,
     not_this,
+    other_figures,
     risks,
+    screen,
     value,
     warmth,
 )
@@ -74,7 +78,7 @@ def busy_line(results: Results, made: list[Group]) -> str | None:
         return None
     worst = max(busy, key=lambda r: r.machine.others_share if r.machine else 0)
     share = worst.machine.others_share if worst.machine else 0
-    left_out = sum(len(row.busy) for g in made for row in g.rows)
+    left_out = sum(1 for g in made for row in g.rows for r in row.left if "machine-busy" in r.verdict.flags)
     kept = len(busy) - left_out
     text = (
         f"The machine was busy: in {len(busy)} of {len(results.runs)} windows other processes used at least "
@@ -89,22 +93,43 @@ def busy_line(results: Results, made: list[Group]) -> str | None:
     return text
 
 
-def answers(results: Results, g: Group) -> list[str]:
-    """The first screen of one scenario and load, in order."""
-    lines = []
-    if lifetime := lifetime_answer(g):
-        lines.append(lifetime)
-    lines += engines_answer(g)
-    lines += risks(results, g)
-    lines.append(noise_line(g))
-    return lines
+def answer(g: Group) -> list[str]:
+    """The first screen of one scenario and load: which lifetime, which engines, on the primary
+    figure with the interval of every difference (conclusions.screen)."""
+    s = screen(g)
+    return [line for line in (lifetime_answer(s), engines_answer(s)) if line]
+
+
+def details(results: Results, g: Group) -> list[str]:
+    """Below the answer: how it was tested, the A/A check, the other figures, the risks."""
+    return [family_line(screen(g)), aa_check(g), *other_figures(g), *risks(results, g)]
+
+
+def primary_chart(g: Group) -> str:
+    """The first screen's figure per engine and lifetime, with the 95% interval of each row."""
+    f = BY_KEY[g.cpu_key]
+    rows = [r for r in g.rows if r.figures[f.key].mean is not None]
+    title = f"{f.heading} by engine and lifetime, 95% intervals"
+    return render.bars(
+        title,
+        [r.label for r in rows],
+        {title: [r.figures[f.key].mean for r in rows]},
+        f.digits,
+        better=f.better,
+        ranges={
+            title: [(e.low, e.high) if e.low is not None else None for e in (r.figures[f.key] for r in rows)]
+        },
+        hatched=[not r.comparable(f) for r in rows],
+        hatched_note="flagged: not ranked",
+    )
 
 
 def directions(group: Group) -> str:
     """How to read a group's table: what each figure is, and which way is better."""
     figures = shown(group)
     return (
-        "Each figure is the mean of the row's windows ± half its 95% interval; a column no row measured "
+        "Each figure is the row's centre (the geometric mean of its JVMs' windows) ± half its 95% interval; "
+        "a column no row measured "
         "is left out. Higher is better: "
         + ", ".join(f.heading for f in figures if f.better == "higher")
         + ". Lower is better: "
@@ -121,9 +146,9 @@ def directions(group: Group) -> str:
 
 CHANGES_INTRO = (
     "Each line holds the case, the scenario, the load and all but one of Ktor release, JDK, protocol, "
-    "round trip (RTT) and dispatcher, and changes that one: means before -> after, with the change and its "
-    "test over the windows. A change is named only when the test says so (p < 0.05) and it exceeds the "
-    "run's noise floor."
+    "round trip (RTT) and dispatcher, and changes that one: centres before -> after, with the change and its "
+    "test (the verdict's: its JVMs, the spread pooled over the group's rows). A change is named only when "
+    "the test says so (p < 0.05)."
 )
 
 
@@ -328,7 +353,14 @@ def markdown(results: Results) -> str:
     if busy := busy_line(results, gs):
         lines += [busy, ""]
     for g in gs:
-        lines += [f"### {g.heading}", "", *[f"- {line}" for line in answers(results, g)], ""]
+        lines += [
+            f"### {g.heading}",
+            "",
+            " ".join(answer(g)),
+            "",
+            *[f"- {line}" for line in details(results, g)],
+            "",
+        ]
     lines += [f"What these figures are not: {not_this(results)}", ""]
     if any(changes(g) for g in gs):
         lines += ["## One dimension changed", "", CHANGES_INTRO, ""]
@@ -356,6 +388,7 @@ th, td { border: 1px solid #ccc; padding: 4px 8px; }
 .num { text-align: right; white-space: nowrap; } .text { text-align: left; }
 tr.flagged td { background: #fff4e5; }
 .busy { color: #a33; font-weight: bold; }
+.answer { font-size: 1.15em; }
 .verdict { background: #eef4fb; border-left: 4px solid #3572b0; padding: 0.5em 1em; }
 .charts svg { display: block; margin: 1em 0; }
 details { margin: 1em 0; } summary { cursor: pointer; font-weight: bold; }
@@ -376,7 +409,10 @@ def page(results: Results) -> str:
     if busy := busy_line(results, gs):
         body.append(f'<p class="busy">{html.escape(busy)}</p>')
     for g in gs:
-        body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(answers(results, g))}")
+        body.append(
+            f'<h3>{html.escape(g.heading)}</h3><p class="answer">{html.escape(" ".join(answer(g)))}</p>'
+        )
+        body.append(f'<div class="charts">{primary_chart(g)}</div>{ul(details(results, g))}')
     body.append(f"<p>What these figures are not: {html.escape(not_this(results))}</p></section>")
     if any(changes(g) for g in gs):
         body.append(f"<h2>One dimension changed</h2><p>{html.escape(CHANGES_INTRO)}</p>")

@@ -11,10 +11,11 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
 - `target`: the rate model reached its target (within 5%). The engine kept up; its
   capacity is higher than the rate shown. Latency, CPU and threads at that rate still count.
 - `errors`: more than 1% of the requests failed.
-- `not-warm`: the warm-up ended before the rate was stable and the JIT quiet, or the JIT
-  compiler threads used more than JIT_WINDOW_SHARE of a core during the window itself; the
-  figures may still climb. A proxy that stopped answering in its warm-up (warmup.collapsed),
-  or in its first one at capacity (--warm-first), ends it there and is flagged with that reason.
+- `not-warm`: the JIT compiler threads used more than JIT_WINDOW_SHARE of a core during the
+  window itself, or the warm-up ended before the rate was stable and the JIT quiet and the
+  window's own JIT was not seen quiet (`jit_quiet`); the figures may still climb. A proxy that
+  stopped answering in its warm-up (warmup.collapsed), or in its first one at capacity
+  (--warm-first), ends it there and is flagged with that reason.
 - `leak`: some seconds after the load stopped, the proxy still held more than LEAK_THREADS
   threads or LEAK_FILES open files (and one of each per user: a pool may keep a connection and
   a thread per request that was in flight until its keep-alive, which grows with the users, a
@@ -109,6 +110,14 @@ def jit_busy(run: Run) -> bool:
     )
 
 
+def jit_quiet(run: Run) -> bool:
+    """The JIT's compiler threads measured in this window and at most JIT_WINDOW_SHARE of a core:
+    the window is of a warm JVM whatever its warm-up's end (at a fixed rate, per-call clients keep
+    the JIT at a few percent of a core for minutes, above the warm-up's stricter quiet)."""
+    jit = run.proxy.jit_cpu_seconds_in_window
+    return bool(jit is not None and run.window.seconds and jit <= JIT_WINDOW_SHARE * run.window.seconds)
+
+
 def judge(run: Run) -> Verdict:
     """The flags of one run, each with its reason; `capacity` when none is a rate flag."""
     load, locust = run.load, run.locust
@@ -149,7 +158,7 @@ def judge(run: Run) -> Verdict:
             f"stopped answering in its first warm-up, at {run.warmup.first_load} (--warm-first), which "
             "ended there: its windows are of a proxy that collapsed before them"
         )
-    elif not run.warmup.settled:
+    elif not run.warmup.settled and not jit_quiet(run):
         flags.append("not-warm")
         reasons.append(
             f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb"

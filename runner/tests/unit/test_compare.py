@@ -167,3 +167,21 @@ def test_another_backend_or_workers_is_another_plan():
     more = results({"singleton-cio": [1.0, 1.1, 0.9]})
     more.plan.workers = 4
     assert "different plans (Locust workers" in comparison.mismatch(old, more)
+
+
+def test_with_several_jvms_a_row_the_units_are_the_jvms_not_the_windows():
+    """Two JVMs a row, three windows each: the test compares each JVM's geometric mean, so six
+    windows that agree within one JVM do not make two JVMs that differ look like a change."""
+    old = results({"singleton-cio": [1.00, 1.01, 0.99, 1.20, 1.21, 1.19]})
+    new = results({"singleton-cio": [1.10, 1.11, 1.09, 1.12, 1.13, 1.11]})
+    for r in (old, new):
+        for i, run in enumerate(r.runs):
+            run.fork = 1 + i // 3
+    c = line(comparison.changes(old, new), "singleton-cio", "cpu")
+    jvm = [np.exp(np.log(w).mean()) for w in ([1.00, 1.01, 0.99], [1.20, 1.21, 1.19])]
+    jvm_new = [np.exp(np.log(w).mean()) for w in ([1.10, 1.11, 1.09], [1.12, 1.13, 1.11])]
+    expected = comparison.ratio_test(np.array(jvm), np.array(jvm_new))
+    assert c.p == pytest.approx(float(expected[3])) and not c.significant
+    windows = comparison.ratio_test(np.array(old_cpu := [1.00, 1.01, 0.99, 1.20, 1.21, 1.19]), np.array(
+        [1.10, 1.11, 1.09, 1.12, 1.13, 1.11]))  # fmt: skip
+    assert len(old_cpu) == 6 and float(windows[3]) < c.p  # windows as units would read more into it

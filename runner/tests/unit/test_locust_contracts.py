@@ -20,8 +20,9 @@ def test_requirements_match_the_lab_package():
 
 
 def test_locust_conf_is_lab_run_s_default_load_whose_rate_is_capacity():
-    """The compose UI opens with locust.conf's values: lab run's default load (closed/50/0), which
-    the lab's own rule (verdict.judge) calls the engine's capacity, not the load model's."""
+    """The compose UI opens with locust.conf's values: the load lab run warms every proxy at
+    (closed/50/0), which the lab's own rule (verdict.judge) calls the engine's capacity, not the
+    load model's."""
     from ktor_lab import verdict
     from ktor_lab.commands.run import add_parser
     from ktor_lab.plan import parse_load
@@ -39,7 +40,7 @@ def test_locust_conf_is_lab_run_s_default_load_whose_rate_is_capacity():
 
     sub = argparse.ArgumentParser().add_subparsers()
     add_parser(sub)
-    assert load == parse_load(sub.choices["run"].get_default("loads"))  # lab run's default
+    assert load == parse_load(sub.choices["run"].get_default("warm_first"))  # lab run's warm-up load
     run = Run("singleton-cio", "cio", "singleton", "static-small", load, 1, warmup=Warmup(settled=True))
     run.locust = LocustFigures(rps=2000.0, avg_ms=20.0, requests=20000, cpu_peak_percent={"local": 60})
     assert verdict.judge(run).capacity and "load-model" not in verdict.judge(run).flags

@@ -327,22 +327,6 @@ def test_every_lab_run_a_study_makes_is_in_its_dry_run():
             assert all(any(p is n for n in named) for p in plans), (name, type(item).__name__)
 
 
-def test_every_study_s_default_windows_can_name_a_difference_and_fewer_are_named():
-    """With 3 windows a side Mann-Whitney U's smallest p is 0.1: a study defaulting to them could
-    never name a change (versions did, and its page starred nothing)."""
-    from ktor_lab import confidence
-    from ktor_lab.studies import dry_run_lines, plans_in
-
-    for name, study in STUDIES.items():
-        for item in study.plan(options(name)):
-            for label, plan in plans_in(item):
-                n = plan.repeats * plan.forks
-                assert n == 1 or confidence.too_few_windows(n) is None, (name, label, n)
-    lines = dry_run_lines(STUDIES["versions"].plan(options("versions", "--windows", "3")))
-    assert "ktor: with 3 windows a row no difference can be named" in lines[0], lines
-    assert "give --windows 4 or more" in lines[0]
-
-
 def test_replay_from_a_matrix_reads_it_and_a_missing_one_is_refused_in_one_line(tmp_path, capsys):
     """--from-matrix measures nothing: the dry run says so instead of planning the matrix's time,
     and a folder without results.json is refused before anything, naming the option."""

@@ -21,7 +21,15 @@ from ..cases import (
     case_list,
 )
 from ..errors import LabError
-from ..plan import LOAD_HELP, Plan, parse_load, parse_warm_first
+from ..plan import (
+    DEFAULT_LOAD,
+    DEFAULT_WARM_FIRST,
+    DEFAULT_WARMUP_S,
+    LOAD_HELP,
+    Plan,
+    parse_load,
+    parse_warm_first,
+)
 from ..rundirs import results_dir
 from . import options
 
@@ -30,10 +38,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
         help="a headless matrix of cases x scenarios x load levels; writes results/<timestamp>/",
-        description="Starts a proxy per case (and an A/A pair of the first case, the run's noise floor), "
-        "warms each once, then measures every case x scenario x load level in windows interleaved "
-        "across the proxies (A B C A B C); writes results.json, report.md and report.html, whose "
-        "verdict names a difference only when a test over the windows and the noise floor say so.",
+        description="Starts --forks proxies (JVMs) per case and an A/A pair of the first case, warms "
+        "each once, then measures every case x scenario x load level in windows interleaved across the "
+        "proxies (A B C A B C); writes results.json, results.csv, report.md and report.html, whose "
+        "verdict names a difference only when a test over the JVMs says so, each with its interval.",
     )
     p.add_argument(
         "--fail-on",
@@ -58,8 +66,9 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--loads",
-        default="closed/50/0",
-        help=f"comma-separated load levels: {LOAD_HELP} (default: %(default)s)",
+        default=DEFAULT_LOAD,
+        help=f"comma-separated load levels: {LOAD_HELP} (default: %(default)s, the same rate for every row: "
+        "CPU per request and latency compared at equal work)",
     )
     p.add_argument(
         "--windows",
@@ -67,28 +76,28 @@ def add_parser(sub) -> None:
         dest="repeats",
         type=int,
         default=confidence.WINDOWS,
-        help="measured windows per row, interleaved across the proxies (default: %(default)s; each "
-        "figure is their mean with its 95%% interval)",
+        help="measured windows per proxy (fork), interleaved across the proxies (default: %(default)s)",
     )
     p.add_argument(
         "--forks",
         type=int,
-        default=1,
-        help="proxies per row, each warmed once; the row pools their windows (default: %(default)s)",
+        default=confidence.FORKS,
+        help="proxies (JVMs) per row, each warmed once: the unit the tests sample, as JMH's forks "
+        "(default: %(default)s; 1: the intervals are of one JVM, not of the engine)",
     )
     p.add_argument(
         "--aa",
         default="first",
-        help="the case measured by two proxies as two rows (#1, #2): the A/A pair whose difference is "
-        "the run's noise floor; 'first' (the plan's first case), a case, or 'none' (default: first; "
-        "none needed when --cases names a case twice)",
+        help="the case measured as two rows (#1, #2): the A/A pair, whose intervals should include 0 "
+        "(the check that the method holds); 'first' (the plan's first case), a case, or 'none' "
+        "(default: first; none needed when --cases names a case twice)",
     )
     p.add_argument(
         "--fresh",
         action="store_true",
         help="a fresh proxy for every window, warmed again each time (as the compose backend always does)",
     )
-    options.add_warm_first(p, "none")
+    options.add_warm_first(p, DEFAULT_WARM_FIRST)
     p.add_argument(
         "--settle",
         type=int,
@@ -98,9 +107,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--warmup",
         type=int,
-        default=Plan.warmup_s,
-        help="most seconds of unmeasured load per run; ends as soon as two 5 s windows agree within 5%% "
-        "and the proxy's JIT was quiet (default: %(default)s; on 2 cores a proxy needs 55-125 s)",
+        default=DEFAULT_WARMUP_S,
+        help="most seconds of unmeasured load per proxy at each warm-up load; ends as soon as two 5 s "
+        "windows agree within 5%% and the proxy's JIT was quiet; a later window in which the JIT still "
+        "compiles is left out of its row (default: %(default)s)",
     )
     p.add_argument(
         "--duration",
@@ -213,15 +223,14 @@ def run(args: argparse.Namespace) -> int:
     planned = measure.planned_seconds(plan, backend.keeps_proxies)
     print(
         f"lab run: {runs} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
-        f"{len(plan.loads)} loads x {plan.repeats} windows{dims}{aa}), {how}, warm-up <= {plan.warmup_s} s, "
+        f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
+        f"warm-up <= {plan.warmup_s} s, "
         f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}; results in {out}",
         flush=True,
     )
     skipped = plan.skipped()
     for case, why in skipped:
         print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
-    if why := confidence.too_few_windows(plan.repeats * plan.forks):
-        print(f"lab run: {why}", flush=True)
     if args.dry_run:
         print(
             f"lab run: dry run; {len(plan.proxies())} proxies: {', '.join(p.title for p in plan.proxies())}"

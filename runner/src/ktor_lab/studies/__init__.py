@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from .. import confidence, measure, stack
+from .. import measure, stack
 from ..commands import options
 from ..errors import LabError
 from ..plan import Plan
@@ -52,16 +52,6 @@ def plans_in(item) -> list[tuple[str, Plan]]:
     return named() if callable(named) else []
 
 
-def window_warnings(items: list) -> list[str]:
-    """One line per `lab run` plan of the study whose windows a row can name no difference."""
-    return [
-        f"{name or 'matrix'}: {why}"
-        for item in items
-        for name, plan in plans_in(item)
-        if (why := confidence.too_few_windows(plan.repeats * plan.forks))
-    ]
-
-
 def dry_run_lines(items: list) -> list[str]:
     """Per `lab run` plan of the study: its proxies, windows and most time; per kind of other item
     (a benchmark, a burst, transfers: its `planned_seconds()`, with its KIND and EACH): how many
@@ -79,7 +69,6 @@ def dry_run_lines(items: list) -> list[str]:
             else:
                 untimed += 1
             continue
-        lines += window_warnings([item])
         for name, plan in plans:
             seconds = measure.planned_seconds(plan)
             matrices += seconds
@@ -127,8 +116,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     options.handle_signals()
     try:
         items = study.plan(args)
-        for line in window_warnings(items):
-            print(f"lab study {args.study}: {line}", flush=True)
         report = machinery.run(study, args, command, items)
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None

@@ -9,7 +9,7 @@ Each over the client's dispatcher (`io`: Dispatchers.IO, 64 threads; `virtual`; 
 JDK (17: platform threads only; 25). A dispatcher an engine cannot take (Apache's, Apache5's I/O
 reactors; virtual threads on JDK 17) is skipped by name. The figures: threads (live, active
 unparked, carriers), pinned virtual threads, CPU per request, p50/p99, heap; each the mean of the
-windows with its 95% interval, and a change named only when the test and the noise floor say so.
+windows with its 95% interval, and a change named only when the test says so.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--windows",
         type=int,
-        default=confidence.WINDOWS,
+        default=confidence.STUDY_WINDOWS,
         help="measured windows per row (default: %(default)s)",
     )
     machinery.add_proxy_runs(p)

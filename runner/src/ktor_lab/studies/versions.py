@@ -70,7 +70,7 @@ def io_run(args: argparse.Namespace, release: str) -> IoRun:
 class FigureChange:
     before: float | None
     after: float | None
-    clear: bool | None  # a test over the windows and the noise floor say so (None: one window, not known)
+    clear: bool | None  # the test over the windows says so (None: one window, not known)
 
     @property
     def change(self) -> float | None:
@@ -285,9 +285,8 @@ def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery
         else "not run (--no-io)",
     }
     notes = [
-        "Each cell: the mean of the windows before -> after, the change in percent; * marks a change a test "
-        "over the windows (Mann-Whitney U, p < 0.05) and the noise floor both support; it needs 2 windows "
-        "or more.",
+        "Each cell: the centre of the windows before -> after, the change in percent; * marks a change the "
+        "test over the windows (t on their logarithms, p < 0.05) supports; it needs 2 windows or more.",
         "A row with flags (not-warm, target, ...) does not compare capacity; at a fixed rate below every "
         "case's capacity, rps is the target, and CPU per request, threads and heap are what compare.",
         "The lab report of every run (verdict, tables, settings): runs/report.md and runs/report.html.",
@@ -323,7 +322,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--repeats",
         dest="repeats",
         type=int,
-        default=confidence.WINDOWS,
+        default=confidence.STUDY_WINDOWS,
         help="measured windows per row, interleaved across the rows (default: %(default)s)",
     )
     p.add_argument(

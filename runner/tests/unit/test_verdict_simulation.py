@@ -1,0 +1,133 @@
+"""The first screen's decision rule, checked by simulating it: the real verdict code
+(conclusions.groups and conclusions.screen, as report.md calls them) on windows drawn here for the
+default plan's rows, forks and windows, with JVMs that differ.
+
+A draw's windows: a row's CPU per request times a spread per JVM (fork) and a spread per window,
+both log-normal. What a user reads as a claim is every difference the first screen names: a
+lifetime per engine, an engine behind another. Seeded; each test runs in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ktor_lab import conclusions, confidence
+from ktor_lab.cases import Case
+from ktor_lab.plan import Plan
+from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, Warmup
+
+# The defaults a `lab run` takes (commands/run.py reads them from here).
+PLAN = Plan.default()
+# Window noise and the spread between JVMs of one case (log-normal sigmas): 10% a window, as the
+# default matrix's CPU per request showed (6-12%), and 3% between JVMs, as its A/A pairs did.
+WINDOW_NOISE = 0.10
+JVM_SPREAD = 0.03
+ENVIRONMENT = {
+    "commit": "0123456789abcdef",
+    "dirty": False,
+    "machine": {"cpus": 2, "cpu_model": "simulated", "memory_gib": 1},
+    "versions": {},
+}
+
+
+def window(case: Case, copy: int, fork: int, n: int, cpu: float) -> Run:
+    load = PLAN.loads[0]
+    rps = load.target_rps or 1000.0
+    return Run(
+        case=case.id,
+        engine=case.engine,
+        lifetime=case.lifetime,
+        scenario=PLAN.scenarios[0],
+        load=load,
+        repeat=n,
+        warmup=Warmup(seconds=60, settled=True),
+        locust=LocustFigures(rps=rps, p99_ms=30.0, requests=int(rps * 10), cpu_peak_percent={"local": 50}),
+        proxy=ProxyFigures(upstream_requests=rps * 10, cpu_seconds_per_1000_requests=cpu),
+        prometheus=PrometheusFigures(threads_live_max=50, heap_max_bytes=100 << 20),
+        copy=copy,
+        fork=fork,
+    )
+
+
+def draw(rng: np.random.Generator, costs: dict[str, float]) -> Results:
+    """One run of the default plan: every proxy's windows, CPU per request `costs[case]` (1.0 when
+    not named) times the JVM's and the window's spread."""
+    runs = []
+    for p in PLAN.proxies():
+        jvm = rng.normal(0, JVM_SPREAD)
+        cost = costs.get(p.case.id, 1.0)
+        for n in range(1, PLAN.repeats + 1):
+            runs.append(window(p.case, p.copy, p.fork, n, cost * math.exp(jvm + rng.normal(0, WINDOW_NOISE))))
+    return Results(plan=PLAN, backend={"kind": "native"}, environment=ENVIRONMENT, started="", runs=runs)
+
+
+def claims(results: Results) -> list[str]:
+    (group,) = conclusions.groups(results)
+    return conclusions.screen(group).claims()
+
+
+def rate(seed: int, draws: int, costs: dict[str, float], hit) -> float:
+    rng = np.random.default_rng(seed)
+    return sum(1 for _ in range(draws) if hit(claims(draw(rng, costs)))) / draws
+
+
+def test_the_default_plan_replicates_jvms():
+    assert PLAN.forks >= 2 and PLAN.repeats >= 2
+    assert PLAN.loads[0].model == "rate", "the default load gives every row the same work"
+
+
+def test_with_nothing_different_the_first_screen_rarely_names_a_difference():
+    """Every row drawn alike, JVMs differing by 3% and windows by 10%: the first screen names a
+    lifetime or an engine in at most 5% of runs (binomial margin on 300 draws: 8%)."""
+    found = rate(1, 300, {}, lambda c: bool(c))
+    assert found <= 0.08, found
+
+
+def test_a_20_percent_costlier_engine_is_named_behind_in_most_runs():
+    """One singleton engine 20% dearer in CPU per request, the other rows alike (no lifetime
+    difference to lift the family): how often the first screen names it behind. The issue's goal
+    is 80%; what the default design reaches is asserted and printed."""
+    dearer = Case.parse("singleton-apache5").id
+    found = rate(2, 200, {dearer: 1.2}, lambda c: any(x.endswith("< singleton-apache5") for x in c))
+    print(f"power for 20% at 10% window noise and 3% between JVMs: {found:.0%}")
+    assert found >= 0.5, found
+
+
+def test_a_lifetime_that_costs_double_is_named_for_every_engine():
+    """Per call twice the CPU per request of singleton for every engine, as the lab measures it."""
+    costs = {c.id: 2.0 for c in PLAN.cases if c.lifetime == "per-call"}
+    engines = {c.engine for c in PLAN.cases}
+    found = rate(3, 50, costs, lambda c: {x.split()[1] for x in c if x.startswith("lifetime")} == engines)
+    assert found >= 0.95, found
+
+
+def test_the_interval_of_a_named_difference_excludes_zero_and_of_a_tie_includes_it():
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        (group,) = conclusions.groups(draw(rng, {Case.parse("singleton-cio").id: 1.15}))
+        s = conclusions.screen(group)
+        for _, c in s.engines.leaders[1:] + s.engines.behind:
+            assert c.low is not None and c.high is not None
+            assert (c.low > 0 or c.high < 0) == c.significant, c
+        assert s.family == 4 + 6  # 4 lifetimes, 6 pairs of engines
+
+
+def test_the_pooled_test_holds_its_level_on_two_rows():
+    """The t test itself, two rows of 2 forks x 3 windows with the spread pooled over 9 rows:
+    p < ALPHA in about 5% of null draws."""
+    rng = np.random.default_rng(5)
+    hits = 0
+    for _ in range(400):
+        rows = [
+            confidence.Estimate.of(
+                list(np.exp(rng.normal(rng.normal(0, JVM_SPREAD, 2).repeat(3), WINDOW_NOISE))),
+                [1, 1, 1, 2, 2, 2],
+            )
+            for _ in range(9)
+        ]
+        pool = confidence.pool_of(rows)
+        a, b = rows[0].with_pool(pool), rows[1].with_pool(pool)
+        hits += confidence.compare(a, b).significant
+    assert 0.02 <= hits / 400 <= 0.09, hits
