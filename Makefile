@@ -88,7 +88,7 @@ run: deps-run setup $(PROXY_JAR)  ## installs what is missing; nginx, the proxy 
 verify: deps-run setup $(PROXY_JAR)  ## start the native stack on free ports, check every endpoint and dashboard query, stop
 	$(VENV)/bin/lab verify $(CASE)
 
-matrix: deps-run setup $(PROXY_JAR)  ## the 8 current cases and an A/A pair headless, each proxy warmed once, 5 windows a row (lab run, about 30 min on 2 cores), report.md and report.html in results/<timestamp>/
+matrix: deps-run setup $(PROXY_JAR)  ## the 8 current cases and an A/A pair headless, 2 JVMs a row warmed once, 3 windows each at 400 rps (lab run), report.md and report.html in results/<timestamp>/
 	$(VENV)/bin/lab run
 
 bench: deps-run setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx proxy_pass, every case and the minimal proxy per engine (whole and streamed)

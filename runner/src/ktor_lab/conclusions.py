@@ -135,6 +135,9 @@ VERDICT_FIGURES = ("rps", "p99", "cpu_no_jit", "threads", "heap")
 # them, the row keeps every window and is flagged as a whole (and named wherever it is left out).
 LEFT_OUT = ("not-warm", "machine-busy", "scrapes-missed")
 MIN_KEPT = 2
+# What the engine itself did: a window with one of these is never left out, whatever else it
+# carries (per-call Java's collapse also misses scrapes; leaving those windows out hid it).
+ENGINE_FLAGS = ("errors", "unresponsive")
 # The connection figure a "connection per request" risk is read from: at or above this many new
 # connections per 1,000 requests, the engine opened one for (nearly) every request.
 CONNECTION_PER_REQUEST = 900
@@ -262,14 +265,22 @@ def groups(results: Results) -> list[Group]:
             for r in made:
                 if pool is not None and r.comparable(f):
                     r.figures[f.key] = r.figures[f.key].with_pool(pool)
+                elif not r.comparable(f) and r.figures[f.key].pool is not None:
+                    # A flagged row is in no test: its centre alone (two JVMs, one of them
+                    # collapsed, give an interval that says nothing).
+                    r.figures[f.key] = r.figures[f.key].with_pool(None)
         out.append(Group(scenario, load_level, made))
     return out
 
 
 def kept(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """A row's windows split into those its figures are made of and those left out (LEFT_OUT):
-    every window when fewer than MIN_KEPT are free of those flags."""
-    left = [r for r in runs if set(r.verdict.flags) & set(LEFT_OUT)]
+    """A row's windows split into those its figures are made of and those left out (LEFT_OUT, and
+    none of ENGINE_FLAGS): every window when fewer than MIN_KEPT would be kept."""
+    left = [
+        r
+        for r in runs
+        if set(r.verdict.flags) & set(LEFT_OUT) and not set(r.verdict.flags) & set(ENGINE_FLAGS)
+    ]
     free = [r for r in runs if r not in left]
     if left and len(free) >= MIN_KEPT:
         return free, left
@@ -339,9 +350,22 @@ def ranked(group: Group, figure: Figure, rows: list[Row] | None = None) -> tuple
     return ok, [r for r in measured if r not in ok]
 
 
-def pairwise(group: Group, key: str, rows: list[Row]) -> dict[tuple[str, str], Comparison]:
-    """Every pair of `rows` on a figure, unadjusted, keyed by their names in order."""
-    return {(a.name, b.name): group.compare(a, b, key) for a, b in itertools.combinations(rows, 2)}
+Pooled = dict[str, Estimate]
+
+
+def pooled(rows: list[Row], key: str) -> Pooled:
+    """The rows' estimates of a figure, by name, with the spread pooled over these rows alone (the
+    rows a ranking compares: a wild row elsewhere in the group does not widen their intervals)."""
+    pool = confidence.pool_of([r.figures[key] for r in rows])
+    return {r.name: r.figures[key].with_pool(pool) if pool else r.figures[key] for r in rows}
+
+
+def pairwise(est: Pooled, rows: list[Row]) -> dict[tuple[str, str], Comparison]:
+    """Every pair of `rows` (B against A), unadjusted, keyed by their names in order."""
+    return {
+        (a.name, b.name): confidence.compare(est[a.name], est[b.name])
+        for a, b in itertools.combinations(rows, 2)
+    }
 
 
 def standing(
@@ -349,12 +373,15 @@ def standing(
     figure: Figure,
     rows: list[Row] | None = None,
     tests: dict[tuple[str, str], Comparison] | None = None,
+    est: Pooled | None = None,
 ) -> Standing:
-    """`figure` over `rows` (default: the group's). `tests`: the pairs already adjusted in a larger
-    family (the first screen's); else the pairs are their own family."""
+    """`figure` over `rows` (default: the group's), the spread pooled over the rows it ranks
+    (`est`, else made here). `tests`: the pairs already adjusted in a larger family (the first
+    screen's); else the pairs are their own family."""
     ok, out = ranked(group, figure, rows)
+    est = est if est is not None else pooled(ok, figure.key)
     if tests is None:
-        raw = pairwise(group, figure.key, ok)
+        raw = pairwise(est, ok)
         tests = dict(zip(raw, confidence.adjust(list(raw.values())), strict=True))
     order = sorted(ok, key=lambda r: r.figures[figure.key].mean, reverse=figure.better == "higher")
     if not order:
@@ -364,7 +391,7 @@ def standing(
         """B against A, with the family's p and interval level."""
         key = (a.name, b.name) if (a.name, b.name) in tests else (b.name, a.name)
         c = tests[key]
-        mine = group.compare(a, b, figure.key)
+        mine = confidence.compare(est[a.name], est[b.name])
         return replace(mine, p=c.p, family=c.family).interval_at(c.level)
 
     beaten = {r.name for a in order for r in order if a is not r and better(figure, against(r, a))}
@@ -478,20 +505,25 @@ def screen(group: Group) -> Screen:
     ok, _ = ranked(group, f, rows)
     pairs = pairs_by_engine(group)
     lifetime_ok = [(s, p) for s, p in pairs if ranked(group, f, [s, p])[0] == [s, p]]
-    raw_life = [group.compare(s, p, f.key) for s, p in lifetime_ok]
-    raw_engines = pairwise(group, f.key, ok)
+    est = pooled(list({r.name: r for r in ok + [r for pair in lifetime_ok for r in pair]}.values()), f.key)
+    raw_life = [confidence.compare(est[s.name], est[p.name]) for s, p in lifetime_ok]
+    raw_engines = pairwise(est, ok)
     adjusted = confidence.adjust(raw_life + list(raw_engines.values()))
     life = dict(zip([(s.name, p.name) for s, p in lifetime_ok], adjusted[: len(raw_life)], strict=True))
     tests = dict(zip(raw_engines, adjusted[len(raw_life) :], strict=True))
     lifetimes = [(s, p, life.get((s.name, p.name))) for s, p in pairs]
-    return Screen(group, f, lifetimes, standing(group, f, rows, tests), which)
+    return Screen(group, f, lifetimes, standing(group, f, rows, tests, est), which)
 
 
 def ratio(c: Comparison) -> str:
     """`2.4x (2.1-2.8x)`: B over A with its interval."""
-    text = f"{1 + c.difference:.2g}x"
+
+    def x(v: float) -> str:
+        return f"{v:.2f}" if v < 10 else f"{v:.0f}"
+
+    text = f"{x(1 + c.difference)}x"
     if c.low is not None and c.high is not None:
-        text += f" ({1 + c.low:.2g}-{1 + c.high:.2g}x)"
+        text += f" ({x(1 + c.low)}-{x(1 + c.high)}x)"
     return text
 
 
@@ -581,6 +613,12 @@ def family_line(s: Screen) -> str:
         "one family: t tests with the spread of JVMs "
         "pooled over the rows, p adjusted by Benjamini-Hochberg, and each interval of a difference "
         "adjusted with it, so that it excludes 0 exactly when the difference is named."
+        + (
+            f" Between two engines this run finds a difference of {s.engines.detectable:.0%} or more "
+            f"{confidence.POWER:.0%} of the time."
+            if s.engines.detectable is not None
+            else ""
+        )
     )
 
 

@@ -39,12 +39,14 @@ POWER = 0.8
 @dataclass(frozen=True)
 class Pool:
     """The spread of a figure's units pooled over a group's rows: the variance of one unit (on the
-    log scale when `log`), its degrees of freedom, and whether the units are forks or windows."""
+    log scale when `log`), its degrees of freedom, whether the units are forks or windows, and
+    each fork's block effect (`blocks`: fork, shift), taken out of its units."""
 
     variance: float
     df: int
     log: bool
     by_fork: bool
+    blocks: tuple[tuple[int, float], ...] = ()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -103,21 +105,24 @@ class Estimate:
     def log(self) -> bool:
         return bool(self.values) and min(self.values) > 0
 
-    def units(self, by_fork: bool, log: bool) -> np.ndarray:
-        """Per fork, the mean of its windows (of their logarithms when `log`); every window alone
-        when not `by_fork`."""
+    def units(self, by_fork: bool, log: bool, blocks: tuple[tuple[int, float], ...] = ()) -> np.ndarray:
+        """Per fork, the mean of its windows (of their logarithms when `log`) less its block's
+        shift (`blocks`); every window alone when not `by_fork`."""
         x = _scale(self.values, log)
         if not by_fork:
             return x
-        forks = np.asarray(self.forks)
-        return np.array([x[forks == f].mean() for f in dict.fromkeys(self.forks)])
+        forks, shift = np.asarray(self.forks), dict(blocks)
+        return np.array([x[forks == f].mean() - shift.get(f, 0.0) for f in dict.fromkeys(self.forks)])
+
+    def units_of(self, pool: Pool) -> np.ndarray:
+        return self.units(pool.by_fork, pool.log, pool.blocks)
 
     def with_pool(self, pool: Pool | None) -> Estimate:
         """The centre and 95% interval under `pool` (None: the plain mean, no interval)."""
         if not self.values:
             return self
         log = pool.log if pool is not None else self.log
-        u = self.units(pool.by_fork if pool is not None else True, log)
+        u = self.units_of(pool) if pool is not None else self.units(True, log)
         centre = float(u.mean())
         low = high = None
         if pool is not None and pool.df >= 1:
@@ -149,23 +154,42 @@ def own_pool(e: Estimate) -> Pool | None:
     return pool_of([e])
 
 
+def block_effects(estimates: Sequence[Estimate], log: bool) -> tuple[tuple[int, float], ...]:
+    """Each fork's shift, common to every row: lab run measures one fork of every row at a time (a
+    block), and what drifts between blocks (the machine, the other JVMs up) moves every row alike
+    (in the default run of 2026-11-27 the second block read 10-27% lower CPU per request in 8 of 9
+    rows). The mean over the rows with two forks or more of a fork's deviation from its row's
+    mean; none when fewer than two such rows (a row alone cannot tell its block from itself)."""
+    rows = [e for e in estimates if e.fork_count > 1]
+    if len(rows) < 2:
+        return ()
+    deviations: dict[int, list[float]] = {}
+    for e in rows:
+        u = e.units(True, log)
+        for f, d in zip(dict.fromkeys(e.forks), u - u.mean(), strict=True):
+            deviations.setdefault(f, []).append(float(d))
+    return tuple((f, float(np.mean(d))) for f, d in sorted(deviations.items()))
+
+
 def pool_of(estimates: Sequence[Estimate]) -> Pool | None:
     """The spread of units pooled over `estimates` (rows of one group, one figure): forks when any
-    row has two or more, else windows. Each row adds (its units - 1) degrees of freedom; on the log
-    scale when every window of every row is above 0. None when no row has two units."""
+    row has two or more (less their block's shift, `block_effects`), else windows. Each row adds
+    (its units - 1) degrees of freedom, less one per block beyond the first; on the log scale when
+    every window of every row is above 0. None when no degree of freedom is left."""
     measured = [e for e in estimates if e.values]
     if not measured:
         return None
     by_fork = any(e.fork_count > 1 for e in measured)
     log = all(e.log for e in measured)
-    ss, df = 0.0, 0
+    blocks = block_effects(measured, log) if by_fork else ()
+    ss, df = 0.0, -max(0, len(blocks) - 1)
     for e in measured:
-        u = e.units(by_fork, log)
+        u = e.units(by_fork, log, blocks)
         ss += float(((u - u.mean()) ** 2).sum())
         df += len(u) - 1
     if df < 1:
         return None
-    return Pool(ss / df, df, log, by_fork)
+    return Pool(ss / df, df, log, by_fork, blocks)
 
 
 @dataclass(frozen=True)
@@ -253,8 +277,10 @@ def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparis
         return Comparison(a, b, None, None)
     pool = a.pool if a.pool is not None and a.pool == b.pool else pool_of([a, b])
     log = pool.log if pool is not None else (a.log and b.log)
-    by_fork = pool.by_fork if pool is not None else True
-    ua, ub = a.units(by_fork, log), b.units(by_fork, log)
+    if pool is not None:
+        ua, ub = a.units_of(pool), b.units_of(pool)
+    else:
+        ua, ub = a.units(True, log), b.units(True, log)
     d = float(ub.mean() - ua.mean())
     difference = math.exp(d) - 1 if log else (d / abs(float(ua.mean())) if ua.mean() else None)
     if pool is None:

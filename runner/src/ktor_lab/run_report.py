@@ -60,7 +60,8 @@ def cell(row: Row, key: str) -> str:
     ):
         return "not exposed"
     text = value(row, BY_KEY[key])
-    if key == "rps" and not row.capacity and e.mean is not None:
+    at_rate = row.runs[0].load.model == "rate" and row.kept_rate(row.runs[0].load)
+    if key == "rps" and not row.capacity and e.mean is not None and not at_rate:
         text += " (not capacity)"
     return text
 
@@ -128,7 +129,8 @@ def directions(group: Group) -> str:
     """How to read a group's table: what each figure is, and which way is better."""
     figures = shown(group)
     return (
-        "Each figure is the row's centre (the geometric mean of its JVMs' windows) ± half its 95% interval; "
+        "Each figure is the row's centre (the geometric mean of its JVMs' windows) ± half its 95% interval "
+        "(none for a row flagged on it, which no test uses); "
         "a column no row measured "
         "is left out. Higher is better: "
         + ", ".join(f.heading for f in figures if f.better == "higher")
@@ -163,7 +165,7 @@ def table(group: Group) -> render.Table:
     columns = [
         render.Column("case", lambda r: r.name),
         render.Column(
-            "windows", lambda r: str(r.windows) + (f" ({r.proxies} proxies)" if r.proxies > 1 else "")
+            "windows", lambda r: str(r.windows) + (f" ({r.proxies} JVMs)" if r.proxies > 1 else "")
         ),
         render.Column("network", lambda r: r.network),
         *[render.Column(f.heading, lambda r, k=f.key: cell(r, k)) for f in figures],

@@ -693,7 +693,7 @@ def test_a_proxy_that_collapsed_in_its_warm_up_at_capacity_is_not_passed_as_warm
 
 
 def test_fail_on_turns_the_flags_it_names_into_exit_1_each_named_with_its_reason(capsys):
-    """A CI job's check, as k6's thresholds: --fail-on errors (the default), leak, ...: exit 1 when a
+    """A CI job's check, as k6's thresholds: --fail-on errors, leak, ... (none by default): exit 1 when a
     window carries one, each window and flag on stderr with the verdict's reason; unknown flags are
     refused by the parser, naming the known ones."""
     import argparse

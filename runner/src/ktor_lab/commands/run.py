@@ -45,11 +45,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--fail-on",
-        default="errors",
+        default="none",
         type=fail_on,
         metavar="FLAGS",
         help="comma-separated flags: exit 1 when any window carries one, after the report is written, "
-        f"for a CI job (default: errors; none: never; known: {', '.join(verdict.FLAGS)})",
+        "for a CI job, e.g. errors (default: none: the default matrix's per-call Java fails requests "
+        f"by design; known: {', '.join(verdict.FLAGS)})",
     )
     p.add_argument(
         "--cases",
