@@ -165,7 +165,7 @@ def test_the_first_screen_answers_lifetime_engines_and_risks():
     assert lifetime.startswith(
         "Lifetime: keep one HttpClient for the process (singleton): a client per call cost "
     )
-    assert "okhttp 2.6x (2." in lifetime and "cio 1.4x (1." in lifetime
+    assert "okhttp 2.58x (2." in lifetime and "cio 1.40x (1." in lifetime
     engines = conclusions.engines_answer(s)
     assert (
         engines.startswith("Among singleton clients, okhttp uses the least CPU per request")
@@ -320,7 +320,7 @@ def test_the_lifetime_names_the_engines_it_could_not_compare_and_why():
     (group,) = conclusions.groups(results)
     lifetime = conclusions.lifetime_answer(conclusions.screen(group))
     assert lifetime.startswith(
-        "Lifetime: keep one HttpClient for the process (singleton): a client per call cost okhttp 2.6x (2."
+        "Lifetime: keep one HttpClient for the process (singleton): a client per call cost okhttp 2.58x (2."
     )
     assert "not compared: java (per-call-java (errors))" in lifetime
 
