@@ -26,7 +26,7 @@ from scipy import stats
 from . import verdict
 from .cases import DIMENSIONS, Case
 from .conclusions import BY_KEY, Figure
-from .confidence import ALPHA, CONFIDENCE
+from .confidence import ALPHA, CONFIDENCE, Estimate
 from .results import Results, Run
 
 CASE_FIELDS = {f.name: f for f in fields(Case)}
@@ -82,12 +82,9 @@ def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[
 
 
 def units(values: tuple[float, ...], forks: tuple[int, ...], by_fork: bool) -> np.ndarray:
-    """What the test compares: each JVM's geometric mean over its windows, or every window."""
-    a = np.array(values)
-    if not by_fork:
-        return a
-    f = np.array(forks)
-    return np.array([math.exp(float(np.log(a[f == k]).mean())) for k in dict.fromkeys(forks)])
+    """What the test compares: each JVM's geometric mean over its windows, or every window
+    (confidence.Estimate's units, back from the logs)."""
+    return np.exp(Estimate.of(values, forks).units(by_fork, log=True))
 
 
 def ratio_test(old, new) -> tuple:

@@ -99,7 +99,7 @@ class Estimate:
             known,
             tuple(f for _, f in pairs),
         )
-        return e.with_pool(own_pool(e))
+        return e.with_pool(pool_of([e]))  # its own spread, until a group pools it
 
     @property
     def log(self) -> bool:
@@ -147,11 +147,6 @@ class Estimate:
         if self.mean is None or self.low is None or self.high is None or self.mean == 0:
             return None
         return (self.high - self.low) / 2 / abs(self.mean)
-
-
-def own_pool(e: Estimate) -> Pool | None:
-    """One row's spread alone: of its forks when it has several, else of its windows."""
-    return pool_of([e])
 
 
 def block_effects(estimates: Sequence[Estimate], log: bool) -> tuple[tuple[int, float], ...]:
