@@ -169,6 +169,20 @@ def test_no_ui_nor_toxiproxys_api_is_reachable_off_loopback_without_the_login_ho
         assert not compose.wait_gone(lab), f"left behind: {lab.leftovers()}"
 
 
+def test_on_a_network_address_without_a_password_nothing_starts_and_the_variable_is_named(compose_engine, network):
+    lab = project("nopw", LAB_BIND=network.address)
+    lab.env.pop("LAB_PASSWORD", None)
+    try:
+        r = lab.compose(CASE, "up", "-d", "--no-deps", "locust", extras=("lan",), check=False,
+                        capture_output=True, text=True)  # fmt: skip
+        assert r.returncode != 0 and '"LAB_PASSWORD"' in r.stderr, r.stdout + r.stderr
+        assert network.get(f"http://{network.address}:{lab.ports['locust']}/")["status"] is None
+    finally:
+        lab.compose(CASE, "down", "--volumes", "--remove-orphans", "--timeout", "10", extras=("lan",),
+                    check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        assert not compose.wait_gone(lab), f"left behind: {lab.leftovers()}"
+
+
 def test_on_a_network_address_every_ui_asks_for_the_login(compose_engine, network):
     lab = project("lan", LAB_BIND=network.address, LAB_PASSWORD=PASSWORD)
     try:
@@ -210,6 +224,17 @@ def test_on_a_network_address_every_ui_asks_for_the_login(compose_engine, networ
         ports = lab.compose(CASE, "port", "prometheus", "9090", extras=("lan",), check=False,
                             capture_output=True, text=True)  # fmt: skip
         assert ports.stdout.strip() in ("", ":0"), ports.stdout  # ":0": compose's word for none
+
+        # the password reached the UIs as a file: no container's environment, nor the stack's
+        # config, shows it
+        for service in ("locust", "prometheus-gate"):
+            [container] = lab.compose(CASE, "ps", "-q", service, extras=("lan",), capture_output=True,
+                                      text=True).stdout.split()  # fmt: skip
+            inspected = subprocess.run(["docker", "inspect", container], capture_output=True, text=True,
+                                       env=lab.env, check=True).stdout  # fmt: skip
+            assert PASSWORD not in inspected and "/run/secrets/lab-password" in inspected, service
+        config = lab.compose(CASE, "config", extras=("lan",), capture_output=True, text=True).stdout
+        assert PASSWORD not in config and "lab-password" in config
 
         # the proxy and nginx: on this machine's loopback, not on the network
         for service in ("proxy", "nginx"):
