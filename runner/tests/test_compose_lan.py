@@ -169,7 +169,7 @@ def test_no_ui_nor_toxiproxys_api_is_reachable_off_loopback_without_the_login_ho
         assert not compose.wait_gone(lab), f"left behind: {lab.leftovers()}"
 
 
-def test_on_a_network_address_without_a_password_nothing_starts_and_the_variable_is_named(compose_engine, network):
+def test_without_a_password_the_lan_stack_does_not_start_and_names_it(compose_engine, network):
     lab = project("nopw", LAB_BIND=network.address)
     lab.env.pop("LAB_PASSWORD", None)
     try:
