@@ -421,7 +421,9 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
         assert abs(n - run["proxy"]["upstream_requests"]) <= 0.02 * n + gap, (run["proxy"], gap)
         assert run["proxy"]["settings"]["case"] == run["case"]
     (far,) = results["runs"]
-    assert far["rtt_ms"] == 20 and far["network"]["via"].startswith(compose.dotenv()["TOXIPROXY_IMAGE"])
+    assert far["dims"]["rtt_ms"] == 20 and far["network"]["via"].startswith(
+        compose.dotenv()["TOXIPROXY_IMAGE"]
+    )
     assert {t["attributes"]["latency"] for t in far["network"]["toxics"]["nginx"]} == {10}
     assert far["locust"]["p50_ms"] >= 20 and far["connections"]["per_1000_requests"] >= 900
     leftovers = subprocess.run(

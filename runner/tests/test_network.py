@@ -173,7 +173,7 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    runs = {(run["case"], run["rtt_ms"]): run for run in results["runs"]}
+    runs = {(run["case"], run["dims"]["rtt_ms"]): run for run in results["runs"]}
     assert set(runs) == {(c, rtt) for c in ("singleton-okhttp", "per-call-okhttp") for rtt in (0, 20)}
     for (_, rtt), run in runs.items():
         assert run["network"]["rtt_ms"] == rtt
@@ -189,7 +189,7 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
     # Natively the proxies share the host's table of sockets, and the per-call rows ran first, on
     # the same ports, seconds before: a window counts only what its own proxy put in TIME_WAIT,
     # which for per-call OkHttp (it closes each client's connection) is one per new connection.
-    order = [(run["case"], run["rtt_ms"]) for run in results["runs"]]
+    order = [(run["case"], run["dims"]["rtt_ms"]) for run in results["runs"]]
     assert order.index(("per-call-okhttp", 0)) < order.index(("singleton-okhttp", 0)), order
     for rtt in (0, 20):
         alone = runs[("singleton-okhttp", rtt)]["prometheus"]["time_wait_max"]

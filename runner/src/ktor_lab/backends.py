@@ -274,7 +274,7 @@ class ComposeBackend:
         return self._project.url("prometheus")
 
     def check(self, plan: Plan, machine: bool = True) -> None:
-        if plan.java or any(c.java for c in plan.cases):
+        if plan.dims.get("java") or any(c.java for c in plan.cases):
             raise LabError(
                 "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "
                 "(e.g. eclipse-temurin:25-jre) instead"

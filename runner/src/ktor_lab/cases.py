@@ -14,18 +14,19 @@ read from it here.
 
 Adding an engine: a line in ENGINE_TITLES and ENGINE_FACTS (and HTTP1_ONLY if it has no HTTP/2),
 its file in proxy-app/.../engines/, its overlays;
-adding a dimension: a field of Case, its word in DIMENSIONS, its variable in `proxy_env` (if
-the proxy reads it), and where a backend applies it (backends.py). docs/README.md lists them.
+adding a dimension: its entry in DIMENSIONS and its field of Case; its option, its place in a
+plan, a run and a report, and its proxy variables everywhere follow (docs/README.md).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import versions
+from . import network, versions
 from .paths import LOCUST_DIR
 
 # The engines, in the order tables list them, each with what it is (the overlays' first line).
@@ -80,23 +81,21 @@ PROTOCOLS = tuple(PROTOCOL_TITLES)
 @dataclass(frozen=True)
 class Dimension:
     """What a case may vary beyond its lifetime and engine, declared once: the rest of the lab
-    (parsing a case, a plan's matrix, lab run's options, a report's rows and its "one dimension
-    changed" lines) reads it from here.
+    reads it from here. It makes lab run's and the studies' option (`option`, with `help`), a
+    plan's values (Plan.dims[field]), a run's record (Run.dims[field], or the Run attribute the
+    proxy reports it in: `reported`), a report's label and order (`title`, `show`, `order`), and the
+    proxy's variables natively, in compose and in Swarm (`env`, `variables`).
 
     `field` is the Case field (its default: the dimension's default, left out of names); `word`
-    names it in a case's name (`singleton-cio ktor 3.5.2 jdk 25`); `plan` is the Plan field and
-    `option` lab run's option that list several values; `title` is how a report names it, `show`
-    how it writes a value, `run_field` where a Run keeps the value it ran with. `parse` reads a value
+    names it in a case's name (`singleton-cio ktor 3.5.2 jdk 25`). `parse` reads a value
     (ValueError naming what is valid); `refuse` says why a case cannot take its value (None: it
     can), so a matrix skips that combination and names it; `env` is the proxy's variables for it."""
 
     field: str
     word: str
-    plan: str
     option: str
     title: str
     help: str
-    run_field: str
     parse: Callable[[str], object] = str
     show: Callable[[object], str] = str
     refuse: Callable[[Case], str | None] = lambda case: None
@@ -104,6 +103,11 @@ class Dimension:
     # The proxy variables `env` may set, and their values when the dimension is at its default
     # (compose interpolates them: a project switching cases sets them back).
     variables: tuple[tuple[str, str], ...] = ()
+    # How a report orders the values it shows (`show`'s text): numbers as numbers by default.
+    order: Callable[[str], tuple] = lambda text: _number_key(text)
+    # The Run attribute the proxy reports the value in (the release and the JDK that ran), or ""
+    # when a run records the case's own value (Run.dims).
+    reported: str = ""
 
     def of(self, case: Case) -> object:
         return getattr(case, self.field)
@@ -111,6 +115,24 @@ class Dimension:
     @property
     def default(self) -> object:
         return next(f.default for f in dataclasses.fields(Case) if f.name == self.field)
+
+    @property
+    def dest(self) -> str:
+        """The option's attribute in argparse's namespace (--max-connections: max_connections)."""
+        return self.option.removeprefix("--").replace("-", "_")
+
+    def values(self, text: str | None) -> list:
+        """An option's comma-separated values, each parsed (ValueError naming the option and what
+        is valid)."""
+        try:
+            return [self.parse(v.strip()) for v in (text or "").split(",") if v.strip()]
+        except ValueError as e:
+            raise ValueError(f"{self.option}: {e}") from None
+
+
+def _number_key(text: str) -> tuple:
+    """3.10.0 after 3.5.1, 64 before 1000: the numbers in a value compared as numbers."""
+    return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[. ]", text or "") if p)
 
 
 def _release(text: str) -> str:
@@ -141,10 +163,8 @@ def _http2_refusal(case: Case) -> str | None:
 
 
 def _milliseconds(text: str) -> int:
-    text = str(text).strip().removesuffix("ms")
-    if not text.isdigit():
-        raise ValueError(f"rtt {text!r}: give whole milliseconds, 0 or more")
-    return int(text)
+    """A round trip: whole milliseconds (`50` or `50ms`), checked as UPSTREAM_RTT_MS is."""
+    return network.value("UPSTREAM_RTT_MS", str(text).strip().removesuffix("ms"))
 
 
 # The client's dispatcher (CLIENT_DISPATCHER): where the engine's coroutines and blocking calls
@@ -187,35 +207,53 @@ def _dispatcher_refusal(case: Case) -> str | None:
     return None
 
 
+def _dispatcher_order(text: str) -> tuple:
+    """io, then io:N by N, then virtual."""
+    kind, _, size = text.partition(":")
+    return (0 if text == "io" else 1 if kind == "io" else 2, int(size) if size.isdigit() else 0)
+
+
 DIMENSIONS = (
     Dimension(
-        "ktor", "ktor", "ktor", "--ktor", "Ktor", "the Ktor release the proxy is built with", "ktor",
-        parse=_release, refuse=_ktor_refusal,
+        "ktor", "ktor", "--ktor", "Ktor",
+        "Ktor releases of ktor-releases.tsv, e.g. 3.4.0,3.5.1; a release other than the default is built "
+        "into proxy-app/target/ktor-<release>/ on first use (default: the pom's)",
+        parse=_release, refuse=_ktor_refusal, order=lambda v: _number_key(v), reported="ktor",
     ),
     Dimension(
-        "java", "jdk", "java", "--java", "JDK", "the JDK the proxy runs on", "java_major",
-        show=lambda v: str(v).split(".")[0],
+        "java", "jdk", "--java", "JDK",
+        "JDKs by major version (e.g. 17,25) or a JDK's folder (default: $JAVA_HOME's, else java on PATH)",
+        show=lambda v: str(v).split(".")[0], reported="java_major",
     ),
     Dimension(
-        "protocol", "protocol", "protocols", "--protocols", "protocol", "between the proxy and nginx",
-        "protocol",
+        "protocol", "protocol", "--protocols", "protocol",
+        "between the proxy and nginx: " + ", ".join(f"{k} ({v})" for k, v in PROTOCOL_TITLES.items())
+        + "; HTTP/2 needs one of " + ", ".join(HTTP2_ENGINES) + " (default: http)",
         parse=_protocol, refuse=_http2_refusal,
         env=lambda v: {} if v == "http" else {"CLIENT_HTTP_VERSION": "2" if v == "h2" else "1.1"},
         variables=(("CLIENT_HTTP_VERSION", "1.1"),),
+        order=lambda v: (PROTOCOLS.index(v) if v in PROTOCOLS else len(PROTOCOLS),),
     ),
     Dimension(
-        "rtt_ms", "rtt", "rtt", "--rtt", "RTT", "round trip added between the proxy and nginx", "rtt_ms",
+        "rtt_ms", "rtt", "--rtt", "RTT",
+        "round trips in ms added between the proxy and nginx, half each way, e.g. 0,1,20,80 (Toxiproxy; "
+        "default: env UPSTREAM_RTT_MS for each case that names no rtt of its own; else 0, no network)",
         parse=_milliseconds, show=lambda v: f"{v} ms",
     ),
     Dimension(
-        "dispatcher", "dispatcher", "dispatchers", "--dispatcher", "dispatcher",
-        "where the client's coroutines and blocking calls run", "dispatcher",
+        "dispatcher", "dispatcher", "--dispatcher", "dispatcher",
+        "where the client's coroutines and blocking calls run: "
+        + "; ".join(f"{k} ({v})" for k, v in DISPATCHER_TITLES.items())
+        + " (default: io). Skipped for " + " and ".join(OWN_IO_THREADS)
+        + ", whose I/O runs on threads of their own",
         parse=_dispatcher, refuse=_dispatcher_refusal,
         env=lambda v: {} if v == "io" else {"CLIENT_DISPATCHER": v},
         variables=(("CLIENT_DISPATCHER", "io"),),
+        order=_dispatcher_order,
     ),
 )  # fmt: skip
 BY_WORD = {d.word: d for d in DIMENSIONS}
+BY_FIELD = {d.field: d for d in DIMENSIONS}
 
 
 @dataclass(frozen=True)
@@ -255,10 +293,8 @@ class Case:
                 raise ValueError(f"case {text!r}: unknown dimension {word!r} ({_dimension_help()})")
             d = BY_WORD[word]
             # A name as reports write it is read back as is (a release a report marks "?", a JDK
-            # by its major version); only the round trip's milliseconds must be a number.
-            dims[d.field] = _milliseconds(value) if d.field == "rtt_ms" else value
-        if "dispatcher" in dims:
-            _dispatcher(str(dims["dispatcher"]))
+            # by its major version); the other dimensions' values are parsed.
+            dims[d.field] = value if d.reported else d.parse(value)
         return cls(lifetime, engine, **dims)  # type: ignore[arg-type]
 
     @property

@@ -116,7 +116,7 @@ def change(section: str, row: str, figure: Figure, old: list[Run], new: list[Run
 def _values(results: Results, dimension) -> set:
     """The values of a dimension a run's windows ran with (the release and JDK as the proxy
     reported them, named in the rows or not)."""
-    return {getattr(r, dimension.run_field) for r in results.runs}
+    return {r.dim(dimension.field) for r in results.runs}
 
 
 def held(old: Results, new: Results) -> list:

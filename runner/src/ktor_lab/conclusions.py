@@ -712,9 +712,9 @@ def risks(results: Results, group: Group) -> list[str]:
 
 def not_this(results: Results) -> str:
     """What the figures are not."""
-    rtts = sorted({r.rtt_ms for r in results.runs})
+    rtts = sorted({r.dim("rtt_ms") for r in results.runs})
     protocols = sorted(
-        {r.protocol for r in results.runs}, key=lambda p: PROTOCOLS.index(p) if p in PROTOCOLS else 9
+        {r.dim("protocol") for r in results.runs}, key=lambda p: PROTOCOLS.index(p) if p in PROTOCOLS else 9
     )
     if rtts == [0]:
         where = (
@@ -835,19 +835,12 @@ class Change:
 def _dims(run: Run) -> tuple[str, ...]:
     """The value each dimension had in `run`, as reports write it (`3.5.2`, `17`, `http`, `0 ms`)."""
     return tuple(
-        d.show(getattr(run, d.run_field) or "?") if d.field == "ktor" else d.show(getattr(run, d.run_field))
-        for d in DIMENSIONS
+        d.show(run.dim(d.field) or "?") if d.reported else d.show(run.dim(d.field)) for d in DIMENSIONS
     )
 
 
 def _dim_order(name: str, value: str) -> tuple:
-    d = next(d for d in DIMENSIONS if d.title == name)
-    if d.field == "protocol":
-        return (PROTOCOLS.index(value) if value in PROTOCOLS else len(PROTOCOLS),)
-    if d.field == "dispatcher":  # io, then io:N by N, then virtual
-        kind, _, size = value.partition(":")
-        return (0 if value == "io" else 1 if kind == "io" else 2, int(size) if size.isdigit() else 0)
-    return version_key(value.removesuffix(" ms"))
+    return next(d for d in DIMENSIONS if d.title == name).order(value)
 
 
 def version_key(text: str | None) -> tuple:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import requests
 
 from . import machine, metrics, verdict
+from .cases import DIMENSIONS
 from .machine import environment
 from .parts import nginx
 from .parts.loadgen import LocustWeb, WindowStats
@@ -213,7 +214,7 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.copy, run.fork = spec.copy, spec.fork
     run.dimensions = plan.has_dimensions
-    run.protocol, run.rtt_ms, run.dispatcher = case.protocol, case.rtt_ms, case.dispatcher
+    run.dims = {d.field: d.of(case) for d in DIMENSIONS if not d.reported}
     run.network = backend.network_record(live.proxy.network)
     scrape_proxy = ProxyScraper(live.proxy.url, run)
     edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)
@@ -477,7 +478,7 @@ def explain_connections(run: Run, unparked_idle: float | None) -> None:
     ):
         c.threads_per_in_flight = round(max(0.0, active - unparked_idle) / c.in_flight_mean, 2)
     if c.per_1000_requests is not None:
-        c.connect_rtt_ms_per_request = round(c.per_1000_requests / 1000 * run.rtt_ms, 2)
+        c.connect_rtt_ms_per_request = round(c.per_1000_requests / 1000 * run.dim("rtt_ms"), 2)
 
 
 # A Java exception's first line ("Exception in thread ..." when nothing caught it), then a frame.

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from . import versions
-from .cases import DIMENSIONS, SCENARIOS, Case
+from .cases import BY_FIELD, DIMENSIONS, SCENARIOS, Case
 from .network import Network
 
 # `lab run`'s default load: the same open-model rate for every row (the equal work its CPU per
@@ -136,13 +136,9 @@ class Plan:
     workers: int = 0
     java_opts: str = "-Xmx512m"
     proxy_env: dict[str, str] = field(default_factory=dict)
-    # Dimensions beyond the case (lab run --ktor, --java, --protocols, --rtt): empty means the
-    # default build, JDK, protocol (http) and round trip (0 ms: no network).
-    ktor: list[str] = field(default_factory=list)
-    java: list[str] = field(default_factory=list)
-    protocols: list[str] = field(default_factory=list)
-    rtt: list[int] = field(default_factory=list)
-    dispatchers: list[str] = field(default_factory=list)
+    # Dimensions beyond the case (cases.DIMENSIONS: lab run --ktor, --java, --protocols, ...), by
+    # field: the values each takes across every case; one not named keeps the case's own value.
+    dims: dict[str, list] = field(default_factory=dict)
     # The network's other values, the same for every run (lab run --jitter, --bandwidth).
     jitter_ms: int = 0
     bandwidth_kbps: int = 0
@@ -162,19 +158,25 @@ class Plan:
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]
-        for d in DIMENSIONS:
-            given = getattr(self, d.plan)
-            setattr(self, d.plan, [d.parse(v) for v in given])  # a ValueError naming what is valid
-            if given and (named := [c for c in self.cases if d.of(c) != d.default]):
+        if unknown := [k for k in self.dims if k not in BY_FIELD]:
+            raise ValueError(f"unknown dimension {unknown[0]!r}; dimensions: {', '.join(BY_FIELD)}")
+        self.dims = {k: [BY_FIELD[k].parse(v) for v in vs] for k, vs in self.dims.items() if vs}
+        for d in (BY_FIELD[k] for k in self.dims):  # each value parsed: a ValueError naming what is valid
+            if named := [c for c in self.cases if d.of(c) != d.default]:
                 raise ValueError(
                     f"case {named[0].name!r} names its {d.word}; give it there or with {d.option}, not both"
+                )
+            if set_too := [name for name, _ in d.variables if name in self.proxy_env]:
+                raise ValueError(
+                    f"{set_too[0]} is what {d.option} sets: give its values there (the rows then name "
+                    "them), not with --set"
                 )
         for case in self.cases:  # what a case names itself is asked for: refused, never skipped
             if why := case.refusal():
                 raise ValueError(f"case {case.name!r}: {why}")
             if case.java:
                 versions.jdk(case.java)
-        for name in self.java:
+        for name in self.dims.get("java", []):
             versions.jdk(name)
         if not self.cases_to_run():
             raise ValueError(
@@ -202,7 +204,7 @@ class Plan:
     def combinations(self) -> list[Case]:
         """Every case with the plan's dimensions applied (each dimension's values, in the order they
         were given, outermost in the order of cases.DIMENSIONS; the cases innermost)."""
-        lists = [[(d.field, v) for v in getattr(self, d.plan)] or [None] for d in DIMENSIONS]
+        lists = [[(d.field, v) for v in self.dims.get(d.field, [])] or [None] for d in DIMENSIONS]
         return [
             case.with_dimensions(**dict(pair for pair in combo if pair is not None))
             for combo in itertools.product(*lists)
@@ -277,7 +279,7 @@ class Plan:
     def has_dimensions(self) -> bool:
         """True when a run's rows must name the release and the JDK (a dimension of the plan, or a
         case's own)."""
-        return any(getattr(self, d.plan) for d in DIMENSIONS) or any(c.dimensions() for c in self.cases)
+        return bool(self.dims) or any(c.dimensions() for c in self.cases)
 
     def to_json(self) -> dict:
         d = asdict(self)

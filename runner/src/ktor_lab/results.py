@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import cattrs
+from cattrs.gen import make_dict_structure_fn
 
-from .cases import DIMENSIONS, Case
+from .cases import BY_FIELD, DIMENSIONS, Case
 from .network import Network
 from .plan import Load, Plan
 from .warmup import Warmup
@@ -230,11 +232,9 @@ class Run:
     java: str | None = None
     # True when the run was one of a --ktor or --java dimension: its rows name both.
     dimensions: bool = False
-    # Between the proxy and the upstream: http, https or h2 (cases.PROTOCOLS).
-    protocol: str = "http"
-    rtt_ms: int = 0
-    # The client's dispatcher (cases.DISPATCHER_TITLES).
-    dispatcher: str = "io"
+    # The case's other dimensions as it ran, by field (cases.DIMENSIONS whose value the proxy does
+    # not report: protocol, rtt_ms, dispatcher, ...); one missing had its default.
+    dims: dict[str, Any] = field(default_factory=dict)
     connections: ConnectionFigures | None = None
     network: NetworkRecord | None = None
     # Which proxy measured it: the copy of its case (0: the case's only row; 1, 2: an A/A pair) and
@@ -265,11 +265,19 @@ class Run:
     def java_major(self) -> str:
         return (self.java or "?").split(".")[0]
 
+    def dim(self, field: str) -> Any:
+        """A dimension's value in this run: as the proxy reported it (the release, the JDK's major
+        version), else as its case had it."""
+        d = BY_FIELD[field]
+        if d.reported:
+            return getattr(self, d.reported)
+        return self.dims.get(field, d.default)
+
     @property
     def variant(self) -> str:
         """The case with its dimensions as it ran: what a report row stands for. The release and the
         JDK are named only in a run of a plan with dimensions (as the proxy reported them)."""
-        values = {d.field: getattr(self, d.run_field) for d in DIMENSIONS}
+        values = {d.field: self.dim(d.field) for d in DIMENSIONS}
         if not self.dimensions:
             values.update(ktor="", java="")
         elif not values["ktor"]:
@@ -329,6 +337,26 @@ def _load(data: dict, _) -> Load:
     return Load(**{f.name: data[f.name] for f in fields(Load) if f.name in data})
 
 
+# Where a results.json of format 1 written before Plan.dims and Run.dims kept each dimension:
+# the plan's field (its values) and the run's (its value), by the dimension's field.
+_PLAN_KEYS = {
+    "ktor": "ktor",
+    "java": "java",
+    "protocols": "protocol",
+    "rtt": "rtt_ms",
+    "dispatchers": "dispatcher",
+}
+_RUN_KEYS = {k: k for k in ("protocol", "rtt_ms", "dispatcher")}
+
+
+def _with_dims(data: dict, keys: dict[str, str]) -> dict:
+    """`data` with its dimensions' own keys moved into `dims` (a file written before it had one)."""
+    if "dims" in data or not any(k in data for k in keys):
+        return data
+    dims = {field: data[k] for k, field in keys.items() if k in data and data[k] not in ([], None)}
+    return {k: v for k, v in data.items() if k not in keys} | {"dims": dims}
+
+
 # The codec of results.json: keys it does not know are ignored, missing ones take their defaults;
 # a case is written by its name, a load level with its label.
 CONVERTER = cattrs.Converter(forbid_extra_keys=False)
@@ -336,3 +364,7 @@ CONVERTER.register_unstructure_hook(Case, lambda case: case.name)
 CONVERTER.register_structure_hook(Case, lambda text, _: Case.parse(text))
 CONVERTER.register_unstructure_hook(Load, Load.to_json)
 CONVERTER.register_structure_hook(Load, _load)
+_plan = make_dict_structure_fn(Plan, CONVERTER)
+_run = make_dict_structure_fn(Run, CONVERTER)
+CONVERTER.register_structure_hook(Plan, lambda data, _: _plan(_with_dims(data, _PLAN_KEYS), Plan))
+CONVERTER.register_structure_hook(Run, lambda data, _: _run(_with_dims(data, _RUN_KEYS), Run))

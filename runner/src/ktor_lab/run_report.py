@@ -16,7 +16,7 @@ import html
 from pathlib import Path
 
 from . import render, verdict
-from .cases import ENGINE_FACTS, ENGINE_TITLES
+from .cases import DIMENSIONS, ENGINE_FACTS, ENGINE_TITLES
 from .conclusions import (
     BY_KEY,
     FIGURES,
@@ -236,9 +236,10 @@ def network_line(results: Results) -> str | None:
     """What lay between the proxy and nginx in these runs; None when nothing ever did."""
     plan = results.plan
     vias = sorted({r.network.via for r in results.runs if r.network and r.network.via != "none"})
-    if not (plan.rtt or plan.jitter_ms or plan.bandwidth_kbps or vias):
+    rtt = plan.dims.get("rtt_ms", [])
+    if not (rtt or plan.jitter_ms or plan.bandwidth_kbps or vias):
         return None
-    rtts = ", ".join(f"{t} ms" for t in plan.rtt) or "as the cases name them"
+    rtts = ", ".join(f"{t} ms" for t in rtt) or "as the cases name them"
     bandwidth = (
         f"{plan.bandwidth_kbps:,} KB/s per connection each way" if plan.bandwidth_kbps else "not limited"
     )
@@ -280,13 +281,10 @@ def settings(results: Results) -> list[str]:
         f"Versions: {_pairs(results.environment['versions'])}.",
         f"Machine: {_pairs(results.environment['machine'])}.",
     ]
-    if plan.ktor or plan.java:
-        lines.insert(
-            1,
-            f"Dimensions: Ktor {', '.join(plan.ktor) or 'the default build'}; "
-            f"JDK {', '.join(plan.java) or 'the default java'} "
-            "(each row names the release and the JDK's major version).",
-        )
+    if dims := {d: plan.dims[d.field] for d in DIMENSIONS if d.field in plan.dims and d.field != "rtt_ms"}:
+        named = "; ".join(f"{d.title} {', '.join(d.show(v) for v in values)}" for d, values in dims.items())
+        both = " (each row names the release and the JDK's major version)" if plan.has_dimensions else ""
+        lines.insert(1, f"Dimensions: {named}{both}.")
     if line := network_line(results):
         lines.insert(1, line)
     seen: dict[str, dict] = {}
@@ -449,7 +447,9 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
 
 
 # What names a window in results.csv, before its figures (conclusions.FIGURES, by their headings).
-CSV_KEYS = ("row", "case", "engine", "lifetime", "ktor", "java", "protocol", "rtt_ms", "dispatcher",
+# What names a window: its row and case, each dimension (by its field: ktor, java, protocol, ...),
+# then where it sits in the run.
+CSV_KEYS = ("row", "case", "engine", "lifetime", *(d.field for d in DIMENSIONS),
             "scenario", "load", "fork", "window", "after", "start", "seconds")  # fmt: skip
 
 
@@ -461,6 +461,7 @@ def write_csv(results: Results, path: Path) -> None:
         out.writerow([*CSV_KEYS, *(fig.heading for fig in FIGURES), "flags"])
         for r in results.runs:
             names = {"load": r.load.label, "window": r.repeat, "start": r.window.start}
+            names |= {d.field: r.java if d.field == "java" else r.dim(d.field) for d in DIMENSIONS}
             names["seconds"] = r.window.seconds
             keys = [names[k] if k in names else getattr(r, k) for k in CSV_KEYS]
             values = [fig.get(r) for fig in FIGURES]

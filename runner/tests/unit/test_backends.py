@@ -38,7 +38,7 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
 @pytest.mark.parametrize(
     "the_plan,message",
     [
-        (plan(java=["17"]), "--java with --backend compose: the proxy's JDK is its image's"),
+        (plan(dims={"java": ["17"]}), "--java with --backend compose: the proxy's JDK is its image's"),
         (plan("singleton-cio jdk 17"), "--java with --backend compose"),
         (
             plan(proxy_env={"NOT_A_VARIABLE": "on"}),
@@ -63,7 +63,9 @@ def test_a_case_that_names_what_it_cannot_do_is_refused_and_a_matrix_skips_it_by
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             plan(case)
-    matrix = plan("singleton-cio", "singleton-okhttp", protocols=["http", "h2"], ktor=["3.4.1", "3.5.2"])
+    matrix = plan(
+        "singleton-cio", "singleton-okhttp", dims={"protocol": ["http", "h2"], "ktor": ["3.4.1", "3.5.2"]}
+    )
     assert [c.name for c in matrix.cases_to_run()] == [
         "singleton-cio ktor 3.4.1",
         "singleton-okhttp ktor 3.4.1",
@@ -77,7 +79,7 @@ def test_a_case_that_names_what_it_cannot_do_is_refused_and_a_matrix_skips_it_by
         ("singleton-cio ktor 3.5.2 protocol h2", "CIO (Ktor's coroutine engine) speaks HTTP/1.1 only"),
     ]
     with pytest.raises(ValueError, match="no combination of these cases and dimensions can run"):
-        plan("singleton-cio", protocols=["h2"])
+        plan("singleton-cio", dims={"protocol": ["h2"]})
 
 
 def test_native_applies_the_network(monkeypatch):
@@ -117,7 +119,7 @@ def test_lab_run_has_no_branch_on_the_backend():
 
 
 def test_a_plan_applies_its_dimensions_to_every_case_and_refuses_them_twice():
-    p = plan("singleton-cio", "per-call-okhttp", ktor=["3.4.0", "3.5.2"])
+    p = plan("singleton-cio", "per-call-okhttp", dims={"ktor": ["3.4.0", "3.5.2"]})
     assert [c.name for c in p.cases_to_run()] == [
         "singleton-cio ktor 3.4.0",
         "per-call-okhttp ktor 3.4.0",
@@ -127,13 +129,13 @@ def test_a_plan_applies_its_dimensions_to_every_case_and_refuses_them_twice():
     assert p.has_dimensions and not plan().has_dimensions
     assert p.to_json()["cases"] == ["singleton-cio", "per-call-okhttp"]
     with pytest.raises(ValueError, match="names its ktor; give it there or with --ktor, not both"):
-        plan("singleton-cio ktor 3.5.2", ktor=["3.4.0"])
+        plan("singleton-cio ktor 3.5.2", dims={"ktor": ["3.4.0"]})
     with pytest.raises(ValueError, match="does not publish the apache engine"):
         plan("singleton-apache ktor 3.5.2")
 
 
 def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_once():
-    p = plan("singleton-okhttp", "per-call-okhttp", rtt=[0, 20], bandwidth_kbps=500)
+    p = plan("singleton-okhttp", "per-call-okhttp", dims={"rtt_ms": [0, 20]}, bandwidth_kbps=500)
     assert [c.name for c in p.cases_to_run()] == [
         "singleton-okhttp",
         "per-call-okhttp",
@@ -142,16 +144,16 @@ def test_a_plan_takes_round_trips_as_a_dimension_and_the_network_s_other_values_
     ]
     assert p.has_dimensions and len(p.runs()) == 4
     assert p.network_for(p.cases_to_run()[2]) == Network(20, 0, 500)
-    assert not plan(rtt=[0]).network_for(Case("singleton", "cio")).on
+    assert not plan(dims={"rtt_ms": [0]}).network_for(Case("singleton", "cio")).on
     with pytest.raises(ValueError, match="names its rtt; give it there or with --rtt, not both"):
-        plan("singleton-cio rtt 5", rtt=[20])
+        plan("singleton-cio rtt 5", dims={"rtt_ms": [20]})
     # A round trip of 0 has nothing to vary: the jitter is the other round trips'.
-    jittered = plan(rtt=[0, 20], jitter_ms=3)
+    jittered = plan(dims={"rtt_ms": [0, 20]}, jitter_ms=3)
     assert [jittered.network_for(c) for c in jittered.cases_to_run()] == [Network(0, 0, 0), Network(20, 3, 0)]
     with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=5 is more than UPSTREAM_RTT_MS=4"):
-        plan(rtt=[0, 4], jitter_ms=5)
+        plan(dims={"rtt_ms": [0, 4]}, jitter_ms=5)
     with pytest.raises(ValueError, match=r"^UPSTREAM_JITTER_MS=2 varies a round trip, and no run here"):
-        plan(rtt=[0], jitter_ms=2)
+        plan(dims={"rtt_ms": [0]}, jitter_ms=2)
 
 
 def test_a_native_proxy_runs_the_jar_of_its_case_s_release_on_its_jdk(tmp_path, monkeypatch):

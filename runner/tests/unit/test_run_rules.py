@@ -111,7 +111,7 @@ def test_a_plan_larger_than_what_fits_in_memory_is_measured_in_groups_of_proxies
     assert [len(g) for g in groups] == [11, 11]  # a fork of every row in each: blocks of the design
     assert [{p.fork for p in g} for g in groups] == [{1}, {2}]
     assert [p for g in groups for p in g] == plan.proxies()  # every proxy once, in the plan's order
-    wide = Plan(list(CASES), ["static-small"], [parse_load("rate/10")], forks=2, java=["17", "25"])
+    wide = Plan(list(CASES), ["static-small"], [parse_load("rate/10")], forks=2, dims={"java": ["17", "25"]})
     assert [len(g) for g in batches(wide)] == [MAX_PROXIES_UP, 20 - MAX_PROXIES_UP] * 2
     assert len(batches(Plan(list(CASES), ["static-small"], [parse_load("rate/10")], aa="singleton-cio"))) == 1
 
@@ -413,7 +413,7 @@ def test_results_json_keeps_its_shape_through_the_typed_model():
     assert again["format"] == 1
     # Keys added since (the --ktor and --java dimensions) take their defaults; the rest is as stored.
     assert {k: v for k, v in again["plan"].items() if k in stored["plan"]} == stored["plan"]
-    assert (again["plan"]["ktor"], again["plan"]["java"]) == ([], [])
+    assert again["plan"]["dims"] == {}
     for old, new in zip(stored["runs"], again["runs"], strict=True):
         for part in ("load", "locust", "warmup", "window"):
             assert {k: v for k, v in new[part].items() if k in old[part]} == old[part], part
@@ -435,7 +435,7 @@ def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
     for protocol, conns in (("http", 1.0), ("https", 1.0), ("h2", 0.2)):
         r = a_run(rps=1000 if protocol == "http" else 800)
         r.case, r.engine = "singleton-okhttp", "okhttp"
-        r.protocol, r.dimensions = protocol, True
+        r.dims["protocol"], r.dimensions = protocol, True
         r.ktor, r.java = "3.4.0", "17.0.15"
         r.connections = ConnectionFigures(new=int(conns * 30), per_1000_requests=conns)
         runs.append(r)
@@ -443,7 +443,7 @@ def test_a_protocol_is_a_dimension_its_rows_name_and_change_lines_hold_alike():
         cases=["singleton-okhttp"],
         scenarios=["static-small"],
         loads=[runs[0].load],
-        protocols=["http", "https", "h2"],
+        dims={"protocol": ["http", "https", "h2"]},
     )
     assert [c.name for c in plan.cases_to_run()] == [
         "singleton-okhttp",
@@ -498,7 +498,7 @@ def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures
     ):
         r = a_run(model="rate", target=50, rps=50)
         r.case, r.engine, r.lifetime = case, engine, case.rsplit("-", 1)[0]
-        r.rtt_ms, r.dimensions = rtt, True
+        r.dims["rtt_ms"], r.dimensions = rtt, True
         r.ktor, r.java = "3.4.0", "17.0.15"
         r.locust.p50_ms = p50
         r.network = NetworkRecord(rtt, via="toxiproxy 2.12.0" if rtt else "none")
@@ -528,7 +528,7 @@ def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures
         cases=["singleton-okhttp", "per-call-okhttp", "per-call-cio"],
         scenarios=["static-small"],
         loads=[runs[0].load],
-        rtt=[0, 20],
+        dims={"rtt_ms": [0, 20]},
     )
     results = Results(plan=plan, backend={}, environment={}, started="", runs=runs)
     (group,) = conclusions.groups(results)

@@ -188,7 +188,7 @@ def test_distance_plans_a_fixed_rate_over_every_case_distance_and_protocol():
     (m,) = STUDIES["distance"].plan(options("distance"))
     assert len(m.cases.runs()) == 10 * 4 * 2 and len(m.pipelining.runs()) == 4 * 2
     assert m.pipelining.proxy_env == {"CLIENT_PIPELINING": "on"}
-    assert m.whole.loads[0].model == "rate" and m.whole.rtt == [0, 1, 20, 80]
+    assert m.whole.loads[0].model == "rate" and m.whole.dims["rtt_ms"] == [0, 1, 20, 80]
     with pytest.raises(ValueError, match="give a fixed rate"):
         STUDIES["distance"].plan(options("distance", "--load", "closed/50/0"))
 

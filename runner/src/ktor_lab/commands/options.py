@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from .. import versions
-from ..cases import DIMENSIONS, Case
+from ..cases import DIMENSIONS, Case, Dimension
 from ..errors import LabError
 from ..network import Network, NetworkError, value
 from ..plan import WARM_FIRST_SCENARIO
@@ -137,18 +137,31 @@ def one_case(text: str, **given: str) -> Case:
     return case
 
 
-def add_network(p: argparse.ArgumentParser, many: bool) -> None:
+def add_dimension(p: argparse.ArgumentParser, d: Dimension, default: str = "", more: str = "") -> None:
+    """A dimension's option (cases.DIMENSIONS): comma-separated values, each a dimension of every
+    case; the same spelling and help in lab run and every study. `default` and `more` are a study's."""
+    shown = f" (here, default: {default})" if default else ""
+    p.add_argument(
+        d.option,
+        dest=d.dest,
+        default=default,
+        help=f"comma-separated, each a dimension of every case: {d.help}{more}{shown}",
+    )
+
+
+def add_network(p: argparse.ArgumentParser, many: bool, rtt: bool = True) -> None:
     """--rtt, --jitter and --bandwidth: the network between the proxy and nginx (Toxiproxy, built on
     first use; docs/network.md), defaults from UPSTREAM_RTT_MS, UPSTREAM_JITTER_MS and
-    UPSTREAM_BANDWIDTH_KBPS."""
-    each = "comma-separated, each a dimension of every case, e.g. 0,1,20,80: " if many else ""
-    p.add_argument(
-        "--rtt",
-        default=None,
-        help=f"{each}round trip in ms added between the proxy and nginx, half each way "
-        "(default: env UPSTREAM_RTT_MS for each case that names no rtt of its own; else 0, no network, "
-        "the proxy calls nginx directly)",
-    )
+    UPSTREAM_BANDWIDTH_KBPS. `rtt` False: --rtt is a dimension's option (add_dimension)."""
+    if rtt:
+        each = "comma-separated, each a dimension of every case, e.g. 0,1,20,80: " if many else ""
+        p.add_argument(
+            "--rtt",
+            default=None,
+            help=f"{each}round trip in ms added between the proxy and nginx, half each way "
+            "(default: env UPSTREAM_RTT_MS for each case that names no rtt of its own; else 0, no network, "
+            "the proxy calls nginx directly)",
+        )
     p.add_argument(
         "--jitter",
         default=os.environ.get("UPSTREAM_JITTER_MS", "0"),

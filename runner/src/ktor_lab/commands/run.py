@@ -6,16 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import backends, confidence, measure, run_report, verdict, versions
+from .. import backends, confidence, measure, run_report, verdict
 from ..cases import (
     CASES,
     DEFAULT_CASES,
     DEPRECATED_ENGINES,
     DIMENSIONS,
-    DISPATCHER_TITLES,
-    HTTP2_ENGINES,
-    OWN_IO_THREADS,
-    PROTOCOL_TITLES,
     SCENARIOS,
     all_of,
     case_list,
@@ -132,26 +128,9 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also start Grafana (natively: when installed); it has no part in the figures",
     )
-    options.add_versions(p, many=True)
-    p.add_argument(
-        "--protocols",
-        default="",
-        help="comma-separated, between the proxy and nginx: "
-        + ", ".join(f"{k} ({v})" for k, v in PROTOCOL_TITLES.items())
-        + "; each a dimension of every case (default: http only). HTTP/2 needs one of "
-        + ", ".join(HTTP2_ENGINES),
-    )
-    options.add_network(p, many=True)
-    p.add_argument(
-        "--dispatcher",
-        default="",
-        help="comma-separated, each a dimension of every case: where the client's coroutines and "
-        "blocking calls run: "
-        + "; ".join(f"{k} ({v})" for k, v in DISPATCHER_TITLES.items())
-        + " (default: io only). Skipped for "
-        + " and ".join(OWN_IO_THREADS)
-        + ", whose I/O runs on threads of their own",
-    )
+    for d in DIMENSIONS:
+        options.add_dimension(p, d)
+    options.add_network(p, many=True, rtt=False)
     options.add_java_opts(p, "-Xmx512m")
     options.add_settings(p)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/<timestamp>)")
@@ -160,7 +139,7 @@ def add_parser(sub) -> None:
 def plan_of(args: argparse.Namespace) -> Plan:
     try:
         cases = case_list(args.cases)
-        if args.rtt is None and (default := options.env_rtt()):
+        if not args.rtt and (default := options.env_rtt()):
             # UPSTREAM_RTT_MS: the round trip of each case that names none of its own.
             cases = [c if c.rtt_ms else c.with_dimensions(rtt_ms=default) for c in cases]
         return Plan(
@@ -178,11 +157,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             workers=args.workers,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
-            ktor=versions.names(args.ktor),
-            java=versions.names(args.java),
-            protocols=versions.names(args.protocols),
-            rtt=options.rtt_list(args.rtt),
-            dispatchers=versions.names(args.dispatcher),
+            dims={d.field: d.values(getattr(args, d.dest)) for d in DIMENSIONS},
             jitter_ms=options.network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
             bandwidth_kbps=options.network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
         )
@@ -215,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
     runs = len(plan.runs())
     dims = "".join(
-        f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := getattr(plan, d.plan))
+        f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := plan.dims.get(d.field))
     )
     proxies = len(plan.proxies())
     fresh = plan.fresh or not backend.keeps_proxies

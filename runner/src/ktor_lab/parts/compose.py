@@ -211,6 +211,9 @@ class Project:
             **(env or {}),
         }
         self.case: Case | None = None
+        # The variables a case's dimensions set, with what they were before (None: unset): the
+        # next case puts them back, so a --set of the same variable holds for cases at the default.
+        self.case_vars: dict[str, str | None] = {}
 
     def url(self, service: str) -> str:
         return local_url(self.ports[service])
@@ -243,6 +246,20 @@ class Project:
     ) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(case, *command, extras=extras), env=self.env, check=check, **kwargs)
 
+    def apply_case_env(self, case: Case) -> None:
+        """The case's other proxy variables (HTTP/2, the dispatcher, the pool limit), which
+        docker-compose.yml and its overlays interpolate, in the project's environment; those the
+        last case set are put back first (a --set of the same variable holds at the default)."""
+        for name, before in self.case_vars.items():
+            if before is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = before
+        env = case.proxy_env()
+        names = {name for d in DIMENSIONS for name, _ in d.variables if name in env}
+        self.case_vars = {name: self.env.get(name) for name in names}
+        self.env.update({name: env[name] for name in names})
+
     def up(self, case: Case, fresh_proxy: bool = False, timeout: int = 300, network: bool = False) -> None:
         """The stack with `case`'s overlay, every service healthy. Switching cases recreates only
         the proxy and Locust; `fresh_proxy` recreates the proxy even when its case is unchanged.
@@ -251,11 +268,7 @@ class Project:
         # https overlay and, for h2, CLIENT_HTTP_VERSION (which compose/https.yml passes on); the
         # round trip is the network overlay's, with the project's UPSTREAM_RTT_MS.
         case = case.with_dimensions(ktor="", java="", rtt_ms=0)
-        # The case's other proxy variables (HTTP/2, the dispatcher), which docker-compose.yml and
-        # its overlays interpolate; a dimension at its default sets its variables back.
-        env = case.proxy_env()
-        for d in DIMENSIONS:
-            self.env.update({name: env.get(name, default) for name, default in d.variables})
+        self.apply_case_env(case)
         # Without the overlay, Toxiproxy stays up unused (an orphan of the project, removed by down()).
         self.network = network
         same = (case, network) == (self.case, self.case_network)

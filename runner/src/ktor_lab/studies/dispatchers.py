@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import conclusions, confidence, render, versions
-from ..cases import DISPATCHER_TITLES, Case, engine_list
+from ..cases import BY_FIELD, DISPATCHER_TITLES, Case, engine_list
 from ..commands import options
 from ..confidence import Estimate
 from ..plan import Plan, parse_load
@@ -69,7 +69,7 @@ class Row:
 def matrices(args: argparse.Namespace) -> Matrices:
     engines = engine_list(args.engines)
     lifetimes = [x.strip() for x in args.lifetimes.split(",") if x.strip()]
-    dispatchers = versions.names(args.dispatchers)
+    dispatchers = versions.names(args.dispatcher)
     older, newer = versions.names(args.java_platform), versions.names(args.java)
     # Each case on the platform JDKs with Ktor's default dispatcher, and on the newer ones with each
     # dispatcher; what a case cannot take is skipped, by name. A case's variants stand together: a
@@ -100,7 +100,7 @@ def matrices(args: argparse.Namespace) -> Matrices:
     if "slow" in args.parts:
         parts.append(("slow", plan("slow", parse_load(f"closed/{args.in_flight}/0"))))
     if "distance" in args.parts:
-        parts.append(("distance", plan("static-small", rate, rtt=options.rtt_list(args.rtt))))
+        parts.append(("distance", plan("static-small", rate, dims={"rtt_ms": options.rtt_list(args.rtt)})))
     if not parts:
         raise ValueError("--parts: give slow, distance or both")
     whole = parts[-1][1]
@@ -129,7 +129,7 @@ def rows_of(part: str, results: Results) -> list[Row]:
                     part,
                     case.id,
                     run.java_major,
-                    run.dispatcher,
+                    run.dim("dispatcher"),
                     r.windows,
                     {k: e.mean for k, e in estimates.items()},
                     {k: e.half_width for k, e in estimates.items()},
@@ -221,7 +221,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "engines": args.engines,
         "lifetimes": args.lifetimes,
         "dispatchers": "; ".join(f"{d} ({DISPATCHER_TITLES.get(d, DISPATCHER_TITLES['io:N'])})" for d in
-                                 versions.names(args.dispatchers)),
+                                 versions.names(args.dispatcher)),
         "JDKs": f"{args.java} (every dispatcher), {args.java_platform} (io only)",
         "per row": f"a proxy warmed once (up to {args.warmup} s), {args.windows} windows of "
         f"{args.duration} s interleaved across the rows",
@@ -242,13 +242,12 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 def add_options(p: argparse.ArgumentParser) -> None:
     machinery.add_engines(p, default="cio,okhttp,java")
     machinery.add_lifetimes(p)
-    p.add_argument(
-        "--dispatchers", default="io,virtual,io:256", help="the client's dispatchers (default: %(default)s)"
-    )
-    p.add_argument(
-        "--java",
+    options.add_dimension(p, BY_FIELD["dispatcher"], default="io,virtual,io:256")
+    options.add_dimension(
+        p,
+        BY_FIELD["java"],
         default="25",
-        help="JDKs each dispatcher runs on (JDK 21 or later for virtual threads) (default: %(default)s)",
+        more="; here, each dispatcher runs on each (21+ for virtual)",
     )
     p.add_argument(
         "--java-platform",
@@ -259,7 +258,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--in-flight", type=int, default=IN_FLIGHT, help="slow: requests in flight (default: %(default)s)"
     )
-    p.add_argument("--rtt", default="80", help="distance: the round trip to nginx, ms (default: %(default)s)")
+    options.add_dimension(p, BY_FIELD["rtt_ms"], default="80", more="; here, the distance part's")
     p.add_argument(
         "--rate-load", default="rate/100/200", help="distance: the fixed rate (default: %(default)s)"
     )

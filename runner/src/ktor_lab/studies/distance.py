@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import render, verdict, versions
-from ..cases import LIFETIMES, PROTOCOLS, Case, engine_list
+from ..cases import BY_FIELD, LIFETIMES, PROTOCOLS, Case, engine_list
 from ..commands import options
 from ..plan import Plan, parse_load
 from ..results import Results, Run
@@ -125,7 +125,12 @@ def matrices(args: argparse.Namespace) -> Matrices:
 
     def matrix(of: list[Case], env: dict[str, str] | None = None) -> Plan:
         return machinery.runs_plan(
-            args, of, ["static-small"], [load], proxy_env=env or {}, protocols=protocols, rtt=rtt
+            args,
+            of,
+            ["static-small"],
+            [load],
+            proxy_env=env or {},
+            dims={"protocol": protocols, "rtt_ms": rtt},
         )
 
     pipelined = [Case("singleton", "cio")] if args.pipelining else []
@@ -151,8 +156,8 @@ def row_of(r: Run) -> Row:
     return Row(
         case=r.case,
         variant=PIPELINING if r.proxy.settings.get("pipelining") == "on" else "",
-        protocol=r.protocol,
-        rtt_ms=r.rtt_ms,
+        protocol=r.dim("protocol"),
+        rtt_ms=r.dim("rtt_ms"),
         target_rps=r.load.target_rps,
         rps=r.locust.rps,
         p50_ms=r.locust.p50_ms,
@@ -441,8 +446,8 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
     settings = {
         "cases": ", ".join(c.name for c in m.cases.cases),
         "variant": "singleton-cio with CLIENT_PIPELINING=on" if m.pipelining else "none (--no-pipelining)",
-        "round trips (ms)": ", ".join(str(t) for t in m.whole.rtt),
-        "protocols": ", ".join(m.whole.protocols),
+        "round trips (ms)": ", ".join(str(t) for t in m.whole.dims.get("rtt_ms", [])),
+        "protocols": ", ".join(m.whole.dims.get("protocol", [])),
         "load": f"{load.describe()} (a request that takes longer than {load.users / load.target_rps:g} s "
         "delays its user's next: then the rate is not held, and the row says so)",
         "per row": f"a proxy of its own, warmed once ({warmed(args)}), a {args.duration} s window",
@@ -484,10 +489,8 @@ def warmed(args: argparse.Namespace) -> str:
 def add_options(p: argparse.ArgumentParser) -> None:
     machinery.add_engines(p)
     machinery.add_lifetimes(p)
-    p.add_argument("--rtt", default=RTTS, help="round trips in ms, each a dimension (default: %(default)s)")
-    p.add_argument(
-        "--protocols", default="http,https", help="between the proxy and nginx (default: %(default)s)"
-    )
+    options.add_dimension(p, BY_FIELD["rtt_ms"], default=RTTS)
+    options.add_dimension(p, BY_FIELD["protocol"], default="http,https")
     p.add_argument(
         "--load",
         default="rate/100/200",

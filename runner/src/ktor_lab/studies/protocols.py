@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import render, verdict
-from ..cases import ENGINES, HTTP1_ONLY, HTTP2_ENGINES, LIFETIMES, PROTOCOLS, Case, engine_list
+from ..cases import BY_FIELD, ENGINES, HTTP1_ONLY, LIFETIMES, PROTOCOLS, Case, engine_list
+from ..commands import options
 from ..parts import nginx
 from ..plan import Plan, parse_load
 from ..results import Results
@@ -163,7 +164,7 @@ def case_rows(results: Results) -> list[CaseRow]:
                 case=r.case,
                 engine=r.engine,
                 lifetime=r.lifetime,
-                protocol=r.protocol,
+                protocol=r.dim("protocol"),
                 load=r.load.label,
                 rps=r.locust.rps,
                 p50_ms=r.locust.p50_ms,
@@ -357,12 +358,7 @@ def report(rows: list, args: argparse.Namespace) -> machinery.Report:
 def add_options(p: argparse.ArgumentParser) -> None:
     machinery.add_engines(p)
     machinery.add_lifetimes(p)
-    p.add_argument(
-        "--protocols",
-        default=",".join(PROTOCOLS),
-        help=f"comma-separated, of {', '.join(PROTOCOLS)}; h2 only through "
-        f"{', '.join(sorted(HTTP2_ENGINES))} (default: all)",
-    )
+    options.add_dimension(p, BY_FIELD["protocol"], default=",".join(PROTOCOLS))
     p.add_argument("--parts", default="matrix,uploads", help="matrix, uploads, or both (default: both)")
     p.add_argument("--rate-load", default="rate/200", help="the fixed rate (default: %(default)s)")
     p.add_argument("--capacity-load", default="closed/50/0", help="capacity (default: %(default)s)")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import conclusions, confidence, render, run_report, versions
-from ..cases import LIFETIMES, Case, case_list
+from ..cases import BY_FIELD, LIFETIMES, Case, case_list
+from ..commands import options
 from ..plan import Plan, parse_load
 from ..results import Results
 from . import io, machinery
@@ -126,7 +127,7 @@ def matrices(args: argparse.Namespace) -> Matrices:
 
     def plan(ktor: list[str], java: list[str]) -> Plan:
         return machinery.runs_plan(
-            args, cases, ["static-small"], [load], repeats=args.repeats, ktor=ktor, java=java
+            args, cases, ["static-small"], [load], repeats=args.repeats, dims={"ktor": ktor, "java": java}
         )
 
     return Matrices(plan(names, java_names), plan(names, java_names[:1]), plan(names[-1:], java_names[1:]))
@@ -137,7 +138,7 @@ def plan(args: argparse.Namespace) -> list[Matrices | IoRun]:
     m = matrices(args)
     if not args.io:
         return [m]
-    return [m, *(io_run(args, name) for name in m.whole.ktor)]  # each release's jar: built at its run
+    return [m, *(io_run(args, name) for name in m.whole.dims["ktor"])]  # each release's jar: built at its run
 
 
 def measure(d: Path, item: Matrices | IoRun, args: argparse.Namespace) -> list[ChangeRow | IoRow]:
@@ -304,8 +305,8 @@ def report(rows: list[ChangeRow | IoRow], args: argparse.Namespace) -> machinery
 
 def add_options(p: argparse.ArgumentParser) -> None:
     releases = sorted((r.name for r in versions.releases()), key=versions.version_key)
-    p.add_argument("--ktor", default=",".join(releases), help="releases, oldest first (default: %(default)s)")
-    p.add_argument("--java", default="17,25", help="JDKs, the first is the base (default: %(default)s)")
+    options.add_dimension(p, BY_FIELD["ktor"], default=",".join(releases), more="; here, oldest first")
+    options.add_dimension(p, BY_FIELD["java"], default="17,25", more="; here, the first is the base")
     p.add_argument(
         "--cases",
         default="",
