@@ -213,6 +213,28 @@ def _dispatcher_order(text: str) -> tuple:
     return (0 if text == "io" else 1 if kind == "io" else 2, int(size) if size.isdigit() else 0)
 
 
+# The connection-pool limit (CLIENT_MAX_CONNECTIONS, proxy-app's ClientFactory): connections per
+# upstream (and in all) each engine may open, and so OkHttp's and Apache5's threads in flight.
+MAX_CONNECTIONS_DEFAULT = 1000
+UNLIMITED_CONNECTIONS = {"java": "the JDK's HttpClient cannot limit its connections"}
+
+
+def _connections(text: str) -> int:
+    text = str(text).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 100_000:
+        raise ValueError(f"max-connections {text!r}: give a whole number of connections, 1 to 100000")
+    return int(text)
+
+
+def _connections_refusal(case: Case) -> str | None:
+    if case.max_connections != MAX_CONNECTIONS_DEFAULT and case.engine in UNLIMITED_CONNECTIONS:
+        return (
+            f"max-connections {case.max_connections} changes nothing of {case.engine}: "
+            + (UNLIMITED_CONNECTIONS[case.engine])
+        )
+    return None
+
+
 DIMENSIONS = (
     Dimension(
         "ktor", "ktor", "--ktor", "Ktor",
@@ -251,6 +273,15 @@ DIMENSIONS = (
         variables=(("CLIENT_DISPATCHER", "io"),),
         order=_dispatcher_order,
     ),
+    Dimension(
+        "max_connections", "connections", "--max-connections", "pool limit",
+        "the client's connection-pool limit (CLIENT_MAX_CONNECTIONS), e.g. 64,1000: connections each engine "
+        "may open, and so OkHttp's and Apache5's threads in flight "
+        f"(default: {MAX_CONNECTIONS_DEFAULT}). Skipped for java, which cannot limit them",
+        parse=_connections, refuse=_connections_refusal,
+        env=lambda v: {} if v == MAX_CONNECTIONS_DEFAULT else {"CLIENT_MAX_CONNECTIONS": str(v)},
+        variables=(("CLIENT_MAX_CONNECTIONS", str(MAX_CONNECTIONS_DEFAULT)),),
+    ),
 )  # fmt: skip
 BY_WORD = {d.word: d for d in DIMENSIONS}
 BY_FIELD = {d.field: d for d in DIMENSIONS}
@@ -268,6 +299,7 @@ class Case:
     protocol: str = "http"  # between the proxy and the upstream
     rtt_ms: int = 0  # round trip added between the proxy and the upstream
     dispatcher: str = "io"  # where the client's coroutines run (DISPATCHER_TITLES)
+    max_connections: int = MAX_CONNECTIONS_DEFAULT  # the connection-pool limit
 
     def __post_init__(self) -> None:
         if self.lifetime not in LIFETIMES or self.engine not in ENGINES:
