@@ -165,7 +165,20 @@ def test_lab_run_shows_what_the_round_trip_costs_singleton_and_per_call(tmp_path
         # in this order, the plan's seeded order of its first round measures each per-call row
         # before the singleton at its round trip (the assertion on `order` below holds it)
         [LAB, "run", "--cases", "singleton-okhttp,per-call-okhttp", "--rtt", "0,20", "--loads", "rate/50"]
-        + ["--warmup", "0", "--duration", "5", "--windows", "1", "--forks", "1", "--aa", "none"]
+        + [
+            "--warmup",
+            "0",
+            "--duration",
+            "5",
+            "--windows",
+            "1",
+            "--forks",
+            "1",
+            "--aa",
+            "none",
+            "--spare",
+            "0",
+        ]
         + ["--java-opts=-Xmx256m", "--out", str(out)],
         capture_output=True,
         text=True,

@@ -256,7 +256,7 @@ def groups(results: Results) -> list[Group]:
                     {f.key: Estimate.of([f.get(r) for r in runs], [r.fork for r in runs]) for f in FIGURES},
                     sorted({f for r in runs for f in r.verdict.flags}),
                     all(r.verdict.capacity for r in runs),
-                    reasons(runs) + left_out(left, len(runs)),
+                    reasons(runs) + left_out(left, len(runs)) + spares(runs + left),
                     left,
                 )
             )
@@ -276,15 +276,18 @@ def groups(results: Results) -> list[Group]:
 def kept(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     """A row's windows split into those its figures are made of and those left out (LEFT_OUT, and
     none of ENGINE_FLAGS): every window when fewer than MIN_KEPT would be kept."""
-    left = [
-        r
-        for r in runs
-        if set(r.verdict.flags) & set(LEFT_OUT) and not set(r.verdict.flags) & set(ENGINE_FLAGS)
-    ]
+    left = [r for r in runs if left_out_window(r)]
     free = [r for r in runs if r not in left]
     if left and len(free) >= MIN_KEPT:
         return free, left
     return runs, []
+
+
+def left_out_window(run: Run) -> bool:
+    """A window its row's figures leave out (a flag of LEFT_OUT), unless the engine itself failed
+    in it (ENGINE_FLAGS): such a window is the finding, never left out."""
+    flags = set(run.verdict.flags)
+    return bool(flags & set(LEFT_OUT)) and not flags & set(ENGINE_FLAGS)
 
 
 def left_out(left: list[Run], n: int) -> list[str]:
@@ -300,6 +303,12 @@ def left_out(left: list[Run], n: int) -> list[str]:
     return [
         f"{len(left)} of {len(left) + n} windows left out of its figures, which are its other {n}: {said}"
     ]
+
+
+def spares(runs: list[Run]) -> list[str]:
+    """How many of a row's windows were spares, measured because others were left out."""
+    n = sum(r.spare for r in runs)
+    return [f"{n} of its windows are spares, measured in place of those left out (--spare)"] if n else []
 
 
 def reasons(runs: list[Run]) -> list[str]:

@@ -261,6 +261,9 @@ WINDOWS = 3
 STUDY_WINDOWS = 5
 # Proxies (JVMs) per row by default: the unit the tests sample.
 FORKS = 2
+# At most this many spare windows per JVM by default, measured only when some of its windows are
+# left out (a busy machine, the JIT): the row keeps its WINDOWS windows a JVM.
+SPARE = 2
 
 
 def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparison:

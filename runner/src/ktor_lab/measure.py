@@ -14,6 +14,7 @@ rewritten after every window, so Ctrl-C keeps what finished.
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import sys
 import time
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from . import machine, metrics, verdict
+from . import conclusions, machine, metrics, verdict
 from .cases import DIMENSIONS
 from .machine import environment
 from .parts import nginx
@@ -567,6 +568,11 @@ class Progress:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    def extend(self, windows: int) -> None:
+        """`windows` more, on warm proxies (spare windows)."""
+        self.warms += [False] * windows
+        self.total += windows
+
     def finish_one(self, summary: str) -> None:
         now = time.monotonic()
         self.took[self.warms[self.done]].append(now - self.last)  # a batch's proxy starts included
@@ -630,6 +636,19 @@ def fmt(v) -> str:
     return "-" if v is None else f"{v:g}"
 
 
+def spare_round(plan: Plan, taken: dict[tuple[ProxySpec, str, Load], list[Run]], seed: int) -> list[Spec]:
+    """The next round of spare windows: one more for each proxy, scenario and load (`taken`: its
+    windows so far) of which fewer than plan.repeats would be kept (conclusions.left_out_window)
+    and that has had fewer than plan.spare spares; in an order of the round's own, as Plan.runs."""
+    out = [
+        Spec(len(runs) + 1, p.case, scenario, load, p.copy, p.fork)
+        for (p, scenario, load), runs in taken.items()
+        if sum(not conclusions.left_out_window(r) for r in runs) < plan.repeats
+        and sum(r.spare for r in runs) < plan.spare
+    ]
+    return random.Random(seed).sample(out, len(out))
+
+
 def batches(plan: Plan) -> list[list[ProxySpec]]:
     """The plan's proxies in groups of at most MAX_PROXIES_UP, in the plan's order (a dimension's
     cases together), one fork at a time: each group is up at once, its windows interleaved, and
@@ -666,6 +685,21 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
         progress = Progress(warming(order, keep), warm_s, kept_window_seconds(plan))
     else:
         progress = Progress(warming(order, keep), fresh_window_seconds(plan), fresh_window_seconds(plan))
+    taken: dict[tuple[ProxySpec, str, Load], list[Run]] = {}
+
+    def take(spec: Spec, lives: dict[ProxySpec, Live], spare: bool = False) -> None:
+        progress.show(spec.title() + (" (spare)" if spare else ""))
+        live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
+        run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
+        run.spare = spare
+        if not keep:
+            finish_leak_check(backend, live)
+            backend.stop_case(live.proxy)
+        taken.setdefault((spec.proxy, spec.scenario, spec.load), []).append(run)
+        results.runs.append(run)
+        results.write(out_dir)
+        progress.finish_one(summary_line(run))
+
     try:
         for batch in groups:
             lives: dict[ProxySpec, Live] = {}
@@ -673,15 +707,14 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
                 progress.show(f"starting {p.title}")
                 lives[p] = start_live(backend, p, plan, keep=True)
             for spec in (s for s in specs if s.proxy in batch):
-                progress.show(spec.title())
-                live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
-                run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
-                if not keep:
-                    finish_leak_check(backend, live)
-                    backend.stop_case(live.proxy)
-                results.runs.append(run)
-                results.write(out_dir)
-                progress.finish_one(summary_line(run))
+                take(spec, lives)
+            for extra in range(plan.spare if keep else 0):
+                mine = {k: runs for k, runs in taken.items() if k[0] in batch}
+                if not (spares := spare_round(plan, mine, plan.repeats + extra)):
+                    break
+                progress.extend(len(spares))
+                for spec in spares:
+                    take(spec, lives, spare=True)
             for live in lives.values():
                 finish_leak_check(backend, live)
                 backend.stop_case(live.proxy)

@@ -144,6 +144,9 @@ class Plan:
     bandwidth_kbps: int = 0
     # Proxies per row: each warmed once, its windows pooled into the row (JMH's forks).
     forks: int = 1
+    # At most this many more windows per proxy, scenario and load, measured one round at a time
+    # while fewer than `repeats` of its windows would be kept (conclusions.LEFT_OUT).
+    spare: int = 0
     # The case measured as two rows, the A/A pair that checks the method (its intervals include 0)
     # ("": none, unless --cases names a case twice).
     aa: str = ""
@@ -194,8 +197,8 @@ class Plan:
             raise ValueError(f"unknown scenario {bad[0]!r}; valid scenarios: {', '.join(SCENARIOS)}")
         if self.repeats < 1 or self.duration_s < 1 or self.warmup_s < 0 or self.workers < 0:
             raise ValueError("windows and duration must be at least 1; warm-up and workers at least 0")
-        if self.forks < 1 or self.settle_s < 0:
-            raise ValueError("forks must be at least 1 and the settle at least 0")
+        if self.forks < 1 or self.settle_s < 0 or self.spare < 0:
+            raise ValueError("forks must be at least 1, the settle and the spare windows at least 0")
         if self.aa and Case.parse(self.aa).id not in {c.id for c in self.cases}:
             raise ValueError(f"the A/A case {self.aa!r} is not one of the cases; give one of them, or none")
         if not (self.cases and self.scenarios and self.loads):
@@ -230,7 +233,7 @@ class Plan:
         """What `lab run` measures when given nothing: the recommended engines in both lifetimes,
         an A/A pair of the first, FORKS JVMs a row and WINDOWS windows a JVM, at DEFAULT_LOAD."""
         from .cases import DEFAULT_CASES
-        from .confidence import FORKS, WINDOWS
+        from .confidence import FORKS, SPARE, WINDOWS
 
         cases = [Case.parse(c) for c in DEFAULT_CASES]
         return cls(
@@ -239,6 +242,7 @@ class Plan:
             [parse_load(DEFAULT_LOAD)],
             repeats=WINDOWS,
             forks=FORKS,
+            spare=SPARE,
             aa=cases[0].id,
             warm_first=parse_load(DEFAULT_WARM_FIRST),
             warmup_s=DEFAULT_WARMUP_S,

@@ -241,6 +241,8 @@ class Run:
     # the fork of that row.
     copy: int = 0
     fork: int = 1
+    # A window measured beyond the plan's because some of its proxy's were left out (Plan.spare).
+    spare: bool = False
     # What came before the window on that proxy: "warm-up" (its first window in this scenario and
     # load), "idle" (a warm proxy that idled `idle_s` while the others were measured, then
     # `settle_s` of load), or "fresh" (a proxy started and warmed for this window alone).

@@ -4,6 +4,7 @@ quantiles, and the report from a stored result."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ktor_lab import conclusions, metrics, run_report, verdict
-from ktor_lab.cases import SCENARIOS
+from ktor_lab.cases import SCENARIOS, Case
 from ktor_lab.cli import main
 from ktor_lab.paths import LOCUST_DIR
 from ktor_lab.plan import Load, Plan, parse_load
@@ -762,3 +763,61 @@ def test_the_report_shows_each_rows_windows_over_the_run():
     svg = render.series("t", {"a": [(0, 1), (1, 3), (2, 2)], "b": [(0.5, 2)], "none": []}, digits=0)
     assert svg.count("<polyline") == 2 and svg.count("<circle") == 4 and ">none<" not in svg
     assert 'points="60.0,163.3 320.0,30.0 580.0,96.7"' in svg  # 0..2 min across, 0..3 up (y grows down)
+
+
+def test_spare_windows_are_measured_only_while_a_proxy_would_keep_fewer_than_its_windows():
+    from ktor_lab.measure import spare_round
+    from ktor_lab.plan import Plan, ProxySpec
+
+    plan = Plan(
+        ["singleton-cio", "singleton-okhttp"], ["static-small"], [parse_load("rate/10")], repeats=3, spare=2
+    )
+    load = plan.loads[0]
+    cio, okhttp = (ProxySpec(Case.parse(c)) for c in ("singleton-cio", "singleton-okhttp"))
+
+    def window(flags=(), spare=False):
+        r = a_run()
+        r.verdict.flags, r.spare = list(flags), spare
+        return r
+
+    busy, failed = ("machine-busy",), ("errors", "machine-busy")
+    taken = {
+        (cio, "static-small", load): [window(), window(busy), window()],
+        (okhttp, "static-small", load): [window(), window(failed), window()],  # the engine's: kept
+    }
+    [spare] = spare_round(plan, taken, seed=3)
+    assert (spare.case.id, spare.repeat, spare.scenario, spare.load) == (
+        "singleton-cio",
+        4,
+        "static-small",
+        load,
+    )
+    # a spare left out too: one more, then no more than plan.spare
+    taken[(cio, "static-small", load)].append(window(("not-warm",), spare=True))
+    assert [s.repeat for s in spare_round(plan, taken, seed=4)] == [5]
+    taken[(cio, "static-small", load)].append(window(("not-warm",), spare=True))
+    assert spare_round(plan, taken, seed=5) == []
+    # kept in full: none
+    taken[(cio, "static-small", load)][-1] = window(spare=True)
+    taken[(cio, "static-small", load)][-2] = window(spare=True)
+    assert spare_round(plan, taken, seed=5) == []
+    assert (
+        spare_round(dataclasses.replace(plan, spare=0), {(cio, "static-small", load): [window(busy)]}, 1)
+        == []
+    )
+
+
+def test_a_row_says_how_many_of_its_windows_are_spares():
+    runs = [a_run(), a_run(), a_run(), a_run()]
+    runs[1].machine = MachineFigures(cpus=2, window_s=30, others_cores=0.9, others_share=0.45)  # busy
+    runs[3].spare = True
+    for i, r in enumerate(runs):
+        r.repeat = i + 1
+    plan = Plan(["singleton-cio"], ["static-small"], [runs[0].load], repeats=3, spare=2)
+    (group,) = conclusions.groups(Results(plan=plan, backend={}, environment={}, started="", runs=runs))
+    (row,) = group.rows
+    assert len(row.runs) == 3 and row.left == [runs[1]]
+    assert "1 of 4 windows left out of its figures, which are its other 3: machine-busy in 1" in " ".join(
+        row.reasons
+    )
+    assert "1 of its windows are spares, measured in place of those left out (--spare)" in row.reasons

@@ -83,6 +83,14 @@ def add_parser(sub) -> None:
         "(default: %(default)s; 1: the intervals are of one JVM, not of the engine)",
     )
     p.add_argument(
+        "--spare",
+        type=int,
+        default=confidence.SPARE,
+        help="at most this many more windows per JVM, measured one round at a time only while fewer "
+        "than --windows of its windows would be kept (left out: not warm, a busy machine, missed "
+        "scrapes), so that each row keeps its windows (default: %(default)s; 0: none)",
+    )
+    p.add_argument(
         "--aa",
         default="first",
         help="the case measured as two rows (#1, #2): the A/A pair, whose intervals should include 0 "
@@ -148,6 +156,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             loads=[parse_load(x) for x in args.loads.split(",") if x.strip()],
             repeats=args.repeats,
             forks=args.forks,
+            spare=args.spare,
             aa=aa_case(args.aa, cases),
             fresh=args.fresh,
             settle_s=args.settle,
@@ -194,14 +203,25 @@ def run(args: argparse.Namespace) -> int:
     )
     proxies = len(plan.proxies())
     fresh = plan.fresh or not backend.keeps_proxies
+    keeps = not fresh
     how = "a fresh proxy per window" if fresh else f"{proxies} proxies, each warmed once"
     aa = f", A/A pair {plan.aa}" if plan.aa else ""
     planned = measure.planned_seconds(plan, backend.keeps_proxies)
+    if plan.spare and keeps:
+        spare_s = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads) * plan.spare
+        spare_s *= measure.kept_window_seconds(plan)
+        spare = (
+            f" (plus up to {plan.spare} spare windows a JVM, about {measure.format_seconds(spare_s)} "
+            "in all, only where windows are left out)"
+        )
+    else:
+        spare = ""
     print(
         f"lab run: {runs} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
         f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
         f"warm-up <= {plan.warmup_s} s, "
-        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}; results in {out}",
+        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}; "
+        f"results in {out}",
         flush=True,
     )
     skipped = plan.skipped()
