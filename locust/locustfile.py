@@ -7,7 +7,7 @@ Scenarios (pick one with --scenario / LOCUST_SCENARIO, or the class picker in th
   slow          GET /delay?ms=<delay-ms>
   mix           all four, weighted 10:1:1:2
 Load models (--load-model / LOCUST_LOAD_MODEL):
-  closed  each user waits wait-min..wait-max seconds between requests (the earlier lab: 1-2 s)
+  closed  each user waits wait-min..wait-max seconds between requests (the published studies: 1-2 s)
   rate    each user is paced so that all users together start target-rps requests a second
   sweep   add locust/sweep.py to -f: the rate steps up until errors or p95 cross a limit
 The model in force is printed at start and stop, shown in the UI's custom parameters,
