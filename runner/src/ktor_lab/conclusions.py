@@ -190,6 +190,8 @@ class Row:
     def why_not(self, figure: Figure) -> str:
         """`per-call-java (errors, unresponsive)`: why it is left out of a ranking on `figure`."""
         flags = [f for f in self.flags if f in figure.not_comparable]
+        if not flags and self.runs and not self.kept_rate(load := self.runs[0].load):
+            flags = [f"short of its {load.target_rps:g} rps"]
         return f"{self.name} ({', '.join(flags) or 'not measured'})"
 
     def kept_rate(self, load: Load) -> bool:
@@ -412,11 +414,17 @@ def standing(
 
 
 def value(row: Row, figure: Figure) -> str:
-    """`3,412 ±1.2%` (the centre and half its 95% interval), or `3,412` without one."""
+    """`3,412 ±1.2%` (the centre and half its 95% interval, as a share: the interval is made on
+    the logarithms), `0.1 ±2.0` (in the figure's units: made on the values themselves, where a
+    window is 0, as counts of new connections are for a singleton), or `3,412` without one."""
     e = row.figures[figure.key]
     if e.mean is None:
         return "-"
     text = f"{e.mean:,.{figure.digits}f}"
+    if e.low is None or e.high is None:
+        return text
+    if e.pool is not None and not e.pool.log:
+        return text + f" ±{(e.high - e.low) / 2:,.{figure.digits}f}"
     return text + (f" ±{e.half_width:.1%}" if e.half_width is not None else "")
 
 
@@ -689,6 +697,12 @@ def risks(results: Results, group: Group) -> list[str]:
             "Unlimited connections: the JDK's client (java) cannot limit its connections in flight; "
             "the lab's CLIENT_MAX_CONNECTIONS does not apply to it."
         )
+    return out + measurement_risks(group)
+
+
+def measurement_risks(group: Group) -> list[str]:
+    """What set a row's figures besides its engine: the rate, missed scrapes, the generator."""
+    out = []
 
     # At a fixed rate, reaching it (`target`) is the equal work, not a risk.
     def rate_flags(r: Row) -> list[str]:

@@ -130,6 +130,7 @@ def directions(group: Group) -> str:
     figures = shown(group)
     return (
         "Each figure is the row's centre (the geometric mean of its JVMs' windows) ± half its 95% interval "
+        "(a share of the centre; in the figure's own units where some window is 0, as for counts) "
         "(none for a row flagged on it, which no test uses); "
         "a column no row measured "
         "is left out. Higher is better: "
