@@ -101,6 +101,27 @@ class Backend(Protocol):
     def describe(self) -> dict:
         """What results.json records of the backend."""
 
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        """Only nginx (or nothing): for the studies whose own clients measure transfers, bursts or
+        faults through a proxy; their proxies start through start_case. LabError where a backend
+        cannot (compose, Swarm: the studies run natively)."""
+
+    def fault_server(self) -> FaultServer:
+        """The lab's misbehaving upstream (parts/faults.py) beside the parts, started once."""
+
+    @property
+    def upstream_url(self) -> str: ...  # nginx, as the proxies reach it
+
+    @property
+    def run_dir(self) -> Path: ...  # where the parts' logs go
+
+    def urls(self) -> dict[str, str]:
+        """Where each part answers, from this machine, as a user opens it: part -> URL and what to
+        open there (lab up prints them)."""
+
+    def exited(self) -> str | None:
+        """A part that has exited since it started, with the end of its log; None while all run."""
+
 
 class NativeBackend:
     """Every part a child process of this one on 127.0.0.1 (stack.Stack), on free ports."""
@@ -238,6 +259,24 @@ class NativeBackend:
             "ports": vars(self._stack.ports),
             "note": "every part shares this machine's CPUs; no limits per process",
         }
+
+    def urls(self) -> dict[str, str]:
+        lab = self._stack
+        out = {"Locust": f"{lab.locust_url}/  (start a run there; its stats at /metrics)"}
+        if self.grafana:
+            out["Grafana"] = f"{lab.grafana_url}/  (Lab overview, no login to view)"
+        out["Prometheus"] = f"{lab.prometheus_url}/"
+        if proxies := [p.url for p in [lab.current_proxy, *lab.kept] if p is not None]:
+            out["proxy"] = f"{', '.join(proxies)}/  (/metrics, /health)"
+        out["nginx"] = f"{lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)"
+        if lab.toxiproxy is not None and lab.toxics:
+            out["network"] = f"Toxiproxy {lab.toxiproxy.api}/proxies between them"
+        return out
+
+    def exited(self) -> str | None:
+        if self.stack is None or not (gone := self.stack.exited()):
+            return None
+        return f"{gone[0].name} exited with {gone[0].proc.returncode}:\n{gone[0].tail()}"
 
 
 class ComposeBackend:
@@ -405,6 +444,28 @@ class ComposeBackend:
             "scrape_interval_s": self.scrape_seconds,
             **{k.lower(): self._project.env.get(k, env.get(k)) for k in keys},
         }
+
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
+
+    def fault_server(self) -> FaultServer:
+        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
+
+    @property
+    def upstream_url(self) -> str:
+        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
+
+    @property
+    def run_dir(self) -> Path:
+        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
+
+    def urls(self) -> dict[str, str]:
+        names = {"locust": "Locust", "grafana": "Grafana", "prometheus": "Prometheus"}
+        names |= {"proxy": "proxy", "nginx": "nginx"}
+        return {names[s]: f"{self._project.url(s)}/" for s in names if s in self._project.ports}
+
+    def exited(self) -> str | None:
+        return None  # compose's own healthchecks restart or report a part that stops
 
 
 class SwarmBackend:
@@ -576,6 +637,26 @@ class SwarmBackend:
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
         }
+
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
+
+    def fault_server(self) -> FaultServer:
+        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
+
+    @property
+    def upstream_url(self) -> str:
+        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
+
+    @property
+    def run_dir(self) -> Path:
+        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
+
+    def urls(self) -> dict[str, str]:
+        return {"Locust": f"{self.locust_url}/", "Prometheus": f"{self.prometheus_url}/"}
+
+    def exited(self) -> str | None:
+        return None  # the swarm reschedules a task that stops
 
 
 # `lab run --backend NAME`: the kinds of backend, each made with the run's --grafana.

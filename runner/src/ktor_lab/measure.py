@@ -665,9 +665,9 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     """Runs the plan, writing out_dir/results.json after each window; returns the results.
 
     Natively every proxy of the plan is started first and stays up: each is warmed once per
-    scenario and load, then measured in windows interleaved with the others' (round by round).
-    With `plan.fresh`, or a backend that runs one proxy at a time, each window gets a fresh proxy,
-    warmed again."""
+    scenario and load, then measured in windows interleaved with the others' (round by round),
+    then in spare windows where some were left out. With `plan.fresh`, or a backend that runs one
+    proxy at a time, each window gets a fresh proxy, warmed again."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = Results(
         plan=plan,
@@ -678,51 +678,72 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     keep = backend.keeps_proxies and not plan.fresh
     specs = plan.runs()
     groups = batches(plan) if keep else [plan.proxies()]
-    order = [s for batch in groups for s in specs if s.proxy in batch]
-    if keep:
-        first = int(plan.warm_first is not None)
-        warm_s = plan.warmup_s * (1 + first) + kept_window_seconds(plan)
-        progress = Progress(warming(order, keep), warm_s, kept_window_seconds(plan))
-    else:
-        progress = Progress(warming(order, keep), fresh_window_seconds(plan), fresh_window_seconds(plan))
-    taken: dict[tuple[ProxySpec, str, Load], list[Run]] = {}
-
-    def take(spec: Spec, lives: dict[ProxySpec, Live], spare: bool = False) -> None:
-        progress.show(spec.title() + (" (spare)" if spare else ""))
-        live = lives[spec.proxy] if keep else start_live(backend, spec.proxy, plan, keep=False)
-        run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
-        run.spare = spare
-        if not keep:
-            finish_leak_check(backend, live)
-            backend.stop_case(live.proxy)
-        taken.setdefault((spec.proxy, spec.scenario, spec.load), []).append(run)
-        results.runs.append(run)
-        results.write(out_dir)
-        progress.finish_one(summary_line(run))
-
+    session = Session(plan, backend, out_dir, results, progress_of(plan, specs, groups, keep), keep)
     try:
         for batch in groups:
-            lives: dict[ProxySpec, Live] = {}
-            for p in batch if keep else ():
-                progress.show(f"starting {p.title}")
-                lives[p] = start_live(backend, p, plan, keep=True)
-            for spec in (s for s in specs if s.proxy in batch):
-                take(spec, lives)
-            for extra in range(plan.spare if keep else 0):
-                mine = {k: runs for k, runs in taken.items() if k[0] in batch}
-                if not (spares := spare_round(plan, mine, plan.repeats + extra)):
-                    break
-                progress.extend(len(spares))
-                for spec in spares:
-                    take(spec, lives, spare=True)
-            for live in lives.values():
-                finish_leak_check(backend, live)
-                backend.stop_case(live.proxy)
+            session.batch(batch, [s for s in specs if s.proxy in batch])
     except KeyboardInterrupt:
         results.interrupted = True
         print("\nlab run: interrupted; keeping the windows that finished", file=sys.stderr)
     finally:
         results.finished = datetime.now(UTC).isoformat(timespec="seconds")
-        results.wall_seconds = round(time.monotonic() - progress.started, 1)
+        results.wall_seconds = round(time.monotonic() - session.progress.started, 1)
         results.write(out_dir)
     return results
+
+
+def progress_of(plan: Plan, specs: list[Spec], groups: list[list[ProxySpec]], keep: bool) -> Progress:
+    """The progress line of the windows in the order they run, with their planned seconds."""
+    order = [s for batch in groups for s in specs if s.proxy in batch]
+    if keep:
+        warm_s = plan.warmup_s * (1 + int(plan.warm_first is not None)) + kept_window_seconds(plan)
+        return Progress(warming(order, keep), warm_s, kept_window_seconds(plan))
+    return Progress(warming(order, keep), fresh_window_seconds(plan), fresh_window_seconds(plan))
+
+
+@dataclass
+class Session:
+    """One run of a plan: its backend, results and progress, and each proxy's windows so far (by
+    proxy, scenario and load: what spare windows are counted against)."""
+
+    plan: Plan
+    backend: Backend
+    out_dir: Path
+    results: Results
+    progress: Progress
+    keep: bool  # proxies kept up and warm between their windows
+    taken: dict[tuple[ProxySpec, str, Load], list[Run]] = field(default_factory=dict)
+
+    def batch(self, batch: list[ProxySpec], specs: list[Spec]) -> None:
+        """The batch's proxies up (when kept), its windows, its spare rounds, its proxies stopped."""
+        lives: dict[ProxySpec, Live] = {}
+        for p in batch if self.keep else ():
+            self.progress.show(f"starting {p.title}")
+            lives[p] = start_live(self.backend, p, self.plan, keep=True)
+        for spec in specs:
+            self.take(spec, lives)
+        for extra in range(self.plan.spare if self.keep else 0):
+            mine = {k: runs for k, runs in self.taken.items() if k[0] in batch}
+            if not (spares := spare_round(self.plan, mine, self.plan.repeats + extra)):
+                break
+            self.progress.extend(len(spares))
+            for spec in spares:
+                self.take(spec, lives, spare=True)
+        for live in lives.values():
+            finish_leak_check(self.backend, live)
+            self.backend.stop_case(live.proxy)
+
+    def take(self, spec: Spec, lives: dict[ProxySpec, Live], spare: bool = False) -> None:
+        """One window on its proxy (a fresh one when proxies are not kept), recorded at once."""
+        self.progress.show(spec.title() + (" (spare)" if spare else ""))
+        backend, plan = self.backend, self.plan
+        live = lives[spec.proxy] if self.keep else start_live(backend, spec.proxy, plan, keep=False)
+        run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
+        run.spare = spare
+        if not self.keep:
+            finish_leak_check(backend, live)
+            backend.stop_case(live.proxy)
+        self.taken.setdefault((spec.proxy, spec.scenario, spec.load), []).append(run)
+        self.results.runs.append(run)
+        self.results.write(self.out_dir)
+        self.progress.finish_one(summary_line(run))

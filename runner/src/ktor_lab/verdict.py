@@ -120,12 +120,20 @@ def jit_quiet(run: Run) -> bool:
 
 def judge(run: Run) -> Verdict:
     """The flags of one run, each with its reason; `capacity` when none is a rate flag."""
-    load, locust = run.load, run.locust
-    flags, reasons = [], []
+    found = [*rate_flags(run), *warmth_flags(run), *state_flags(run), *leak_flags(run), *record_flags(run)]
+    flags = [flag for flag, _ in found]
+    return Verdict(flags, not any(f in RATE_FLAGS for f in flags), [why for _, why in found])
+
+
+Flags = list[tuple[str, str]]  # (flag, its reason)
+
+
+def rate_flags(run: Run) -> Flags:
+    """What set the rate besides the engine (the generator, the load model, the target), and errors."""
+    load, locust, out = run.load, run.locust, []
     peak = max(locust.cpu_peak_percent.values(), default=0.0)
     if locust.saturated or peak >= SATURATION_CPU_PERCENT:
-        flags.append("generator-saturated")
-        reasons.append(f"Locust reached {peak:.0f}% CPU: the rate is the generator's")
+        out.append(("generator-saturated", f"Locust reached {peak:.0f}% CPU: the rate is the generator's"))
     rps = locust.rps or 0.0
     latency_s = (locust.avg_ms or 0.0) / 1000
     if load.model == "closed" and load.wait_max > 0:
@@ -133,96 +141,143 @@ def judge(run: Run) -> Verdict:
         share = wait / (wait + latency_s)
         model_rps = load.users / (wait + latency_s)
         if share >= WAIT_SHARE_LIMIT:
-            flags.append("load-model")
-            reasons.append(
-                f"closed loop: {load.users} users / ({wait:g} s wait + {latency_s * 1000:.0f} ms) = "
-                f"{model_rps:.0f} rps, measured {rps:.0f}: the wait sets the rate"
+            out.append(
+                (
+                    "load-model",
+                    f"closed loop: {load.users} users / ({wait:g} s wait + {latency_s * 1000:.0f} ms) = "
+                    f"{model_rps:.0f} rps, measured {rps:.0f}: the wait sets the rate",
+                )
             )
-    if load.model == "rate" and load.target_rps:
-        if rps >= (1 - TARGET_TOLERANCE) * load.target_rps:
-            flags.append("target")
-            reasons.append(f"reached its target of {load.target_rps:g} rps: capacity is higher")
+    if load.model == "rate" and load.target_rps and rps >= (1 - TARGET_TOLERANCE) * load.target_rps:
+        out.append(("target", f"reached its target of {load.target_rps:g} rps: capacity is higher"))
     if locust.requests and (locust.failures or 0) / locust.requests > ERROR_RATIO_LIMIT:
-        flags.append("errors")
-        reasons.append(f"{locust.failures} of {locust.requests} requests failed")
+        out.append(("errors", f"{locust.failures} of {locust.requests} requests failed"))
+    return out
+
+
+def warmth_flags(run: Run) -> Flags:
+    """`not-warm`, with the first reason that holds: a collapse in a warm-up, a warm-up that did
+    not settle (unless the window's own JIT was quiet), or the JIT busy in the window."""
     jit = run.proxy.jit_cpu_seconds_in_window
     if run.warmup.collapsed:
-        flags.append("not-warm")
-        reasons.append(
-            f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
-            f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {run.warmup.seconds:.0f} s"
-        )
-    elif run.warmup.first_end == "stopped answering":
-        flags.append("not-warm")
-        reasons.append(
-            f"stopped answering in its first warm-up, at {run.warmup.first_load} (--warm-first), which "
-            "ended there: its windows are of a proxy that collapsed before them"
-        )
-    elif not run.warmup.settled and not jit_quiet(run):
-        flags.append("not-warm")
-        reasons.append(
-            f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb"
-            + warm_first_hint(run)
-        )
-    elif jit_busy(run):
-        flags.append("not-warm")
-        reasons.append(
-            f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "
-            f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb{warm_first_hint(run)}"
-        )
+        return [
+            (
+                "not-warm",
+                f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
+                f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {run.warmup.seconds:.0f} s",
+            )
+        ]
+    if run.warmup.first_end == "stopped answering":
+        return [
+            (
+                "not-warm",
+                f"stopped answering in its first warm-up, at {run.warmup.first_load} (--warm-first), which "
+                "ended there: its windows are of a proxy that collapsed before them",
+            )
+        ]
+    if not run.warmup.settled and not jit_quiet(run):
+        return [
+            (
+                "not-warm",
+                f"not warm after {run.warmup.seconds:.0f} s of warm-up: figures may still climb"
+                + warm_first_hint(run),
+            )
+        ]
+    if jit_busy(run):
+        return [
+            (
+                "not-warm",
+                f"the JIT compiled for {jit:.1f} s of the {run.window.seconds:.0f} s window "
+                f"(more than {JIT_WINDOW_SHARE:.0%} of a core): figures may still climb"
+                + warm_first_hint(run),
+            )
+        ]
+    return []
+
+
+def state_flags(run: Run) -> Flags:
+    """The proxy not answering, the machine busy with other work, the generator's latency."""
+    out = []
     if run.unanswered:
-        flags.append("unresponsive")
-        reasons.append(f"the proxy did not answer its /metrics ({'; '.join(run.unanswered)}): it collapsed")
+        out.append(
+            (
+                "unresponsive",
+                f"the proxy did not answer its /metrics ({'; '.join(run.unanswered)}): it collapsed",
+            )
+        )
     m = run.machine
     if m is not None and (m.others_share >= BUSY_SHARE or m.steal_share >= STEAL_SHARE):
-        flags.append("machine-busy")
-        reasons.append(
-            f"other processes used {m.others_cores:.2f} of {m.cpus} CPUs ({m.others_share:.0%}; threshold "
-            f"{BUSY_SHARE:.0%}) and steal was {m.steal_share:.0%} during the window: the machine was busy"
+        out.append(
+            (
+                "machine-busy",
+                f"other processes used {m.others_cores:.2f} of {m.cpus} CPUs ({m.others_share:.0%}; "
+                f"threshold {BUSY_SHARE:.0%}) and steal was {m.steal_share:.0%} during the window: "
+                "the machine was busy",
+            )
         )
-    server_p50, locust_p50 = run.proxy.server_p50_ms, locust.p50_ms
+    server_p50, locust_p50 = run.proxy.server_p50_ms, run.locust.p50_ms
     if server_p50 is not None and locust_p50 is not None:
         added = locust_p50 - server_p50
         if added > GENERATOR_ADDED_MS and added > GENERATOR_ADDED_SHARE * server_p50:
-            flags.append("generator-latency")
-            reasons.append(
-                f"Locust's p50 {locust_p50:g} ms against the proxy's own {server_p50:g} ms: "
-                f"{added:.0f} ms of it is the generator's or queueing before the proxy"
+            out.append(
+                (
+                    "generator-latency",
+                    f"Locust's p50 {locust_p50:g} ms against the proxy's own {server_p50:g} ms: "
+                    f"{added:.0f} ms of it is the generator's or queueing before the proxy",
+                )
             )
+    return out
+
+
+def leak_flags(run: Run) -> Flags:
+    """Threads or open files the proxy kept after the load, beyond what its pools may keep."""
     leak = run.leak
-    if leak is not None and leak.known():
-        threads = leak.threads_after - leak.threads_idle
-        files = leak.files_kept()
-        # A pool may keep a connection and a thread per request that was in flight until its
-        # keep-alive ends: that grows with the users, a leak with the requests.
-        users = run.load.users if run.load else 0
-        max_threads, max_files = LEAK_THREADS + users, LEAK_FILES + users
-        if threads > max_threads or files > max_files:
-            flags.append("leak")
-            callers = (
-                f", the callers' {leak.callers_after:.0f} open connections left out"
-                if leak.callers_after is not None
-                else ""
-            )
-            reasons.append(
-                f"{threads:.0f} threads and {files:.0f} open files above the idle proxy's "
-                f"{leak.settle_s:.0f} s after the load stopped{callers} "
-                f"(threshold {max_threads:.0f} and {max_files:.0f}: {LEAK_THREADS} and {LEAK_FILES}, "
-                f"and one of each per user for the pools)"
-            )
+    if leak is None or not leak.known():
+        return []
+    threads = leak.threads_after - leak.threads_idle
+    files = leak.files_kept()
+    # A pool may keep a connection and a thread per request that was in flight until its
+    # keep-alive ends: that grows with the users, a leak with the requests.
+    users = run.load.users if run.load else 0
+    max_threads, max_files = LEAK_THREADS + users, LEAK_FILES + users
+    if threads <= max_threads and files <= max_files:
+        return []
+    callers = (
+        f", the callers' {leak.callers_after:.0f} open connections left out"
+        if leak.callers_after is not None
+        else ""
+    )
+    return [
+        (
+            "leak",
+            f"{threads:.0f} threads and {files:.0f} open files above the idle proxy's "
+            f"{leak.settle_s:.0f} s after the load stopped{callers} "
+            f"(threshold {max_threads:.0f} and {max_files:.0f}: {LEAK_THREADS} and {LEAK_FILES}, "
+            f"and one of each per user for the pools)",
+        )
+    ]
+
+
+def record_flags(run: Run) -> Flags:
+    """What the records say: scrapes Prometheus missed, exceptions the proxy logged."""
+    out = []
     tried, answered = run.prometheus.scrapes_tried, run.prometheus.scrapes_answered
     if tried and answered is not None and answered < tried:
-        flags.append("scrapes-missed")
-        reasons.append(
-            f"Prometheus got {answered:.0f} of its {tried:.0f} scrapes of the "
-            "proxy in time during the window: its threads, heap and files highs are of those, at least"
+        out.append(
+            (
+                "scrapes-missed",
+                f"Prometheus got {answered:.0f} of its {tried:.0f} scrapes of the "
+                "proxy in time during the window: its threads, heap and files highs are of those, at least",
+            )
         )
     logged = run.proxy_log
     if logged is not None and logged.exceptions:
-        flags.append("proxy-exceptions")
         kinds = ", ".join(f"{name.rsplit('.', 1)[-1]} x{n}" for name, n in logged.kinds.items())
-        reasons.append(
-            f"the proxy logged {logged.exceptions} exception(s) with a stack trace ({kinds}); "
-            f"first: {logged.first}"
+        out.append(
+            (
+                "proxy-exceptions",
+                f"the proxy logged {logged.exceptions} exception(s) with a stack trace ({kinds}); "
+                f"first: {logged.first}",
+            )
         )
-    return Verdict(flags, not any(f in RATE_FLAGS for f in flags), reasons)
+    return out

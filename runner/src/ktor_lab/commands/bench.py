@@ -70,6 +70,11 @@ def add_parser(sub) -> None:
         help="rounds over every target, interleaved (A B A B); the table gives medians, and each case's "
         "CPU and rate against its references as the medians of the rounds' ratios (default: %(default)s)",
     )
+    add_what(p)
+
+
+def add_what(p: argparse.ArgumentParser) -> None:
+    """What the bench measures beside the cases: a profile, another release, the ladder, fresh JVMs."""
     p.add_argument(
         "--profile",
         action="store_true",

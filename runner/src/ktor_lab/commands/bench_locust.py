@@ -55,7 +55,7 @@ def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> 
             "30",
             "--csv",
             str(csv_prefix),
-        ],
+        ],  # fmt: skip
     )
     try:
         wait_until(lambda: loadgen.run_finished(lab.locust_url), timeout=seconds + 60, interval=0.5)
@@ -64,8 +64,7 @@ def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> 
     finally:
         lab.stop_locust()
     total = next(e for e in stats["stats"] if e["name"] == "Aggregated")
-    # Locust's own rate over the time between its first and last request, not over the
-    # nominal duration, which also holds spawning and the workers' last stats report.
+    # Locust's rate from its first to its last request, not over the nominal duration (spawning too).
     with open(f"{csv_prefix}_stats.csv", newline="") as f:
         aggregated = next(row for row in csv.DictReader(f) if row["Name"] == "Aggregated")
     r = {

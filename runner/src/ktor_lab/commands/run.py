@@ -39,6 +39,14 @@ def add_parser(sub) -> None:
         "proxies (A B C A B C); writes results.json, results.csv, report.md and report.html, whose "
         "verdict names a difference only when a test over the JVMs says so, each with its interval.",
     )
+    add_what(p)
+    add_how_many(p)
+    add_warming(p)
+    add_where(p)
+
+
+def add_what(p: argparse.ArgumentParser) -> None:
+    """What is measured: the cases, scenarios and loads, and what fails the run."""
     p.add_argument(
         "--fail-on",
         default="none",
@@ -67,6 +75,10 @@ def add_parser(sub) -> None:
         help=f"comma-separated load levels: {LOAD_HELP} (default: %(default)s, the same rate for every row: "
         "CPU per request and latency compared at equal work)",
     )
+
+
+def add_how_many(p: argparse.ArgumentParser) -> None:
+    """How many JVMs and windows a row gets, the spares, and the A/A pair."""
     p.add_argument(
         "--windows",
         "--repeats",
@@ -102,6 +114,10 @@ def add_parser(sub) -> None:
         action="store_true",
         help="a fresh proxy for every window, warmed again each time (as the compose backend always does)",
     )
+
+
+def add_warming(p: argparse.ArgumentParser) -> None:
+    """How each proxy is warmed and how long a window is."""
     options.add_warm_first(p, DEFAULT_WARM_FIRST)
     p.add_argument(
         "--settle",
@@ -123,6 +139,10 @@ def add_parser(sub) -> None:
         default=Plan.duration_s,
         help="seconds measured per run (default: %(default)s)",
     )
+
+
+def add_where(p: argparse.ArgumentParser) -> None:
+    """Where the parts run, the dimensions of every case, the proxy's settings, the folder."""
     p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
     p.add_argument(
         "--backend",
@@ -197,35 +217,8 @@ def run(args: argparse.Namespace) -> int:
     backend = backends.make(args.backend, grafana=args.grafana)
     backend.check(plan, machine=not args.dry_run)
     out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
-    runs = len(plan.runs())
-    dims = "".join(
-        f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := plan.dims.get(d.field))
-    )
-    proxies = len(plan.proxies())
-    fresh = plan.fresh or not backend.keeps_proxies
-    keeps = not fresh
-    how = "a fresh proxy per window" if fresh else f"{proxies} proxies, each warmed once"
-    aa = f", A/A pair {plan.aa}" if plan.aa else ""
-    planned = measure.planned_seconds(plan, backend.keeps_proxies)
-    if plan.spare and keeps:
-        spare_s = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads) * plan.spare
-        spare_s *= measure.kept_window_seconds(plan)
-        spare = (
-            f" (plus up to {plan.spare} spare windows a JVM, about {measure.format_seconds(spare_s)} "
-            "in all, only where windows are left out)"
-        )
-    else:
-        spare = ""
-    print(
-        f"lab run: {runs} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
-        f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
-        f"warm-up <= {plan.warmup_s} s, "
-        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}; "
-        f"results in {out}",
-        flush=True,
-    )
-    skipped = plan.skipped()
-    for case, why in skipped:
+    print(announce(plan, backend.keeps_proxies, out), flush=True)
+    for case, why in plan.skipped():
         print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
     if args.dry_run:
         print(
@@ -252,6 +245,33 @@ def run(args: argparse.Namespace) -> int:
     if results.interrupted:
         return 130
     return failed_checks(results.runs, args.fail_on)
+
+
+def announce(plan: Plan, keeps_proxies: bool, out: object) -> str:
+    """The plan in one line: its windows and what multiplies them, its proxies, its most time (the
+    spare windows' apart: they are measured only where windows are left out), where it writes."""
+    dims = "".join(
+        f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := plan.dims.get(d.field))
+    )
+    fresh = plan.fresh or not keeps_proxies
+    how = "a fresh proxy per window" if fresh else f"{len(plan.proxies())} proxies, each warmed once"
+    aa = f", A/A pair {plan.aa}" if plan.aa else ""
+    planned = measure.planned_seconds(plan, keeps_proxies)
+    spare = ""
+    if plan.spare and not fresh:
+        spare_s = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads) * plan.spare
+        spare_s *= measure.kept_window_seconds(plan)
+        spare = (
+            f" (plus up to {plan.spare} spare windows a JVM, about {measure.format_seconds(spare_s)} "
+            "in all, only where windows are left out)"
+        )
+    return (
+        f"lab run: {len(plan.runs())} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
+        f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
+        f"warm-up <= {plan.warmup_s} s, "
+        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}; "
+        f"results in {out}"
+    )
 
 
 def failed_checks(runs: list, flags: tuple[str, ...]) -> int:

@@ -10,6 +10,7 @@ import time
 from .. import stack
 from ..backends import NativeBackend
 from ..cases import CASES, SCENARIOS
+from ..network import Network
 from ..plan import Plan, parse_load
 from ..rundirs import run_dir
 from . import options
@@ -59,24 +60,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         backend.open(plan, d)
         backend.start_case(case, extra, network)
-        lab = backend.stack
-        assert lab is not None
         print(f"lab: {case.id} is up (logs in {d / 'logs'})")
-        print(f"  Locust     {lab.locust_url}/  (start a run there; its stats at /metrics)")
-        if grafana:
-            print(f"  Grafana    {lab.grafana_url}/  (Lab overview, no login to view)")
-        else:
-            print("  Grafana    not started: grafana is not installed (its dashboards run in compose)")
-        print(f"  Prometheus {lab.prometheus_url}/")
-        print(f"  proxy      {lab.proxy_url}/  (/metrics, /health)")
-        print(f"  nginx      {lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)")
-        if lab.toxiproxy and network.on:
-            print(f"  network    {network.describe()}: Toxiproxy {lab.toxiproxy.api}/proxies between them")
-        print("  Ctrl-C stops everything", flush=True)
+        print_parts(backend.urls(), network)
         while True:
-            if exited := lab.exited():
-                s = exited[0]
-                print(f"lab: {s.name} exited with {s.proc.returncode}:\n{s.tail()}", file=sys.stderr)
+            if exited := backend.exited():
+                print(f"lab: {exited}", file=sys.stderr)
                 return 1
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -84,3 +72,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         backend.close()
         print("lab: stopped", flush=True)
+
+
+def print_parts(urls: dict[str, str], network: Network) -> None:
+    """Where each part answers, as a user opens it (Backend.urls)."""
+    for part, url in urls.items():
+        shown = f"{network.describe()}: {url}" if part == "network" else url
+        print(f"  {part:<10} {shown}")
+        if part == "Locust" and "Grafana" not in urls:
+            print("  Grafana    not started: grafana is not installed (its dashboards run in compose)")
+    print("  Ctrl-C stops everything", flush=True)

@@ -10,6 +10,7 @@ import time
 import requests
 
 from .. import metrics, stack
+from ..cases import Case
 from ..metrics import query as prom
 from ..parts import grafana
 from ..parts.loadgen import LocustWeb
@@ -78,56 +79,8 @@ def run(args: argparse.Namespace) -> int:
         lab.locust(case)
         why_no_grafana = lab.grafana()
 
-        r = get(f"{lab.upstream_url}/files/tiny.txt")
-        c.check("nginx serves /files/tiny.txt", r is not None and r.text == "Success!\n")
-        r = get(f"{lab.upstream_url}/files/manifest.json")
-        c.check("nginx serves the manifest of its files", r is not None and "100m.bin" in r.text)
-        r = get(f"{lab.status_url}/stub_status")
-        c.check("nginx stub_status answers", r is not None and "Active connections" in r.text)
-        r = get(local_url(lab.ports.exporter, "/metrics"))
-        c.check("nginx exporter reads stub_status", r is not None and "nginx_up 1" in r.text)
-        r = get(f"{lab.proxy_url}/health")
-        c.check("proxy /health", r is not None and r.ok)
-        r = get(f"{lab.proxy_url}/files/tiny.txt")
-        c.check(
-            f"proxy forwards through {case.engine} ({case.lifetime})",
-            r is not None and r.text == "Success!\n",
-        )
-        r = get(f"{lab.proxy_url}/metrics")
-        c.check(
-            "proxy /metrics has lab_proxy_info for the case",
-            r is not None and f'case="{case.id}"' in r.text,
-        )
-
-        web = LocustWeb(lab.locust_url)
-        web.swarm(lab.proxy_url, 10, 10, load_model="rate", target_rps=50, scenario="static-small")
-        time.sleep(LOAD_SECONDS)
-        stats = web.stats()
-        c.check(
-            f"Locust ran {LOAD_SECONDS} s at 50 rps without failures",
-            stats.requests > 10 * LOAD_SECONDS and stats.failures == 0,
-            f"{stats.requests} requests, {stats.failures} failures",
-        )
-        r = get(f"{lab.locust_url}/metrics")
-        c.check("Locust exports its stats at /metrics", r is not None and "locust_requests_total" in r.text)
-
-        base = lab.prometheus_url
-        c.check(
-            "Prometheus scrapes proxy, Locust and the nginx exporter",
-            wait_for(lambda: len(prom(base, "up == 1")) == 3, 30),
-            str(prom(base, "up")),
-        )
-        absent = grafana.not_exposed(metrics.scrape(lab.proxy_url).labels("lab_proxy_info"))
-        values = {"engine": case.engine, "lifetime": case.lifetime}
-        empty = grafana.panels_without_data(base, values, "10s", absent=absent)
-        c.check("every dashboard panel has data", not empty, "; ".join(empty))
-        web.stop()
-
-        if why_no_grafana:
-            print(f"  skip Grafana: {why_no_grafana}")
-        else:
-            r = get(f"{lab.grafana_url}/api/dashboards/uid/ktor-lab-overview")
-            c.check("Grafana shows Lab overview without a login", r is not None and r.ok)
+        check_endpoints(lab, case, c)
+        check_load(lab, case, c, why_no_grafana)
     except (RuntimeError, TimeoutError, OSError, requests.RequestException) as e:
         c.check("the stack starts and answers", False, str(e))
     except KeyboardInterrupt:
@@ -139,3 +92,60 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("lab verify: everything answers")
     return 0
+
+
+def check_endpoints(lab: stack.Stack, case: Case, c: Checks) -> None:
+    """nginx, its exporter and the proxy answer as they should, without load."""
+    r = get(f"{lab.upstream_url}/files/tiny.txt")
+    c.check("nginx serves /files/tiny.txt", r is not None and r.text == "Success!\n")
+    r = get(f"{lab.upstream_url}/files/manifest.json")
+    c.check("nginx serves the manifest of its files", r is not None and "100m.bin" in r.text)
+    r = get(f"{lab.status_url}/stub_status")
+    c.check("nginx stub_status answers", r is not None and "Active connections" in r.text)
+    r = get(local_url(lab.ports.exporter, "/metrics"))
+    c.check("nginx exporter reads stub_status", r is not None and "nginx_up 1" in r.text)
+    r = get(f"{lab.proxy_url}/health")
+    c.check("proxy /health", r is not None and r.ok)
+    r = get(f"{lab.proxy_url}/files/tiny.txt")
+    c.check(
+        f"proxy forwards through {case.engine} ({case.lifetime})",
+        r is not None and r.text == "Success!\n",
+    )
+    r = get(f"{lab.proxy_url}/metrics")
+    c.check(
+        "proxy /metrics has lab_proxy_info for the case",
+        r is not None and f'case="{case.id}"' in r.text,
+    )
+
+
+def check_load(lab: stack.Stack, case: Case, c: Checks, why_no_grafana: str | None) -> None:
+    """Locust drives a short load through the proxy; Prometheus scrapes it all; every panel has data."""
+    web = LocustWeb(lab.locust_url)
+    web.swarm(lab.proxy_url, 10, 10, load_model="rate", target_rps=50, scenario="static-small")
+    time.sleep(LOAD_SECONDS)
+    stats = web.stats()
+    c.check(
+        f"Locust ran {LOAD_SECONDS} s at 50 rps without failures",
+        stats.requests > 10 * LOAD_SECONDS and stats.failures == 0,
+        f"{stats.requests} requests, {stats.failures} failures",
+    )
+    r = get(f"{lab.locust_url}/metrics")
+    c.check("Locust exports its stats at /metrics", r is not None and "locust_requests_total" in r.text)
+
+    base = lab.prometheus_url
+    c.check(
+        "Prometheus scrapes proxy, Locust and the nginx exporter",
+        wait_for(lambda: len(prom(base, "up == 1")) == 3, 30),
+        str(prom(base, "up")),
+    )
+    absent = grafana.not_exposed(metrics.scrape(lab.proxy_url).labels("lab_proxy_info"))
+    values = {"engine": case.engine, "lifetime": case.lifetime}
+    empty = grafana.panels_without_data(base, values, "10s", absent=absent)
+    c.check("every dashboard panel has data", not empty, "; ".join(empty))
+    web.stop()
+
+    if why_no_grafana:
+        print(f"  skip Grafana: {why_no_grafana}")
+    else:
+        r = get(f"{lab.grafana_url}/api/dashboards/uid/ktor-lab-overview")
+        c.check("Grafana shows Lab overview without a login", r is not None and r.ok)

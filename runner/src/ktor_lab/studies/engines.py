@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import render, versions
-from ..backends import NativeBackend
+from ..backends import Backend
 from ..cases import ENGINE_FACTS, Case, engine_list
 from ..machine import java
 from . import machinery
@@ -160,7 +160,7 @@ def mode_name(concurrency: int, batch_size: int) -> str:
     return f"all {batch_size} at once (as published)" if concurrency == 0 else f"limit {concurrency}"
 
 
-def measure(lab: NativeBackend, bench: Bench, args: argparse.Namespace) -> list[Row]:
+def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[Row]:
     url = lab.upstream_url + args.path
     log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}.log"
     argv = [

@@ -29,7 +29,7 @@ from typing import ClassVar
 import requests
 
 from .. import metrics, render
-from ..backends import NativeBackend
+from ..backends import Backend
 from ..cases import ENGINES, LIFETIMES, Case, engine_list
 from ..parts import cuts, raw_http
 from ..parts.faults import FaultServer
@@ -360,13 +360,13 @@ def plan(args: argparse.Namespace) -> list[Setup]:
 
 
 @contextlib.contextmanager
-def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[NativeBackend, FaultServer]]:
+def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[Backend, FaultServer]]:
     """The fault server in the upstream's place (no nginx); the proxies through the native backend."""
     with machinery.proxies(args, d, with_nginx=False) as backend:
         yield backend, backend.fault_server()
 
 
-def measure(parts: tuple[NativeBackend, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
+def measure(parts: tuple[Backend, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
     backend, server = parts
     settings = {"CLIENT_REQUEST_TIMEOUT_MS": str(REQUEST_TIMEOUT_MS), **SETTINGS[setup.settings]}
     with machinery.proxy_up(backend, setup.case, server.url, **settings) as url:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .. import measure, metrics, render, run_report
-from ..backends import NativeBackend
+from ..backends import Backend, NativeBackend
 from ..cases import ENGINES, LIFETIMES, Case, all_of
 from ..commands import options
 from ..machine import environment
@@ -214,7 +214,7 @@ def proxy_figures(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
 @contextlib.contextmanager
 def proxies(
     args: argparse.Namespace, d: Path, java_opts: str | None = None, with_nginx: bool = True
-) -> Iterator[NativeBackend]:
+) -> Iterator[Backend]:
     """The parts of a study whose own clients measure through a proxy (transfers, bursts, faults),
     or nginx directly (the engines study's JMH jars): nginx (unless not `with_nginx`) on the
     native backend, whose start_case starts each proxy as
@@ -229,9 +229,7 @@ def proxies(
 
 
 @contextlib.contextmanager
-def proxy_up(
-    backend: NativeBackend, case: Case, upstream_url: str | None = None, **settings: str
-) -> Iterator[str]:
+def proxy_up(backend: Backend, case: Case, upstream_url: str | None = None, **settings: str) -> Iterator[str]:
     """`case`'s proxy (its variables and `settings`) started through `backend`, to nginx or to
     `upstream_url`; yields its URL, and stops it on leaving."""
     handle = backend.start_case(case, settings, Network(case.rtt_ms), upstream_url=upstream_url)

@@ -24,7 +24,7 @@ from typing import ClassVar
 import requests
 
 from .. import render
-from ..backends import NativeBackend
+from ..backends import Backend
 from ..cases import Case, engine_list
 from ..parts import nginx
 from . import machinery
@@ -199,7 +199,7 @@ def plan(args: argparse.Namespace) -> list[Target]:
     return [Target(name, transfers) for name in (DIRECT, *engine_list(args.engines))]
 
 
-def measure(backend: NativeBackend, target: Target, args: argparse.Namespace) -> list[Row]:
+def measure(backend: Backend, target: Target, args: argparse.Namespace) -> list[Row]:
     files = nginx.shared_files_dir()
     if target.name == DIRECT:
         return transfers(target.name, backend.upstream_url, None, files, target.transfers)

@@ -25,7 +25,7 @@ from typing import ClassVar
 import requests
 
 from .. import metrics, render
-from ..backends import NativeBackend
+from ..backends import Backend
 from ..cases import Case, engine_list
 from . import machinery
 
@@ -181,7 +181,7 @@ def plan(args: argparse.Namespace) -> list[Burst]:
 
 
 @contextlib.contextmanager
-def parts(args: argparse.Namespace, d: Path) -> Iterator[NativeBackend]:
+def parts(args: argparse.Namespace, d: Path) -> Iterator[Backend]:
     raise_fd_limit()
     with machinery.proxies(args, d) as backend:
         yield backend
@@ -195,7 +195,7 @@ def timeouts_ms(args: argparse.Namespace) -> tuple[int, int]:
     return request, args.connect_timeout_ms or request
 
 
-def measure(backend: NativeBackend, burst: Burst, args: argparse.Namespace) -> list[Row]:
+def measure(backend: Backend, burst: Burst, args: argparse.Namespace) -> list[Row]:
     request_ms, connect_ms = timeouts_ms(args)
     with machinery.proxy_up(
         backend,
