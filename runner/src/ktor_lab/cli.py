@@ -15,7 +15,7 @@ import requests
 
 from . import confidence, studies
 from .cases import DEFAULT_CASES
-from .commands import bench, bench_locust, compare, report, run, swarm, up, verify
+from .commands import bench, bench_locust, compare, guide, report, run, swarm, up, verify
 from .errors import LabError
 from .plan import DEFAULT_LOAD, Plan
 
@@ -30,6 +30,7 @@ static-small at {DEFAULT_LOAD}, {confidence.FORKS} JVMs a row x {confidence.WIND
   lab run --cases singleton-cio,per-call-cio --loads closed/1000/1-2,rate/500 --repeats 3
   lab report results/20261122-101500    report.md and report.html from a run's results.json
   lab compare results/before results/after   two runs of one plan: each change with its interval, ~ if none
+  lab guide                             docs/guide.md: which engine and lifetime, per workload
   lab bench                             wrk against nginx, nginx proxy_pass and every case
   lab bench-locust --workers 2          Locust's own ceiling against nginx directly
   lab swarm up per-call-okhttp          the stack on Docker Swarm (docs/swarm.md); lab swarm down removes it
@@ -42,6 +43,7 @@ COMMANDS = {
     "run": run,
     "report": report,
     "compare": compare,
+    "guide": guide,
     "bench": bench,
     "bench-locust": bench_locust,
     "swarm": swarm,

@@ -1,0 +1,53 @@
+"""`lab guide`: docs/guide.md, which engine and lifetime for each workload, from the results of
+`lab run` under docs/guide/ (guide.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import guide, run_report
+from ..errors import LabError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "guide",
+        help="docs/guide.md: which engine and lifetime for each workload, from the runs under docs/guide/",
+        description="Writes docs/guide.md from the results of `lab run` kept under docs/guide/<workload>/ "
+        "(and each one's report.md again, so that the two agree); a workload without results gets the "
+        "command that measures it.",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing: exit 1 when docs/guide.md is not what `lab guide` would write",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    measured = [w for w in guide.WORKLOADS if (w.folder / "results.json").exists()]
+    if args.dry_run:
+        print(
+            f"lab guide: dry run; would write {guide.GUIDE.relative_to(guide.REPO)} from "
+            f"{len(measured)} of {len(guide.WORKLOADS)} workloads' results"
+            + (f" ({', '.join(w.slug for w in measured)})" if measured else "")
+        )
+        return 0
+    try:
+        text = guide.page()
+    except (FileNotFoundError, ValueError) as e:
+        raise LabError(str(e)) from None
+    if args.check:
+        if guide.GUIDE.exists() and guide.GUIDE.read_text() == text:
+            print("lab guide: docs/guide.md is what lab guide writes")
+            return 0
+        print("lab guide: docs/guide.md differs from what lab guide writes: run lab guide", flush=True)
+        return 1
+    for w in measured:
+        (w.folder / "report.md").write_text(run_report.markdown(run_report.load(w.folder)))
+    guide.GUIDE.write_text(text)
+    print(
+        f"lab guide: {guide.GUIDE.relative_to(guide.REPO)}, {len(measured)} of {len(guide.WORKLOADS)} "
+        "workloads measured"
+    )
+    return 0
