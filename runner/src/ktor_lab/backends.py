@@ -279,7 +279,29 @@ class NativeBackend:
         return f"{gone[0].name} exited with {gone[0].proc.returncode}:\n{gone[0].tail()}"
 
 
-class ComposeBackend:
+class ContainerParts:
+    """What the container backends (compose, Swarm) answer alike for the studies, which run
+    natively: no nginx-only mode, no fault server, logs in the containers; nginx is the proxy
+    container's `nginx:80`."""
+
+    kind: ClassVar[str]
+
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
+
+    def fault_server(self) -> FaultServer:
+        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
+
+    @property
+    def upstream_url(self) -> str:
+        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
+
+    @property
+    def run_dir(self) -> Path:
+        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
+
+
+class ComposeBackend(ContainerParts):
     """The compose stack as a project of its own (`ktor-lab-run-<pid>`, free host ports), brought
     up per case with that case's overlay; only the services a run needs (Grafana if asked for).
     `close` removes its containers, network and volumes."""
@@ -445,20 +467,6 @@ class ComposeBackend:
             **{k.lower(): self._project.env.get(k, env.get(k)) for k in keys},
         }
 
-    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
-        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
-
-    def fault_server(self) -> FaultServer:
-        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
-
-    @property
-    def upstream_url(self) -> str:
-        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
-
-    @property
-    def run_dir(self) -> Path:
-        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
-
     def urls(self) -> dict[str, str]:
         names = {"locust": "Locust", "grafana": "Grafana", "prometheus": "Prometheus"}
         names |= {"proxy": "proxy", "nginx": "nginx"}
@@ -468,7 +476,7 @@ class ComposeBackend:
         return None  # compose's own healthchecks restart or report a part that stops
 
 
-class SwarmBackend:
+class SwarmBackend(ContainerParts):
     """docker-stack.yml deployed on a swarm as the stack `name` (`lab swarm up|run`), one case
     at a time: `open` labels the nodes and builds and pushes the images of the plan's release to
     `registry` (one started on this machine when None); `start_case` deploys the case's stack from
@@ -637,20 +645,6 @@ class SwarmBackend:
             "locust_workers": self.workers,
             "scrape_interval_s": self.scrape_seconds,
         }
-
-    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
-        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
-
-    def fault_server(self) -> FaultServer:
-        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
-
-    @property
-    def upstream_url(self) -> str:
-        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
-
-    @property
-    def run_dir(self) -> Path:
-        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
 
     def urls(self) -> dict[str, str]:
         return {"Locust": f"{self.locust_url}/", "Prometheus": f"{self.prometheus_url}/"}
