@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .cases import ENGINE_FACTS
-from .conclusions import Group, aa_check, engines_answer, family_line, groups, lifetime_answer, risks, screen
+from .conclusions import (
+    Group,
+    Screen,
+    aa_check,
+    engines_answer,
+    family_line,
+    groups,
+    lifetime_answer,
+    risks,
+    screen,
+)
 from .paths import REPO
 from .results import Results, load
 
@@ -85,10 +96,15 @@ class Answer:
     results: Results
     group: Group
 
+    @cached_property
+    def screen(self) -> Screen:
+        """The run's first screen (conclusions.screen), made once for the table and the section."""
+        return screen(self.group)
+
     @property
     def use(self) -> str:
         """The summary table's cell: the leading engines among singletons, and the lifetime."""
-        s = screen(self.group)
+        s = self.screen
         leaders = sorted({row.case.engine for row, _ in s.engines.leaders})
         dearer = [c for _, _, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
         untold = [a.case.engine for a, _, c in s.lifetimes if c is not None and not c.clear]
@@ -106,7 +122,7 @@ class Answer:
         return f"Ktor {ktor}, JDK {java}, {machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
 
     def lines(self) -> list[str]:
-        s, g = screen(self.group), self.group
+        s, g = self.screen, self.group
         engines = sorted({row.case.engine for row, _ in s.engines.leaders})
         plan = self.results.plan
         short = [r.name for r in g.rows if not r.kept_rate(g.load)]
