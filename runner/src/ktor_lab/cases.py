@@ -235,6 +235,19 @@ def _connections_refusal(case: Case) -> str | None:
     return None
 
 
+def _on_off(text: str) -> str:
+    text = str(text).strip()
+    if text not in ("off", "on"):
+        raise ValueError(f"pipelining {text!r}: give off or on")
+    return text
+
+
+def _pipelining_refusal(case: Case) -> str | None:
+    if case.pipelining == "on" and case.engine != "cio":
+        return f"pipelining on is CIO's alone: {case.engine} keeps a pool of connections"
+    return None
+
+
 DIMENSIONS = (
     Dimension(
         "ktor", "ktor", "--ktor", "Ktor",
@@ -282,6 +295,15 @@ DIMENSIONS = (
         env=lambda v: {} if v == MAX_CONNECTIONS_DEFAULT else {"CLIENT_MAX_CONNECTIONS": str(v)},
         variables=(("CLIENT_MAX_CONNECTIONS", str(MAX_CONNECTIONS_DEFAULT)),),
     ),
+    Dimension(
+        "pipelining", "pipelining", "--pipelining", "pipelining",
+        "off or on: CIO sends requests on a connection before the answers of the earlier ones came "
+        "(CLIENT_PIPELINING; default: off). Skipped for the other engines, which keep a pool instead",
+        parse=_on_off, refuse=_pipelining_refusal,
+        env=lambda v: {} if v == "off" else {"CLIENT_PIPELINING": "on"},
+        variables=(("CLIENT_PIPELINING", "off"),),
+        order=lambda v: (("off", "on").index(v) if v in ("off", "on") else 2,),
+    ),
 )  # fmt: skip
 BY_WORD = {d.word: d for d in DIMENSIONS}
 BY_FIELD = {d.field: d for d in DIMENSIONS}
@@ -300,6 +322,7 @@ class Case:
     rtt_ms: int = 0  # round trip added between the proxy and the upstream
     dispatcher: str = "io"  # where the client's coroutines run (DISPATCHER_TITLES)
     max_connections: int = MAX_CONNECTIONS_DEFAULT  # the connection-pool limit
+    pipelining: str = "off"  # CIO's pipelining (CLIENT_PIPELINING)
 
     def __post_init__(self) -> None:
         if self.lifetime not in LIFETIMES or self.engine not in ENGINES:
