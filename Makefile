@@ -97,14 +97,12 @@ bench: deps-run setup $(PROXY_JAR) $(LEAN_JAR)  ## wrk: nginx direct, nginx prox
 bench-locust: deps-run setup  ## the most rps the lab's Locust makes against nginx: one process, then 2 workers
 	$(VENV)/bin/lab bench-locust
 
-studies: deps-run setup build  ## every study but protocols, distance and dispatchers at full size (docs/studies/), one after another: several hours (each study's --dry-run bounds its own)
+studies: deps-run setup build  ## the studies with runners of their own (threads, streaming, engines, io, faults) at full size, one after another: about 2 h; the studies made of lab run parts run on their own (docs/studies/)
 	$(VENV)/bin/lab study threads
-	$(VENV)/bin/lab study replay
 	$(VENV)/bin/lab study streaming
 	$(VENV)/bin/lab study engines
 	$(VENV)/bin/lab study io
 	$(VENV)/bin/lab study faults
-	$(VENV)/bin/lab study versions
 
 lint: setup  ## ruff on the Python code
 	$(VENV)/bin/ruff check runner locust

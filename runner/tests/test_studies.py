@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ktor_lab import cli
-from ktor_lab.studies.replay import HELD_P99_MS, TIE
+from ktor_lab.results import Results
+from ktor_lab.results import load as load_results
 
 
 def run_study(name: str, out: Path, *options: str) -> dict:
@@ -94,45 +95,52 @@ def test_streaming_tiny_checks_every_body_and_compares_with_nginx_direct(tmp_pat
     assert all(r[-1] == "all match" for r in table)
 
 
-def test_replay_tiny_flags_the_published_setup_and_ranks_by_capacity(tmp_path: Path):
+TINY = ("--forks", "1", "--windows", "2", "--warm-first", "none", "--spare", "0", "--aa", "none")
+
+
+def run_plan_study(name: str, out: Path, *options: str) -> tuple[str, dict[str, Results]]:
+    """A study made of lab run parts: its page, and each part's results as `lab run` stores them."""
+    assert cli.main(["study", name, *options, "--out", str(out)]) == 0
+    page = (out / "report.md").read_text()
+    parts = json.loads((out / "study.json").read_text())["parts"]
+    for part in parts:
+        assert (out / part / "report.html").exists() and (out / part / "results.csv").exists()
+    return page, {part: load_results(out / part) for part in parts}
+
+
+def test_replay_tiny_flags_the_published_setup_and_names_the_rate_each_case_held(tmp_path: Path):
     # 20 users waiting 0.5-1 s make about 27 rps whatever the engine: flagged load-model.
     # A closed loop of 4 users without wait is what the case can do: far more.
-    out = run_study(
+    page, parts = run_plan_study(
         "replay",
         tmp_path,
-        *("--cases", "singleton-cio,per-call-cio", "--replay-load", "closed/20/0.5-1"),
-        *("--rates", "50", "--capacity-load", "closed/4/0", "--warmup", "2", "--duration", "3"),
+        *("--cases", "singleton-cio,per-call-cio", "--loads", "closed/20/0.5-1,rate/50,closed/4/0"),
+        *("--warmup", "2", "--duration", "3", *TINY),
     )
-    rows = {r["case"]: r for r in out["rows"]}
-    assert set(rows) == {"singleton-cio", "per-call-cio"}
-    for r in rows.values():
-        assert "load-model" in r["replay_flags"]
-        assert 15 <= r["replay_rps"] <= 35
-        # Held when it reached 95% of the 50 rps with a p99 under the limit; on a busy machine it
-        # may not, and then the study must say so.
-        rate = r["rates"][0]
-        assert rate["held"] == (rate["rps"] >= 0.95 * 50 and (rate["p99_ms"] or 0) <= HELD_P99_MS), rate
-        assert r["highest_rate_held"] == (50 if rate["held"] else None)
-        assert r["capacity_rps"] > 3 * r["replay_rps"]
-    # The wait sets both replayed rates, so they differ only by the latency in 20 / (wait + latency):
-    # a few percent, which may or may not cross the 5% tie depending on the machine. What must hold:
-    # the ranks follow the measured rates, sharing a rank within 5%.
-    a, b = sorted(rows.values(), key=lambda r: -r["replay_rps"])
-    assert a["rank_by_replay_rps"] == 1
-    assert b["rank_by_replay_rps"] == (1 if b["replay_rps"] >= (1 - TIE) * a["replay_rps"] else 2)
-    assert b["replay_rps"] >= 0.8 * a["replay_rps"], "the wait, not the engine, sets the replayed rate"
-    assert (tmp_path / "matrix" / "results.json").exists() and (tmp_path / "matrix" / "report.md").exists()
-    table = table_rows(out["report"], "The published setup replayed (closed/20/0.5-1)")
-    assert [r[0] for r in table] == ["singleton-cio", "per-call-cio"]
-    assert all("load-model" in r[-1] for r in table)
-    # the tables again from the stored matrix, without running anything
-    again = run_study(
-        "replay",
-        tmp_path / "again",
-        *("--cases", "singleton-cio,per-call-cio", "--replay-load", "closed/20/0.5-1"),
-        *("--rates", "50", "--capacity-load", "closed/4/0", "--from-matrix", str(tmp_path / "matrix")),
-    )
-    assert again["rows"] == out["rows"]
+    runs = parts["loads"].runs
+    by = {
+        (r.case, r.load.label): [x for x in runs if (x.case, x.load.label) == (r.case, r.load.label)]
+        for r in runs
+    }
+    for case in ("singleton-cio", "per-call-cio"):
+        replayed = by[(case, "closed/20/0.5-1")]
+        assert all("load-model" in r.verdict.flags for r in replayed)
+        assert all(15 <= r.locust.rps <= 35 for r in replayed)
+        capacity = by[(case, "closed/4/0")]
+        assert min(r.locust.rps for r in capacity) > 3 * max(r.locust.rps for r in replayed)
+        # Held when every window reached its target without errors and p99 under the limit; on a busy
+        # machine one may not, and then the page must say so.
+        rate = by[(case, "rate/50/10")]
+        held = all("target" in r.verdict.flags and "errors" not in r.verdict.flags for r in rate)
+        assert (f"{case} 50 rps" if held else f"{case} none") in page, page
+    verdict = page.split("## Verdict\n")[1].split("\n## ")[0]
+    assert "The published setup replayed (closed/20/0.5-1" in verdict
+    assert "singleton-cio published 600 rps, p50 100 ms; here " in verdict and "load-model" in verdict
+    assert "loads, static-small, closed model, 4 users, no wait: " in verdict  # each load's first screen
+    # the page again from the stored results, without running anything
+    (tmp_path / "report.md").unlink()
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == page
 
 
 def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published_beside_plain_clients(tmp_path: Path):
@@ -227,39 +235,47 @@ def test_faults_tiny_shows_what_passes_as_whole_and_what_the_next_caller_gets(tm
     )  # nothing passed whole
 
 
-def test_protocols_tiny_compares_each_case_over_tls_and_h2_and_replays_the_upload(tmp_path: Path):
-    out = run_study(
+def test_protocols_tiny_tests_each_case_over_tls_and_h2_against_plain_http(tmp_path: Path):
+    page, parts = run_plan_study(
         "protocols",
         tmp_path,
-        *("--engines", "okhttp,cio", "--lifetimes", "singleton", "--protocols", "http,https,h2"),
-        *("--rate-load", "rate/20", "--capacity-load", "closed/5/0", "--warmup", "0", "--duration", "2"),
-        *("--sizes", "1m", "--repeats", "1", "--upload-warmup", "0"),
+        *("--cases", "singleton-okhttp,singleton-cio", "--protocols", "http,https,h2", "--loads", "rate/20"),
+        *("--warmup", "0", "--duration", "2", *TINY),
     )
-    cases = {(r["case"], r["protocol"], r["load"]): r for r in out["rows"] if "protocol" in r and "load" in r}
+    runs = parts["rate"].runs
     # h2 only where the engine speaks it: no singleton-cio over h2
-    assert {(c, p) for c, p, _ in cases} == {
+    assert {(r.case, r.dim("protocol")) for r in runs} == {
         ("singleton-okhttp", "http"),
         ("singleton-okhttp", "https"),
         ("singleton-okhttp", "h2"),
         ("singleton-cio", "http"),
         ("singleton-cio", "https"),
     }
-    for (_, protocol, _), row in cases.items():
-        assert row["errors"] == 0, row
-        if protocol == "http":
-            assert row["full_tls_per_1000"] is None
-        else:
-            assert row["full_tls_per_1000"] is not None
+    for r in runs:
+        assert r.locust.failures == 0, r.row
+        assert (r.connections.full_tls_per_1000_requests is None) == (r.dim("protocol") == "http"), r.row
     # CIO opens a connection (and over TLS makes a full handshake) per request; a singleton OkHttp reuses one
-    rate = next(load for _, _, load in cases if load.startswith("rate/20/"))  # the rate with its users
-    assert cases[("singleton-cio", "https", rate)]["full_tls_per_1000"] > 500
-    assert cases[("singleton-okhttp", "h2", rate)]["conns_per_1000"] < 100
-    uploads = [r for r in out["rows"] if r.get("direction") == "upload"]
-    assert {r["target"] for r in uploads} == {
-        "singleton-okhttp protocol h2",
-        "singleton-cio protocol https",
-        "singleton-okhttp",
-        "singleton-cio",
-    }
-    assert all(r["intact"] for r in uploads)
-    assert "the 5x gap" in out["report"] and "## Every case over each protocol, rate/20" in out["report"]
+    assert all(
+        r.connections.full_tls_per_1000_requests > 500
+        for r in runs
+        if r.row.startswith("singleton-cio") and r.dim("protocol") == "https"
+    )
+    assert all(
+        r.connections.per_1000_requests < 100
+        for r in runs
+        if r.case == "singleton-okhttp" and r.dim("protocol") == "h2"
+    )
+    verdict = page.split("## Verdict\n")[1].split("\n## ")[0]
+    assert "protocol http -> https: of 2 cases" in verdict and "protocol http -> h2: of 1 case" in verdict
+    table = [line for line in page.splitlines() if line.startswith("| singleton-")]
+    assert len(table) == 2 + 1 + 1  # http -> https twice, http -> h2 and https -> h2 for okhttp
+
+
+def test_streaming_over_tls_and_h2_is_the_upload_study_s_pair(tmp_path: Path):
+    out = run_study(
+        "streaming", tmp_path, "--engines", "cio,okhttp", "--protocols", "https,h2", "--sizes", "1m",
+        "--repeats", "1", "--warmup", "0",
+    )  # fmt: skip
+    targets = {r["target"] for r in out["rows"]}
+    assert targets == {"nginx direct", "cio https", "okhttp https", "okhttp h2"}
+    assert all(r["intact"] for r in out["rows"])

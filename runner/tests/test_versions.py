@@ -15,6 +15,7 @@ import pytest
 
 from ktor_lab import cli, run_report, versions
 from ktor_lab.paths import REPO
+from ktor_lab.plan import parse_load
 from ktor_lab.results import Results
 
 LAB = str(Path(sys.executable).with_name("lab"))
@@ -100,65 +101,35 @@ def test_lab_run_with_two_releases_and_two_jdks_plans_every_combination():
 
 
 @pytest.mark.slow
-def test_study_versions_tiny_writes_both_comparisons_and_io_per_release(tmp_path):
+def test_study_versions_tiny_writes_the_ktor_and_the_jdk_changes(tmp_path):
     out = tmp_path / "study"
-    assert (
-        cli.main(
-            [
-                "study",
-                "versions",
-                *("--cases", "singleton-okhttp", "--load", "rate/20", "--warmup", "0", "--duration", "3"),
-                *("--ktor", f"{OTHER.name},{NEWER.name}"),
-                *(
-                    "--repeats",
-                    "1",
-                    "--io-size",
-                    str(1 << 20),
-                    "--io-iterations",
-                    "1",
-                    "--io-iteration-ms",
-                    "200",
-                ),
-                *("--out", str(out)),
-            ]
-        )
-        == 0
-    )
-    results = json.loads((out / "results.json").read_text())
-    changes = [r for r in results["rows"] if not r.get("io")]
-    io_rows = [r for r in results["rows"] if r.get("io")]
-    assert {(r["dimension"], r["from"], r["to"]) for r in changes} == {
-        ("Ktor", OTHER.name, NEWER.name),
-        ("JDK", "17", "25"),
-    }
-    for r in changes:
-        assert r["cpu_from"] > 0 and r["cpu_to"] > 0 and r["rps_from"] > 0
-    assert {(r["ktor"], r["what"]) for r in io_rows} == {
-        (k, w) for k in (OTHER.name, NEWER.name) for w in ("socket write", "file read")
-    }
-    assert all(r["ktor_mb_per_s"] > 0 for r in io_rows)
-    report = (out / "report.md").read_text()
-    assert "## Ktor changed" in report and "## JDK changed" in report and "per release (JMH)" in report
-    assert (out / "runs" / "report.html").exists()
-    # Three runs: the older and the newer on JDK 17, and the newer on JDK 25 (a round's order is
-    # its own); each proxy says itself which release it ran on.
-    data = json.loads((out / "runs" / "results.json").read_text())
-    runs = data["runs"]
-    assert sorted((r["ktor"], r["java"].split(".")[0]) for r in runs) == sorted(
-        [(OTHER.name, "17"), (NEWER.name, "17"), (NEWER.name, "25")]
-    )
-    for run in runs:
-        assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
-        assert run["locust"]["requests"] > 0
-    # Like with like, in the lab report of those runs as in any `lab run`: one Ktor change (JDK 17)
-    # and one JDK change (the newer release).
-    (group,) = run_report.groups(Results.from_json(data))
-    changes = run_report.changes(group)
-    assert sorted((c.case, c.dimension, c.same) for c in changes) == [
-        ("singleton-okhttp", "JDK", f"Ktor {NEWER.name}"),
-        ("singleton-okhttp", "Ktor", "JDK 17"),
+    argv = [
+        "study",
+        "versions",
+        "--cases",
+        "singleton-okhttp",
+        "--loads",
+        "rate/20",
+        "--ktor",
+        f"{OTHER.name},{NEWER.name}",
     ]
-    runs_report = (out / "runs" / "report.md").read_text()
-    assert "## One dimension changed" in runs_report
-    assert f"singleton-okhttp on JDK 17, Ktor {OTHER.name} -> {NEWER.name}: rps " in runs_report
-    assert "One dimension changed" in (out / "runs" / "report.html").read_text()
+    argv += ["--forks", "1", "--windows", "1", "--warmup", "0", "--duration", "3", "--warm-first", "none"]
+    assert cli.main([*argv, "--spare", "0", "--out", str(out)]) == 0
+    page = (out / "report.md").read_text()
+    # Part ktor: both releases on JDK 17; part jdk: the user's releases (theirs win) on 17 and 25.
+    both = (OTHER.name, NEWER.name)
+    for part, want in (
+        ("ktor", {(k, "17") for k in both}),
+        ("jdk", {(k, j) for k in both for j in ("17", "25")}),
+    ):
+        data = json.loads((out / part / "results.json").read_text())
+        runs = data["runs"]
+        assert {(r["ktor"], r["java"].split(".")[0]) for r in runs} == want, part
+        for run in runs:  # each proxy says itself which release it ran on
+            assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
+        (group,) = run_report.groups(Results.from_json(data))
+        assert run_report.changes(group), part
+    heading = parse_load("rate/20").describe()
+    assert f"ktor, static-small, {heading}, Ktor {OTHER.name} -> {NEWER.name}" in page
+    assert f"jdk, static-small, {heading}, JDK 17 -> 25" in page
+    assert f"| singleton-okhttp | JDK 17 | Ktor {OTHER.name} -> {NEWER.name} |" in page

@@ -28,7 +28,7 @@ examples:
 static-small at {DEFAULT_LOAD}, {confidence.FORKS} JVMs a row x {confidence.WINDOWS} windows of \
 {Plan.duration_s} s
   lab run --cases singleton-cio,per-call-cio --loads closed/1000/1-2,rate/500 --repeats 3
-  lab report results/20261122-101500    report.md and report.html from a run's results.json
+  lab report results/20261122-101500    report.md and report.html from a run's results.json (or a study's)
   lab compare results/before results/after   two runs of one plan: each change with its interval, ~ if none
   lab guide                             docs/guide.md: which engine and lifetime, per workload
   lab bench                             wrk against nginx, nginx proxy_pass and every case
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "study":
             return studies.run(args, argv)
+        if args.command == "report" and studies.plans.is_study(args.dir):
+            return studies.report_again(args)
         return COMMANDS[args.command].run(args)
     except LabError as e:
         print(f"lab: {e}", file=sys.stderr)

@@ -257,8 +257,6 @@ class Comparison:
 
 # Measured windows per fork by default in `lab run`.
 WINDOWS = 3
-# Windows a row by default in the studies made of windows, whose rows are one JVM each.
-STUDY_WINDOWS = 5
 # Proxies (JVMs) per row by default: the unit the tests sample.
 FORKS = 2
 # At most this many spare windows per JVM by default, measured only when some of its windows are

@@ -92,14 +92,17 @@ def test_a_bad_pool_limit_is_refused_in_one_line_naming_the_option(argv, message
 
 
 def test_a_study_spells_a_dimension_as_lab_run_does():
-    from ktor_lab.studies import STUDIES
+    """A study made of lab run parts takes lab run's own options; one with a runner of its own
+    that varies a dimension takes its option from the same declaration."""
+    from ktor_lab import cli
 
-    for name, field in (("dispatchers", "dispatcher"), ("distance", "rtt_ms"), ("protocols", "protocol")):
-        import argparse
-
-        p = argparse.ArgumentParser()
-        STUDIES[name].add_options(p)
-        assert BY_FIELD[field].option in {o for a in p._actions for o in a.option_strings}, name
+    parser = cli.main_parser()
+    for name in ("dispatchers", "distance", "protocols", "versions", "streaming"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["study", name, "--help"])
+    for name, d in (("dispatchers", "dispatcher"), ("distance", "rtt_ms"), ("streaming", "protocol")):
+        args = parser.parse_args(["study", name, BY_FIELD[d].option, "http" if d == "protocol" else "1"])
+        assert hasattr(args, BY_FIELD[d].dest), name
 
 
 def test_compose_sets_a_case_s_variables_and_puts_back_what_was_there(monkeypatch):

@@ -142,8 +142,7 @@ def add_warming(p: argparse.ArgumentParser) -> None:
 
 
 def add_where(p: argparse.ArgumentParser) -> None:
-    """Where the parts run, the dimensions of every case, the proxy's settings, the folder."""
-    p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
+    """Where the parts run, then what every case shares (add_shared)."""
     p.add_argument(
         "--backend",
         choices=tuple(backends.BACKENDS),
@@ -156,6 +155,13 @@ def add_where(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also start Grafana (natively: when installed); it has no part in the figures",
     )
+    add_shared(p)
+
+
+def add_shared(p: argparse.ArgumentParser) -> None:
+    """Locust's workers, the dimensions of every case, the network, the proxy's settings, the folder
+    (every `lab run` option a study's parts take too)."""
+    p.add_argument("--workers", type=int, default=0, help="Locust workers (default: one Locust process)")
     for d in DIMENSIONS:
         options.add_dimension(p, d)
     options.add_network(p, many=True, rtt=False)

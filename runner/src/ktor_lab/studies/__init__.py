@@ -1,16 +1,17 @@
 """`lab study NAME`: the public engine studies as presets of the lab (see docs/studies/).
 
-Each study is a short module declaring a `machinery.Study`; the machinery runs it."""
+Each study is a short module declaring its STUDY: a `plans.PlanStudy` when it asks what `lab run`
+measures (parts that are `lab run`s, its pipeline and its statistics), else a `machinery.Study`
+with a small runner of its own (JMH, bursts, transfers, faults: what `lab run` does not measure)."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 
-from .. import measure, stack
+from .. import measure, run_report, stack
 from ..commands import options
 from ..errors import LabError
-from ..plan import Plan
 from . import (
     dispatchers,
     distance,
@@ -18,6 +19,7 @@ from . import (
     faults,
     io,
     machinery,
+    plans,
     protocols,
     replay,
     streaming,
@@ -25,7 +27,7 @@ from . import (
     versions,
 )
 
-STUDIES: dict[str, machinery.Study] = {
+STUDIES: dict[str, machinery.Study | plans.PlanStudy] = {
     m.STUDY.name: m.STUDY
     for m in (threads, replay, streaming, engines, io, faults, versions, protocols, distance, dispatchers)
 }
@@ -43,57 +45,22 @@ def add_parser(sub) -> None:
         study.add_parser(studies)
 
 
-def plans_in(item) -> list[tuple[str, Plan]]:
-    """The `lab run` plans an item of a study is (a Plan) or says it makes (`named_plans()`, as each
-    study's Matrices does), by name; none for any other item (a benchmark, a transfer)."""
-    if isinstance(item, Plan):
-        return [("", item)]
-    named = getattr(item, "named_plans", None)
-    return named() if callable(named) else []
-
-
 def dry_run_lines(items: list) -> list[str]:
-    """Per `lab run` plan of the study: its proxies, windows and most time; per kind of other item
-    (a benchmark, a burst, transfers: its `planned_seconds()`, with its KIND and EACH): how many
-    and their most time; then the study's in all."""
-    lines, matrices, others, untimed = [], 0.0, {}, 0
+    """Per kind of item (a benchmark, a burst, transfers: its `planned_seconds()`, with its KIND and
+    EACH): how many and their most time; then the study's in all."""
+    lines, others, untimed = [], {}, 0
     for item in items:
-        if callable(said := getattr(item, "dry_run_line", None)):
-            lines.append(said())
-            continue
-        plans = plans_in(item)
-        if not plans:
-            if callable(timed := getattr(item, "planned_seconds", None)):
-                kind = getattr(item, "KIND", type(item).__name__), getattr(item, "EACH", "")
-                others.setdefault(kind, []).append(timed())
-            else:
-                untimed += 1
-            continue
-        for name, plan in plans:
-            seconds = measure.planned_seconds(plan)
-            matrices += seconds
-            skipped = len(plan.skipped())
-            lines.append(
-                f"{name or 'matrix'}: {len(plan.proxies())} proxies, {len(plan.runs())} windows of "
-                f"{plan.duration_s} s, warm-up <= {plan.warmup_s} s"
-                + (f" (first at {plan.warm_first.label}, then at its load)" if plan.warm_first else "")
-                + (f", {skipped} combinations skipped" if skipped else "")
-                + f"; at most about {measure.format_seconds(seconds)}"
-            )
-    if matrices:
-        lines.append(
-            f"the lab run matrices: at most about {measure.format_seconds(matrices)}"
-            + ("" if others else " in all")
-        )
+        if callable(timed := getattr(item, "planned_seconds", None)):
+            kind = getattr(item, "KIND", type(item).__name__), getattr(item, "EACH", "")
+            others.setdefault(kind, []).append(timed())
+        else:
+            untimed += 1
     for (kind, each), seconds in others.items():
         said = f"{len(seconds)} {kind} item(s)" + (f" ({each})" if each else "")
         lines.append(f"{said}: at most about {measure.format_seconds(sum(seconds))}")
     if others:
-        total = matrices + sum(sum(s) for s in others.values())
-        lines.append(
-            f"the study: at most about {measure.format_seconds(total)} in all"
-            + (", the lab run matrices included" if matrices else "")
-        )
+        total = sum(sum(s) for s in others.values())
+        lines.append(f"the study: at most about {measure.format_seconds(total)} in all")
     if untimed:
         lines.append(f"{untimed} other item(s): their time is not estimated")
     return lines
@@ -102,6 +69,8 @@ def dry_run_lines(items: list) -> list[str]:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     study = STUDIES[args.study]
     command = shlex.join(["lab", "study", *argv[argv.index(args.study) :]])
+    if isinstance(study, plans.PlanStudy):
+        return run_plans(study, args, command)
     if args.dry_run:
         try:
             items = study.plan(args)
@@ -122,4 +91,37 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"lab study {args.study}: {report}")
     print()
     print(report.read_text())
+    return 0
+
+
+def run_plans(study: plans.PlanStudy, args: argparse.Namespace, command: str) -> int:
+    """A study made of `lab run` parts: its dry run (each part's plan and time), or its run."""
+    planned = plans.plans(study, args)
+    if args.dry_run:
+        print(f"lab study {study.name}: dry run; {len(planned)} part(s), each a lab run")
+        for line in plans.dry_run(study, planned, args.out or f"results/study-{study.name}-<time>"):
+            print(f"lab study {study.name}: {line}")
+        return 0
+    stack.require(stack.missing(prometheus_too=True))
+    options.handle_signals()
+    page = plans.run(study, args, command)
+    print(f"lab study {study.name}: {page}")
+    print()
+    print(page.read_text())
+    return 0
+
+
+def report_again(args: argparse.Namespace) -> int:
+    """`lab report DIR` of a study's folder: each part's report, then the study's page, from the
+    results alone."""
+    if args.dry_run:
+        print(f"lab report: dry run; would write {args.dir}/report.md and each part's report")
+        return 0
+    study = STUDIES.get(plans.study_in(args.dir))
+    if not isinstance(study, plans.PlanStudy):
+        raise LabError(f"{args.dir}: written by a study this lab does not know as lab run parts")
+    for part in plans.parts_in(args.dir):
+        run_report.write_report(part)
+    page = plans.write_page(args.dir, study)
+    print(f"lab report: {page}")
     return 0

@@ -1,6 +1,8 @@
-"""What every study shares: a plan of runs -> typed rows -> tables, charts and words.
+"""The small runner of the studies that measure what `lab run` does not (JMH, bursts of slow
+requests, transfers, faults): a plan of runs -> typed rows -> tables, charts and words. The studies
+that ask what `lab run` measures are presets of it instead (plans.py).
 
-A study (one module each) declares a `Study`: its options, its plan (the runs, checked before
+Such a study (one module each) declares a `Study`: its options, its plan (the runs, checked before
 anything starts), the parts its runs share, how one run is measured into rows (dataclasses),
 and its report (tables, charts, words) from those rows. `run` does the rest: the folder
 `results/study-<name>-<timestamp>/`, one progress line per run, results.json (environment,
@@ -21,14 +23,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .. import measure, metrics, render, run_report
+from .. import metrics, render
 from ..backends import Backend, NativeBackend
 from ..cases import ENGINES, LIFETIMES, Case, all_of
-from ..commands import options
 from ..machine import environment
 from ..network import Network
-from ..plan import Load, Plan, parse_warm_first
-from ..results import Results
 from ..rundirs import results_dir
 
 # Seconds a study's fresh proxy takes to start (a JVM, until /health answers) and to stop: 3-4 s
@@ -89,41 +88,6 @@ def add_engines(p: argparse.ArgumentParser, default: str = "") -> None:
 def add_lifetimes(p: argparse.ArgumentParser) -> None:
     """`--lifetimes`, as every study that runs per case takes it (both by default)."""
     p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
-
-
-def add_proxy_runs(p: argparse.ArgumentParser, duration: int = 10, java_opts: str = "-Xmx512m") -> None:
-    """`--warmup`, `--duration` and `--java-opts`, as every study made of `lab run` windows takes
-    them: each proxy warmed once, then windows of `duration` seconds."""
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=150,
-        help="most seconds of warm-up, once per proxy and load (it ends once two 5 s windows agree and the "
-        "JIT is quiet; the proxies stay up, warm, between their windows) (default: %(default)s)",
-    )
-    p.add_argument(
-        "--duration", type=int, default=duration, help="seconds measured per window (default: %(default)s)"
-    )
-    p.add_argument("--java-opts", default=java_opts, help="the proxy's JVM options (default: %(default)s)")
-    # A study's rows are at fixed rates, waits or slow answers, where the JIT alone never warms.
-    options.add_warm_first(p, "closed/50/0")
-
-
-def runs_plan(
-    args: argparse.Namespace, cases: Sequence[Case | str], scenarios: list[str], loads: list[Load], **more
-) -> Plan:
-    """The `lab run` plan of a study made of windows: its cases, scenarios and loads (and `more`:
-    repeats, proxy_env, dimensions), with the options `add_proxy_runs` gave it, read here once."""
-    return Plan(
-        list(cases),
-        scenarios,
-        loads,
-        warmup_s=args.warmup,
-        duration_s=args.duration,
-        java_opts=args.java_opts,
-        warm_first=parse_warm_first(args.warm_first),
-        **more,
-    )
 
 
 def run(study: Study, args: argparse.Namespace, command: str, items: list | None = None) -> Path:
@@ -243,24 +207,3 @@ def proxy_up(backend: Backend, case: Case, upstream_url: str | None = None, **se
 def nothing(args: argparse.Namespace, d: Path) -> Iterator[Path]:
     """No shared parts: the runs start their own (a JMH jar); they get the study's folder."""
     yield d
-
-
-def run_matrices(whole: Plan, parts: Sequence[tuple[Plan, Path]], d: Path) -> list[Results]:
-    """`lab run` matrices on one set of native parts (started for `whole`, logs in `d`), each plan
-    into its folder (results.json, report.md and .html): the studies that compare cases under
-    Locust's load (replay, versions)."""
-    backend = NativeBackend()
-    backend.check(whole)
-    out = []
-    try:
-        backend.open(whole, d)
-        for plan, folder in parts:
-            results = measure.run_plan(plan, backend, folder)
-            if results.interrupted:
-                raise KeyboardInterrupt
-            out.append(results)
-    finally:
-        backend.close()
-    for _, folder in parts:
-        run_report.write_report(folder)
-    return out

@@ -25,7 +25,8 @@ import requests
 
 from .. import render
 from ..backends import Backend
-from ..cases import Case, engine_list
+from ..cases import BY_FIELD, HTTP1_ONLY, Case, engine_list
+from ..commands import options
 from ..parts import nginx
 from . import machinery
 
@@ -182,8 +183,9 @@ class Row:
 class Target:
     """One run of the plan: every transfer through one target, nginx direct or an engine's proxy."""
 
-    name: str  # DIRECT or an engine
+    name: str  # DIRECT or an engine's case, e.g. `singleton-okhttp protocol h2`
     transfers: Transfers
+    case: Case | None = None  # None: nginx direct
 
     KIND: ClassVar[str] = "transfer"  # its dry run's line
     EACH: ClassVar[str] = "nginx direct and each engine, every size both ways"
@@ -194,16 +196,31 @@ class Target:
 
 
 def plan(args: argparse.Namespace) -> list[Target]:
-    """The targets: nginx direct (what the measuring client itself manages), then each engine."""
+    """The targets: nginx direct over http (what the measuring client itself manages), then each
+    engine (singleton) over each protocol it speaks (h2 not for CIO and Apache 4)."""
     transfers = Transfers.of(args.sizes, args.repeats, args.warmup)
-    return [Target(name, transfers) for name in (DIRECT, *engine_list(args.engines))]
+    d = BY_FIELD["protocol"]
+    protocols = d.values(getattr(args, d.dest))
+    cases = [
+        Case("singleton", engine, protocol=protocol)
+        for protocol in protocols
+        for engine in engine_list(args.engines)
+        if not (protocol == "h2" and engine in HTTP1_ONLY)
+    ]
+    if not cases:
+        raise ValueError("--protocols: no engine of --engines speaks h2 (CIO and Apache 4 do not)")
+    one = protocols == ["http"]
+    return [
+        Target(DIRECT, transfers),
+        *(Target(c.engine if one else f"{c.engine} {c.protocol}", transfers, c) for c in cases),
+    ]
 
 
 def measure(backend: Backend, target: Target, args: argparse.Namespace) -> list[Row]:
     files = nginx.shared_files_dir()
-    if target.name == DIRECT:
+    if target.case is None:
         return transfers(target.name, backend.upstream_url, None, files, target.transfers)
-    with machinery.proxy_up(backend, Case("singleton", target.name)) as url:
+    with machinery.proxy_up(backend, target.case) as url:
         return transfers(target.name, url, url, files, target.transfers)
 
 
@@ -312,6 +329,9 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     machinery.add_engines(p)
+    options.add_dimension(
+        p, BY_FIELD["protocol"], default="http", more="; between the proxy and nginx (nginx direct: http)"
+    )
     p.add_argument(
         "--sizes", default="15m,100m", help="upstream files: 1k, 100k, 1m, 15m, 100m (default: %(default)s)"
     )

@@ -1,0 +1,347 @@
+"""The studies that ask what `lab run` measures, as presets of it: one registration each.
+
+A `PlanStudy` is its question, its parts (each a list of `lab run` options: the cases, scenario,
+load and dimensions it asks for) and the dimensions it compares. `lab study NAME` runs every part
+through `lab run`'s own pipeline (each proxy warmed once, forks, interleaved windows, windows left
+out and spared, the tests over JVMs with their intervals), one part after the other, each into a
+folder of its own that `lab report` and `lab compare` read as any run's. The options a user adds
+are `lab run`'s and follow each part's, so they win (`--forks 3`, `--cases singleton-okhttp`).
+
+The study's page, report.md beside the parts, is made from the parts' results.json alone (`lab
+report` makes it again): the verdict in words first (each change of a compared dimension, summed up
+per figure over the cases), then per part a table of every change with its interval and the link
+to the part's own report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import conclusions, measure, run_report
+from ..backends import NativeBackend
+from ..cases import BY_FIELD
+from ..commands import run as lab_run
+from ..conclusions import BY_KEY, Change, Group
+from ..errors import LabError
+from ..plan import Plan
+from ..results import Results
+from ..results import load as load_results
+from ..rundirs import results_dir
+
+# The file that makes a folder a study's (its name, command and parts), beside the parts' folders.
+STUDY_FILE = "study.json"
+# The figures a study's tables give per change, unless it names its own.
+FIGURES = ("rps", "p50", "p99", "cpu_no_jit", "threads", "heap")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One `lab run` of a study: its folder's name, what it asks in a few words, its options."""
+
+    name: str
+    what: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlanStudy:
+    name: str
+    title: str
+    help: str
+    question: str  # the page's first paragraph: what the study asks and how
+    parts: tuple[Part, ...] | Callable[[], tuple[Part, ...]]
+    # The dimensions (cases.DIMENSIONS' fields) whose one-changed comparisons are the verdict; none:
+    # each part's first screen (its engines and lifetimes) is.
+    compares: tuple[str, ...] = ()
+    figures: tuple[str, ...] = FIGURES
+    # More of the verdict in words, from the parts' results (by part name).
+    words: Callable[[dict[str, Results]], list[str]] | None = None
+    notes: tuple[str, ...] = ()  # what the study does not measure here, and where it is measured
+    # Whether each group's first screen (per call against singleton per engine, the engines ranked)
+    # is part of the verdict; always when the study compares no dimension.
+    screens: bool = False
+    needs: str = "prometheus"
+
+    def all_parts(self) -> tuple[Part, ...]:
+        return self.parts() if callable(self.parts) else self.parts
+
+    def add_parser(self, sub) -> None:
+        parts = self.all_parts()
+        p = sub.add_parser(
+            self.name,
+            help=self.help,
+            description=f"{self.question} Each part is `lab run` with its options, then yours (the same "
+            "options as lab run's; yours win).",
+            epilog="parts:\n"
+            + "\n".join(f"  {x.name}: {x.what}\n    lab run {shlex.join(x.argv)}" for x in parts),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_run_options(p)
+        p.add_argument(
+            "--parts",
+            default=",".join(x.name for x in parts),
+            help="comma-separated parts to run (default: %(default)s)",
+        )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """`lab run`'s options (not --backend: a study runs natively), none with a value of its own:
+    what a user gives is laid over each part's options; the help says lab run's default."""
+    lab_run.add_what(p)
+    lab_run.add_how_many(p)
+    lab_run.add_warming(p)
+    lab_run.add_shared(p)
+    for action in p._actions:  # noqa: SLF001 (argparse has no other way to reach a help text)
+        if action.dest in ("help", "out"):
+            continue
+        if action.help and "%(default)s" in action.help:
+            action.help = action.help.replace("%(default)s", str(action.default).replace("%", "%%"))
+        action.default = argparse.SUPPRESS
+    p.set_defaults(out=None)
+
+
+def run_parser() -> argparse.ArgumentParser:
+    """`lab run`'s options alone, to read a part's."""
+    p = argparse.ArgumentParser(prog="lab run", add_help=False)
+    lab_run.add_what(p)
+    lab_run.add_how_many(p)
+    lab_run.add_warming(p)
+    lab_run.add_shared(p)
+    return p
+
+
+def given(args: argparse.Namespace) -> dict:
+    """The `lab run` options the user gave (the study's parser holds no default of them)."""
+    dests = {a.dest for a in run_parser()._actions}  # noqa: SLF001
+    return {k: v for k, v in vars(args).items() if k in dests and k != "out"}
+
+
+def part_plan(part: Part, user: dict) -> Plan:
+    """The part's `lab run` plan: its options, then the user's over them; LabError for any that
+    cannot run, naming it."""
+    try:
+        args = run_parser().parse_args(part.argv)
+    except SystemExit:  # argparse has printed what it refused
+        raise LabError(f"part {part.name}: lab run {shlex.join(part.argv)} is refused") from None
+    for k, v in user.items():
+        setattr(args, k, v)
+    try:
+        return lab_run.plan_of(args)
+    except LabError as e:
+        raise LabError(f"part {part.name}: {e}") from None
+
+
+def chosen(study: PlanStudy, args: argparse.Namespace) -> list[Part]:
+    by_name = {x.name: x for x in study.all_parts()}
+    names = [n.strip() for n in args.parts.split(",") if n.strip()]
+    if bad := [n for n in names if n not in by_name]:
+        raise LabError(f"--parts: {bad[0]!r} is not one of {', '.join(by_name)}")
+    if not names:
+        raise LabError(f"--parts: give one or more of {', '.join(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def plans(study: PlanStudy, args: argparse.Namespace) -> list[tuple[Part, Plan]]:
+    """Every chosen part's plan, all checked before anything starts."""
+    user = given(args)
+    return [(part, part_plan(part, user)) for part in chosen(study, args)]
+
+
+def dry_run(study: PlanStudy, planned: list[tuple[Part, Plan]], out: object) -> list[str]:
+    lines, total = [], 0.0
+    for part, plan in planned:
+        NativeBackend().check(plan, machine=False)
+        lines += skipped(part, plan)
+        lines.append(
+            f"{part.name}: " + lab_run.announce(plan, True, f"{out}/{part.name}").removeprefix("lab run: ")
+        )
+        total += measure.planned_seconds(plan)
+    lines.append(f"the study: at most about {measure.format_seconds(total)} in all (spare windows apart)")
+    return lines
+
+
+def skipped(part: Part, plan: Plan) -> list[str]:
+    """The combinations the part's plan skips, each with its reason; counted beyond FEW."""
+    said = [f"{case.name}: {why.split('; ')[0]}" for case, why in plan.skipped()]
+    if len(said) <= FEW:
+        return [f"{part.name}: skips {s}" for s in said]
+    return [f"{part.name}: skips {len(said)} combinations its cases cannot take, e.g. {said[0]}"]
+
+
+def run(study: PlanStudy, args: argparse.Namespace, command: str) -> Path:
+    """Every chosen part through `lab run`'s pipeline, each on native parts of its own, into
+    `<out>/<part>/`; then study.json and the study's page. Returns the page's path."""
+    planned = plans(study, args)
+    for _, plan in planned:
+        NativeBackend().check(plan)
+    d = results_dir(args.out, study.name)
+    started = time.time()
+    (d / STUDY_FILE).write_text(
+        json.dumps({"study": study.name, "command": command, "parts": [p.name for p, _ in planned]}, indent=2)
+        + "\n"
+    )
+    for part, plan in planned:
+        folder = d / part.name
+        print(f"lab study {study.name}: part {part.name}: {part.what}", flush=True)
+        print(lab_run.announce(plan, True, folder), flush=True)
+        backend = NativeBackend()
+        try:
+            backend.open(plan, folder)
+            results = measure.run_plan(plan, backend, folder)
+        finally:
+            backend.close()
+        if results.runs:
+            run_report.write_report(folder)
+        if results.interrupted:
+            raise KeyboardInterrupt
+    print(
+        f"lab study {study.name}: {len(planned)} part(s) in {measure.format_seconds(time.time() - started)}"
+    )
+    return write_page(d, study)
+
+
+# --- the page, from the parts' results --------------------------------------------------------
+
+
+def write_page(d: Path, study: PlanStudy) -> Path:
+    """report.md of `study`'s folder `d` (study.json and its parts' results.json)."""
+    said = json.loads((d / STUDY_FILE).read_text())
+    results = {p.name: load_results(p) for p in parts_in(d)}
+    path = d / "report.md"
+    path.write_text(page(study, said["command"], results))
+    return path
+
+
+def is_study(d: Path) -> bool:
+    """Whether `d` is a folder `lab study` wrote of `lab run` parts."""
+    return (d / STUDY_FILE).exists()
+
+
+def study_in(d: Path) -> str:
+    """The name of the study that wrote the folder `d`."""
+    return json.loads((d / STUDY_FILE).read_text())["study"]
+
+
+def parts_in(d: Path) -> list[Path]:
+    """The parts' folders of the study folder `d` that hold results."""
+    names = json.loads((d / STUDY_FILE).read_text())["parts"]
+    return [d / n for n in names if (d / n / "results.json").exists()]
+
+
+def page(study: PlanStudy, command: str, results: dict[str, Results]) -> str:
+    parts = {p.name: p for p in study.all_parts()}
+    lines = [f"# {study.title}", "", study.question, "", f"`{command}`", "", "## Verdict", ""]
+    lines += [f"- {w}" for w in verdict(study, results)] or ["- No part was measured."]
+    lines += [f"- {n}" for n in study.notes]
+    lines.append("")
+    for name, r in results.items():
+        part = parts.get(name)
+        lines += [f"## {name}: {part.what if part else ''}", ""]
+        if part:
+            lines += [f"`lab run {shlex.join(part.argv)}`, then the options of the command above.", ""]
+        lines += [design(r) + f" Its lab report: [{name}/report.md]({name}/report.md).", ""]
+        for g in conclusions.groups(r):
+            if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
+                lines += [f"{g.heading}:", "", changes_table(study, rows), ""]
+            elif not study.compares:
+                lines += [f"{g.heading}: " + " ".join(run_report.answer(g)), ""]
+    return "\n".join(lines) + "\n"
+
+
+def design(r: Results) -> str:
+    p = r.plan
+    return (
+        f"{len(p.cases)} cases, {p.forks} JVMs a row x {p.repeats} windows of {p.duration_s} s, each JVM "
+        f"warmed once (up to {p.warmup_s} s); {len(r.runs)} windows in "
+        f"{measure.format_seconds(r.wall_seconds)}."
+    )
+
+
+def compared(study: PlanStudy, c: Change) -> bool:
+    titles = {BY_FIELD[f].title for f in study.compares}
+    return c.dimension in titles
+
+
+def keys(study: PlanStudy, g: Group) -> tuple[str, ...]:
+    """The study's figures with the group's CPU per request (with the JIT when it was not seen)."""
+    return tuple(g.cpu_key if k == "cpu_no_jit" else k for k in study.figures)
+
+
+def short(c: conclusions.Comparison) -> str:
+    """`+12.0% (+5.1% to +20.3%)`, or `~ (-3.0% to +8.2%)` when the test names no difference."""
+    if c.difference is None:
+        return "-"
+    if c.p is None:
+        return f"{c.difference:+.1%} (untested)"
+    span = f" ({c.span()})" if c.span() else ""
+    return f"{c.difference:+.1%}{span}" if c.clear else f"~{span}"
+
+
+def changes_table(study: PlanStudy, rows: Sequence[Change]) -> str:
+    from ..render import Column, Table
+
+    ks = keys(study, rows[0].group)
+    columns = [
+        Column("case", lambda c: c.case),
+        Column("held", lambda c: c.same),
+        Column("change", lambda c: f"{c.dimension} {c.before_name} -> {c.after_name}"),
+        *[Column(BY_KEY[k].heading, lambda c, k=k: short(c.comparison(k))) for k in ks],
+    ]
+    return Table(columns, rows, numeric=[False, False, False, *[True] * len(ks)]).markdown()
+
+
+def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
+    """Per part and group: each change of a compared dimension summed up per figure over the cases
+    (or, comparing none, each group's first screen); then the study's own words."""
+    out = []
+    for name, r in results.items():
+        for g in conclusions.groups(r):
+            found = [c for c in conclusions.changes(g) if compared(study, c)]
+            if study.screens or not study.compares:
+                out.append(f"{name}, {g.heading}: " + " ".join(run_report.answer(g)))
+            by_step: dict[tuple[str, str, str], list[Change]] = {}
+            for c in found:
+                by_step.setdefault((c.dimension, c.before_name, c.after_name), []).append(c)
+            for (dim, a, b), cs in by_step.items():
+                out.append(f"{name}, {g.heading}, {dim} {a} -> {b}: " + summed(study, g, cs))
+    if study.words:
+        out += study.words(results)
+    return out
+
+
+def summed(study: PlanStudy, g: Group, cs: list[Change]) -> str:
+    """Per figure: for how many of the cases it is clearly higher or lower (the range of those
+    changes), and for how many there is no clear difference."""
+    said = []
+    for k in keys(study, g):
+        comps = [(c.case, c.comparison(k)) for c in cs]
+        tested = [(n, x) for n, x in comps if x.p is not None and x.difference is not None]
+        if not tested:
+            continue
+        up = [(n, x.difference) for n, x in tested if x.clear and x.difference > 0]
+        down = [(n, x.difference) for n, x in tested if x.clear and x.difference < 0]
+        same = [n for n, x in tested if not x.clear]
+        bits = [f"{way} for {among(found)}" for way, found in (("higher", up), ("lower", down)) if found]
+        if same:
+            bits.append(f"no clear difference for {', '.join(same) if len(same) <= FEW else len(same)}")
+        said.append(f"{BY_KEY[k].words or BY_KEY[k].heading} {', '.join(bits)}")
+    n = len(cs)
+    return f"of {n} case{'s' if n != 1 else ''}, " + "; ".join(said) + "." if said else "not tested."
+
+
+# Up to this many cases are named in a summed-up line; more are counted.
+FEW = 3
+
+
+def among(found: list[tuple[str, float]]) -> str:
+    """`singleton-cio (+12%)`, or `5 (+8% to +40%)`."""
+    if len(found) <= FEW:
+        return ", ".join(f"{n} ({d:+.0%})" for n, d in found)
+    values = [d for _, d in found]
+    return f"{len(found)} ({min(values):+.0%} to {max(values):+.0%})"

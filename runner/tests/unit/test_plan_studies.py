@@ -1,0 +1,149 @@
+"""The studies that are presets of `lab run` (studies/plans.py): their parts read as lab run reads
+them, the user's options laid over each part's, their dry runs, and their page, written from
+results alone (synthetic windows here; the runs themselves: test_studies.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ktor_lab import cli, measure
+from ktor_lab.cases import BY_FIELD, Case
+from ktor_lab.plan import Plan, parse_load
+from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, Warmup
+from ktor_lab.studies import STUDIES, plans
+
+PLAN_STUDIES = {name: s for name, s in STUDIES.items() if isinstance(s, plans.PlanStudy)}
+
+
+def test_the_studies_that_ask_what_lab_run_measures_are_its_presets():
+    assert set(PLAN_STUDIES) == {"protocols", "versions", "distance", "dispatchers", "replay"}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_STUDIES))
+def test_every_part_is_a_lab_run_that_plans_and_compares_real_dimensions(name):
+    study = PLAN_STUDIES[name]
+    for part in study.all_parts():
+        plan = plans.part_plan(part, {})
+        assert plan.runs() and plan.forks >= 2 and plan.repeats >= 3, part.name  # lab run's design
+    assert set(study.compares) <= set(BY_FIELD)
+
+
+def parsed(*argv: str):
+    return cli.main_parser().parse_args(["study", *argv])
+
+
+def test_the_user_s_options_win_over_a_part_s_and_the_others_keep_the_part_s():
+    args = parsed("protocols", "--protocols", "http,https", "--forks", "3", "--cases", "singleton-okhttp")
+    ((part, plan),) = plans.plans(STUDIES["protocols"], args)
+    assert part.name == "rate" and plan.dims == {"protocol": ["http", "https"]}
+    assert plan.forks == 3 and [c.id for c in plan.cases] == ["singleton-okhttp"]
+    assert plan.loads == [parse_load("rate/200/40")]  # the part's, not lab run's default
+
+
+def test_a_bad_option_or_part_is_refused_in_one_line_naming_it(capsys):
+    assert cli.main(["study", "protocols", "--protocols", "tls", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lab: part rate: --protocols: ") and err.count("\n") == 1
+    assert cli.main(["study", "distance", "--parts", "far", "--dry-run"]) == 2
+    assert capsys.readouterr().err == "lab: --parts: 'far' is not one of cases\n"
+
+
+def test_the_help_gives_lab_run_s_defaults_and_each_part_s_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["study", "dispatchers", "--help"])
+    out = capsys.readouterr().out
+    assert "SUPPRESS" not in out and "(default: 2;" in out  # --forks, as lab run says it
+    assert "slow: 100 requests in flight" in out and "lab run --cases singleton-cio," in out
+
+
+def test_the_dry_run_gives_each_part_s_plan_and_the_time_of_all(capsys):
+    assert cli.main(["study", "dispatchers", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    planned = plans.plans(STUDIES["dispatchers"], parsed("dispatchers"))
+    total = sum(measure.planned_seconds(p) for _, p in planned)
+    assert [line.split(": ")[1] for line in out if "JVMs x" in line] == ["slow", "distance"]
+    assert out[-1] == (
+        f"lab study dispatchers: the study: at most about {measure.format_seconds(total)} in all "
+        "(spare windows apart)"
+    )
+
+
+def test_a_case_a_dimension_value_cannot_take_is_skipped_by_name():
+    (_, plan), *_ = plans.plans(STUDIES["distance"], parsed("distance"))
+    skipped = {case.name for case, _ in plan.skipped()}
+    assert "singleton-okhttp pipelining on" in skipped and "singleton-cio pipelining on" not in skipped
+    assert Case.parse("singleton-cio pipelining on") in plan.cases_to_run()
+
+
+# --- the page, from results alone -----------------------------------------------------------------
+
+
+def window(case: Case, protocol: str, fork: int, n: int, cpu: float) -> Run:
+    load = parse_load("rate/200/40")
+    return Run(
+        case=case.id,
+        engine=case.engine,
+        lifetime=case.lifetime,
+        scenario="static-small",
+        load=load,
+        repeat=n,
+        warmup=Warmup(seconds=60, settled=True),
+        locust=LocustFigures(rps=200.0, p99_ms=30.0, requests=2000, cpu_peak_percent={"local": 40}),
+        proxy=ProxyFigures(upstream_requests=2000, cpu_seconds_per_1000_requests=cpu),
+        prometheus=PrometheusFigures(threads_live_max=50, heap_max_bytes=100 << 20),
+        fork=fork,
+        dimensions=True,
+        ktor="3.5.2",
+        java="17.0.15",
+        dims={"protocol": protocol},
+    )
+
+
+def tls_results(costs: dict[tuple[str, str], float]) -> Results:
+    """Two cases over http and https, 2 JVMs x 3 windows, 5% noise a window: CPU per request
+    `costs[(case, protocol)]`."""
+    rng = np.random.default_rng(3)
+    cases = [Case.parse("singleton-cio"), Case.parse("singleton-okhttp")]
+    runs = [
+        window(c, p, fork, n, costs[(c.id, p)] * math.exp(rng.normal(0, 0.05)))
+        for fork in (1, 2)
+        for c in cases
+        for p in ("http", "https")
+        for n in (1, 2, 3)
+    ]
+    plan = Plan(cases, ["static-small"], [parse_load("rate/200/40")], repeats=3, forks=2,
+                dims={"protocol": ["http", "https"]})  # fmt: skip
+    env = {"commit": "0" * 16, "dirty": False, "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 1},
+           "versions": {}}  # fmt: skip
+    return Results(plan=plan, backend={"kind": "native"}, environment=env, started="", runs=runs)
+
+
+def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_interval(tmp_path):
+    costs = {("singleton-cio", "http"): 3.0, ("singleton-cio", "https"): 6.0}
+    costs |= {("singleton-okhttp", "http"): 3.0, ("singleton-okhttp", "https"): 3.0}
+    results = tls_results(costs)
+    page = plans.page(STUDIES["protocols"], "lab study protocols", {"rate": results})
+    verdict = page.split("## Verdict")[1].split("\n## ")[0]
+    assert "protocol http -> https: of 2 cases" in verdict
+    assert "CPU per request (the JIT's included) higher for singleton-cio (+" in verdict
+    assert "no clear difference for singleton-okhttp" in verdict
+    row = next(line for line in page.splitlines() if line.startswith("| singleton-cio |"))
+    cpu = row.split(" | ")[5]  # case, held, change, p50, p99, CPU
+    low, high = (float(x.rstrip("%)")) for x in cpu.split("(")[1].split(" to "))
+    assert 0 < low < 100 < high, cpu  # twice the CPU: +100%, inside its interval
+    okhttp = next(line for line in page.splitlines() if line.startswith("| singleton-okhttp |"))
+    assert okhttp.split(" | ")[5].startswith("~ (")
+
+    # `lab report` of the study's folder writes the page again from the stored results
+    (tmp_path / "rate").mkdir()
+    (tmp_path / "rate" / "results.json").write_text(json.dumps(results.to_json()))
+    (tmp_path / plans.STUDY_FILE).write_text(
+        json.dumps({"study": "protocols", "command": "lab study protocols", "parts": ["rate"]})
+    )
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == page
+    assert (tmp_path / "rate" / "report.md").exists() and (tmp_path / "rate" / "results.csv").exists()
