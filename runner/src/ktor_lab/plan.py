@@ -201,8 +201,18 @@ class Plan:
             raise ValueError("forks must be at least 1, the settle and the spare windows at least 0")
         if self.aa and Case.parse(self.aa).id not in {c.id for c in self.cases}:
             raise ValueError(f"the A/A case {self.aa!r} is not one of the cases; give one of them, or none")
+        if self.aa and not any(self.is_aa(c) for c in self.cases_to_run()):
+            raise ValueError(
+                f"the A/A case {self.aa!r} runs in no combination of these dimensions; give another (--aa)"
+            )
         if not (self.cases and self.scenarios and self.loads):
             raise ValueError("the matrix is empty: give at least one case, scenario and load level")
+
+    def is_aa(self, case: Case) -> bool:
+        """Whether `case` (a combination) is the A/A case: by its lifetime and engine, or by its whole
+        name when the A/A case names dimensions (`singleton-okhttp protocol h2`)."""
+        want = Case.parse(self.aa)
+        return case == want if want.dimensions() else case.id == want.id
 
     def combinations(self) -> list[Case]:
         """Every case with the plan's dimensions applied (each dimension's values, in the order they
@@ -257,7 +267,7 @@ class Plan:
         count = Counter(cases)
         pair = None
         if self.aa and max(count.values()) == 1:
-            pair = next((c for c in cases if c.id == Case.parse(self.aa).id), None)
+            pair = next((c for c in cases if self.is_aa(c)), None)
         out, seen = [], Counter()
         for case in cases:
             seen[case] += 1

@@ -164,3 +164,16 @@ def test_results_stored_before_dimensions_were_a_mapping_read_the_same():
     assert {(r.dim("protocol"), r.dim("rtt_ms"), r.dim("max_connections")) for r in results.runs} == {
         ("https", 20, 1000)
     }
+
+
+def test_the_a_a_pair_is_of_the_first_case_that_runs_with_the_dimensions():
+    """CIO speaks no h2: its rows are skipped, and the pair is of the next case, never of none."""
+    plan = lab_run("--cases", "singleton-cio,singleton-okhttp,per-call-okhttp", "--protocols", "h2")
+    assert plan.aa == "singleton-okhttp"
+    assert [p.copy for p in plan.proxies() if p.case.id == "singleton-okhttp" and p.fork == 1] == [1, 2]
+    with pytest.raises(LabError, match="the A/A case 'singleton-cio' runs in no combination"):
+        lab_run("--cases", "singleton-cio,singleton-okhttp", "--protocols", "h2", "--aa", "singleton-cio")
+    named = lab_run("--cases", "singleton-okhttp,singleton-apache5", "--protocols", "http,h2",
+                    "--aa", "singleton-okhttp protocol h2")  # fmt: skip
+    pairs = {p.case.name for p in named.proxies() if p.copy == 2}
+    assert pairs == {"singleton-okhttp protocol h2"}

@@ -106,8 +106,9 @@ def add_how_many(p: argparse.ArgumentParser) -> None:
         "--aa",
         default="first",
         help="the case measured as two rows (#1, #2): the A/A pair, whose intervals should include 0 "
-        "(the check that the method holds); 'first' (the plan's first case), a case, or 'none' "
-        "(default: first; none needed when --cases names a case twice)",
+        "(the check that the method holds); 'first' (the plan's first case that runs with its "
+        "dimensions), a case (with its dimensions, to pair that one alone), or 'none' (default: first; "
+        "none needed when --cases names a case twice)",
     )
     p.add_argument(
         "--fresh",
@@ -176,6 +177,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
         if not args.rtt and (default := options.env_rtt()):
             # UPSTREAM_RTT_MS: the round trip of each case that names none of its own.
             cases = [c if c.rtt_ms else c.with_dimensions(rtt_ms=default) for c in cases]
+        dims = {d.field: d.values(getattr(args, d.dest)) for d in DIMENSIONS}
+        first_plan = Plan(cases, ["static-small"], [parse_load("closed/1/0")], dims=dims)  # what runs
         return Plan(
             cases=cases,
             scenarios=[s.strip() for s in args.scenarios.split(",") if s.strip()],
@@ -183,7 +186,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             repeats=args.repeats,
             forks=args.forks,
             spare=args.spare,
-            aa=aa_case(args.aa, cases),
+            aa=aa_case(args.aa, cases, first_plan.cases_to_run()),
             fresh=args.fresh,
             settle_s=args.settle,
             warm_first=parse_warm_first(args.warm_first),
@@ -192,7 +195,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             workers=args.workers,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
-            dims={d.field: d.values(getattr(args, d.dest)) for d in DIMENSIONS},
+            dims=dims,
             jitter_ms=options.network_value("--jitter", "UPSTREAM_JITTER_MS", args.jitter),
             bandwidth_kbps=options.network_value("--bandwidth", "UPSTREAM_BANDWIDTH_KBPS", args.bandwidth),
         )
@@ -210,12 +213,16 @@ def fail_on(text: str) -> tuple[str, ...]:
     return flags
 
 
-def aa_case(text: str, cases: list) -> str:
+def aa_case(text: str, cases: list, runs: list | None = None) -> str:
     """--aa: the A/A case's name, or "" for none (also when the plan already names a case twice, or
-    has a single case: a pair of it is asked for with --cases X,X)."""
+    has a single case: a pair of it is asked for with --cases X,X). "first": the first case that
+    runs with the plan's dimensions (`runs`: Plan.cases_to_run; CIO runs no h2)."""
     if text == "none" or len(set(cases)) < 2 or len(set(cases)) < len(cases):
         return ""
-    return cases[0].id if text == "first" else text
+    if text != "first":
+        return text
+    running = {c.id for c in runs} if runs is not None else {c.id for c in cases}
+    return next((c.id for c in cases if c.id in running), "")
 
 
 def run(args: argparse.Namespace) -> int:
