@@ -16,6 +16,7 @@ import pytest
 from ktor_lab import cli
 from ktor_lab.results import Results
 from ktor_lab.results import load as load_results
+from ktor_lab.studies.replay import HELD_P99_MS
 
 
 def run_study(name: str, out: Path, *options: str) -> dict:
@@ -95,7 +96,7 @@ def test_streaming_tiny_checks_every_body_and_compares_with_nginx_direct(tmp_pat
     assert all(r[-1] == "all match" for r in table)
 
 
-TINY = ("--forks", "1", "--windows", "2", "--warm-first", "none", "--spare", "0", "--aa", "none")
+TINY = ("--forks", "1", "--warm-first", "none", "--spare", "0", "--aa", "none")
 
 
 def run_plan_study(name: str, out: Path, *options: str) -> tuple[str, dict[str, Results]]:
@@ -115,7 +116,7 @@ def test_replay_tiny_flags_the_published_setup_and_names_the_rate_each_case_held
         "replay",
         tmp_path,
         *("--cases", "singleton-cio,per-call-cio", "--loads", "closed/20/0.5-1,rate/50,closed/4/0"),
-        *("--warmup", "2", "--duration", "3", *TINY),
+        *("--warmup", "2", "--duration", "3", "--windows", "1", *TINY),
     )
     runs = parts["loads"].runs
     by = {
@@ -128,10 +129,11 @@ def test_replay_tiny_flags_the_published_setup_and_names_the_rate_each_case_held
         assert all(15 <= r.locust.rps <= 35 for r in replayed)
         capacity = by[(case, "closed/4/0")]
         assert min(r.locust.rps for r in capacity) > 3 * max(r.locust.rps for r in replayed)
-        # Held when every window reached its target without errors and p99 under the limit; on a busy
-        # machine one may not, and then the page must say so.
-        rate = by[(case, "rate/50/10")]
-        held = all("target" in r.verdict.flags and "errors" not in r.verdict.flags for r in rate)
+        # Held when its window reached the target without errors and p99 under the limit; on a busy
+        # machine it may not, and then the page must say so.
+        (rate,) = by[(case, "rate/50/10")]
+        flags = rate.verdict.flags
+        held = "target" in flags and "errors" not in flags and (rate.locust.p99_ms or 0) <= HELD_P99_MS
         assert (f"{case} 50 rps" if held else f"{case} none") in page, page
     verdict = page.split("## Verdict\n")[1].split("\n## ")[0]
     assert "The published setup replayed (closed/20/0.5-1" in verdict
@@ -240,7 +242,7 @@ def test_protocols_tiny_tests_each_case_over_tls_and_h2_against_plain_http(tmp_p
         "protocols",
         tmp_path,
         *("--cases", "singleton-okhttp,singleton-cio", "--protocols", "http,https,h2", "--loads", "rate/20"),
-        *("--warmup", "0", "--duration", "2", *TINY),
+        *("--warmup", "0", "--duration", "2", "--windows", "2", *TINY),
     )
     runs = parts["rate"].runs
     # h2 only where the engine speaks it: no singleton-cio over h2

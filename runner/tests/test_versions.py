@@ -101,35 +101,26 @@ def test_lab_run_with_two_releases_and_two_jdks_plans_every_combination():
 
 
 @pytest.mark.slow
-def test_study_versions_tiny_writes_the_ktor_and_the_jdk_changes(tmp_path):
+def test_study_versions_tiny_tests_a_ktor_upgrade_on_the_runs_of_both_releases(tmp_path):
+    """The study's `ktor` part, with the user's releases over its own (the `jdk` part's plan:
+    test_plan_studies.py): both releases measured in one interleaved lab run, each proxy on the
+    release it says it runs, and the upgrade's line on the study's page."""
     out = tmp_path / "study"
-    argv = [
-        "study",
-        "versions",
-        "--cases",
-        "singleton-okhttp",
-        "--loads",
-        "rate/20",
-        "--ktor",
-        f"{OTHER.name},{NEWER.name}",
-    ]
-    argv += ["--forks", "1", "--windows", "1", "--warmup", "0", "--duration", "3", "--warm-first", "none"]
-    assert cli.main([*argv, "--spare", "0", "--out", str(out)]) == 0
+    argv = ["study", "versions", "--parts", "ktor", "--cases", "singleton-okhttp", "--loads", "rate/20"]
+    argv += ["--ktor", f"{OTHER.name},{NEWER.name}", "--forks", "1", "--windows", "2", "--warmup", "0"]
+    assert (
+        cli.main([*argv, "--duration", "2", "--warm-first", "none", "--spare", "0", "--out", str(out)]) == 0
+    )
+    data = json.loads((out / "ktor" / "results.json").read_text())
+    runs = data["runs"]
+    assert sorted({(r["ktor"], r["java"].split(".")[0]) for r in runs}) == sorted(
+        (k, "17") for k in (OTHER.name, NEWER.name)
+    )
+    for run in runs:  # each proxy says itself which release it ran on
+        assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
+    (group,) = run_report.groups(Results.from_json(data))
+    assert [(c.dimension, c.same) for c in run_report.changes(group)] == [("Ktor", "JDK 17")]
     page = (out / "report.md").read_text()
-    # Part ktor: both releases on JDK 17; part jdk: the user's releases (theirs win) on 17 and 25.
-    both = (OTHER.name, NEWER.name)
-    for part, want in (
-        ("ktor", {(k, "17") for k in both}),
-        ("jdk", {(k, j) for k in both for j in ("17", "25")}),
-    ):
-        data = json.loads((out / part / "results.json").read_text())
-        runs = data["runs"]
-        assert {(r["ktor"], r["java"].split(".")[0]) for r in runs} == want, part
-        for run in runs:  # each proxy says itself which release it ran on
-            assert run["proxy"]["settings"]["ktor_version"] == run["ktor"] and run["locust"]["failures"] == 0
-        (group,) = run_report.groups(Results.from_json(data))
-        assert run_report.changes(group), part
     heading = parse_load("rate/20").describe()
-    assert f"ktor, static-small, {heading}, Ktor {OTHER.name} -> {NEWER.name}" in page
-    assert f"jdk, static-small, {heading}, JDK 17 -> 25" in page
+    assert f"ktor, static-small, {heading}, Ktor {OTHER.name} -> {NEWER.name}: of 1 case, " in page
     assert f"| singleton-okhttp | JDK 17 | Ktor {OTHER.name} -> {NEWER.name} |" in page

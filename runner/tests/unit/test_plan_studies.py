@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from ktor_lab import cli, measure
+from ktor_lab import cli, measure, versions
 from ktor_lab.cases import BY_FIELD, Case
 from ktor_lab.plan import Plan, parse_load
 from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, Warmup
 from ktor_lab.studies import STUDIES, plans
 
+CASES = ("singleton-cio", "singleton-okhttp")
 PLAN_STUDIES = {name: s for name, s in STUDIES.items() if isinstance(s, plans.PlanStudy)}
 
 
@@ -147,3 +149,64 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     assert cli.main(["report", str(tmp_path)]) == 0
     assert (tmp_path / "report.md").read_text() == page
     assert (tmp_path / "rate" / "report.md").exists() and (tmp_path / "rate" / "results.csv").exists()
+
+
+def test_versions_changes_the_release_on_one_jdk_then_the_jdk_on_the_newest_release():
+    ktor, jdk = (plans.part_plan(p, {}) for p in STUDIES["versions"].all_parts())
+    releases = [r.name for r in sorted(versions.releases(), key=lambda r: versions.version_key(r.name))]
+    assert ktor.dims["ktor"] == releases and ktor.dims["java"] == ["17"]
+    assert jdk.dims["ktor"] == releases[-1:] and jdk.dims["java"] == ["17", "25"]
+
+
+def test_a_repeatable_option_adds_to_the_part_s():
+    part = plans.Part("p", "a part", ("--set", "CLIENT_LIMITS=fair"))
+    plan = plans.part_plan(part, {"set": ["ACCESS_LOG=on"]})
+    assert plan.proxy_env == {"CLIENT_LIMITS": "fair", "ACCESS_LOG": "on"}
+
+
+def test_a_rate_set_by_a_target_is_never_called_a_change_and_a_flagged_row_is_not_compared():
+    costs = {("singleton-cio", "http"): 3.0, ("singleton-cio", "https"): 6.0}
+    costs |= {("singleton-okhttp", "http"): 3.0, ("singleton-okhttp", "https"): 3.0}
+    results = tls_results(costs)
+    for r in results.runs:  # every window held its 200 rps target, one row failed requests
+        r.verdict = None
+        if r.case == "singleton-okhttp" and r.dim("protocol") == "https":
+            r.locust.failures = 500
+    study = replace(STUDIES["protocols"], figures=("rps", "cpu_no_jit"))
+    page = plans.page(study, "lab study protocols", {"rate": results})
+    line = next(x for x in page.splitlines() if "protocol http -> https: of 2 cases" in x)
+    assert "rps not compared for singleton-cio, singleton-okhttp" in line, line
+    assert "CPU per request (the JIT's included) higher for singleton-cio (+" in line
+    assert "not compared for singleton-okhttp" in line.split("CPU per request")[1]
+    okhttp = next(x for x in page.splitlines() if x.startswith("| singleton-okhttp |"))
+    assert okhttp.endswith("| not compared | not compared |")
+
+
+def test_a_part_that_measured_nothing_is_named_and_the_page_names_each_distance():
+    results = tls_results(
+        {(c, p): 3.0 for c in ("singleton-cio", "singleton-okhttp") for p in ("http", "https")}
+    )
+    study = replace(STUDIES["protocols"], screens=True)
+    page = plans.page(study, "lab study protocols", {"rate": results}, planned=["rate", "more"])
+    assert "- Part more: not measured (stopped or failed before its first window)." in page
+    screens = [x for x in page.splitlines() if x.startswith("- rate, static-small") and "protocol http:" in x]
+    assert len(screens) == 1 and "protocol https:" in page  # one first screen per protocol
+
+
+def test_replay_names_the_rate_each_case_held_only_where_rates_were_measured():
+    from ktor_lab.studies import replay
+
+    results = tls_results(
+        {(c, p): 3.0 for c in ("singleton-cio", "singleton-okhttp") for p in ("http", "https")}
+    )
+    assert any("highest fixed rate held" in w for w in replay.words({"loads": results}))
+    for r in results.runs:
+        r.load = parse_load("closed/50/0")
+    assert not any("highest fixed rate held" in w for w in replay.words({"loads": results}))
+
+
+def test_a_release_the_user_gives_is_each_part_s():
+    args = parsed("versions", "--ktor", "3.5.1,3.5.2")
+    (_, ktor), (_, jdk) = plans.plans(STUDIES["versions"], args)
+    assert ktor.dims["ktor"] == jdk.dims["ktor"] == ["3.5.1", "3.5.2"]
+    assert ktor.dims["java"] == ["17"] and jdk.dims["java"] == ["17", "25"]

@@ -11,6 +11,7 @@ import shlex
 
 from .. import measure, run_report, stack
 from ..commands import options
+from ..commands import run as lab_run
 from ..errors import LabError
 from . import (
     dispatchers,
@@ -104,11 +105,11 @@ def run_plans(study: plans.PlanStudy, args: argparse.Namespace, command: str) ->
         return 0
     stack.require(stack.missing(prometheus_too=True))
     options.handle_signals()
-    page = plans.run(study, args, command)
+    page, runs = plans.run(study, args, command)
     print(f"lab study {study.name}: {page}")
     print()
     print(page.read_text())
-    return 0
+    return lab_run.failed_checks(runs, getattr(args, "fail_on", ()))
 
 
 def report_again(args: argparse.Namespace) -> int:
@@ -120,8 +121,11 @@ def report_again(args: argparse.Namespace) -> int:
     study = STUDIES.get(plans.study_in(args.dir))
     if not isinstance(study, plans.PlanStudy):
         raise LabError(f"{args.dir}: written by a study this lab does not know as lab run parts")
-    for part in plans.parts_in(args.dir):
-        run_report.write_report(part)
-    page = plans.write_page(args.dir, study)
+    try:
+        for part in plans.parts_in(args.dir):
+            run_report.write_report(part)
+        page = plans.write_page(args.dir, study)
+    except (FileNotFoundError, ValueError) as e:
+        raise LabError(str(e)) from None
     print(f"lab report: {page}")
     return 0

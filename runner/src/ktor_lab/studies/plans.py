@@ -20,19 +20,21 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import conclusions, measure, run_report
+from .. import conclusions, confidence, measure, run_report
 from ..backends import NativeBackend
 from ..cases import BY_FIELD
 from ..commands import run as lab_run
 from ..conclusions import BY_KEY, Change, Group
+from ..confidence import Comparison
 from ..errors import LabError
 from ..plan import Plan
 from ..results import Results
 from ..results import load as load_results
 from ..rundirs import results_dir
+from ..verdict import RATE_FLAGS
 
 # The file that makes a folder a study's (its name, command and parts), beside the parts' folders.
 STUDY_FILE = "study.json"
@@ -66,7 +68,6 @@ class PlanStudy:
     # Whether each group's first screen (per call against singleton per engine, the engines ranked)
     # is part of the verdict; always when the study compares no dimension.
     screens: bool = False
-    needs: str = "prometheus"
 
     def all_parts(self) -> tuple[Part, ...]:
         return self.parts() if callable(self.parts) else self.parts
@@ -98,6 +99,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     lab_run.add_warming(p)
     lab_run.add_shared(p)
     for action in p._actions:  # noqa: SLF001 (argparse has no other way to reach a help text)
+        if action.dest == "out":
+            action.help = "results folder (default: results/study-NAME-<timestamp>)"
         if action.dest in ("help", "out"):
             continue
         if action.help and "%(default)s" in action.help:
@@ -129,8 +132,8 @@ def part_plan(part: Part, user: dict) -> Plan:
         args = run_parser().parse_args(part.argv)
     except SystemExit:  # argparse has printed what it refused
         raise LabError(f"part {part.name}: lab run {shlex.join(part.argv)} is refused") from None
-    for k, v in user.items():
-        setattr(args, k, v)
+    for k, v in user.items():  # a repeatable option (--set) adds to the part's; the others replace
+        setattr(args, k, getattr(args, k) + v if isinstance(v, list) else v)
     try:
         return lab_run.plan_of(args)
     except LabError as e:
@@ -174,36 +177,47 @@ def skipped(part: Part, plan: Plan) -> list[str]:
     return [f"{part.name}: skips {len(said)} combinations its cases cannot take, e.g. {said[0]}"]
 
 
-def run(study: PlanStudy, args: argparse.Namespace, command: str) -> Path:
+def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path, list]:
     """Every chosen part through `lab run`'s pipeline, each on native parts of its own, into
-    `<out>/<part>/`; then study.json and the study's page. Returns the page's path."""
+    `<out>/<part>/`; study.json first, the study's page after each part (also when one stops or
+    fails). Returns the page's path and every window measured."""
     planned = plans(study, args)
     for _, plan in planned:
         NativeBackend().check(plan)
+    if args.out is not None and is_study(args.out):
+        raise LabError(f"--out {args.out}: a study's results are there already; give another folder")
     d = results_dir(args.out, study.name)
     started = time.time()
-    (d / STUDY_FILE).write_text(
-        json.dumps({"study": study.name, "command": command, "parts": [p.name for p, _ in planned]}, indent=2)
-        + "\n"
-    )
+    said = {
+        "study": study.name,
+        "command": command,
+        "parts": [p.name for p, _ in planned],
+        "argv": {p.name: list(p.argv) for p, _ in planned},
+    }
+    (d / STUDY_FILE).write_text(json.dumps(said, indent=2) + "\n")
+    runs: list = []
     for part, plan in planned:
         folder = d / part.name
         print(f"lab study {study.name}: part {part.name}: {part.what}", flush=True)
         print(lab_run.announce(plan, True, folder), flush=True)
+        for line in skipped(part, plan):
+            print(f"lab study {study.name}: {line}", flush=True)
         backend = NativeBackend()
         try:
             backend.open(plan, folder)
             results = measure.run_plan(plan, backend, folder)
         finally:
             backend.close()
-        if results.runs:
-            run_report.write_report(folder)
+            if (folder / "results.json").exists() and load_results(folder).runs:
+                run_report.write_report(folder)
+            write_page(d, study)  # what finished so far, whatever happens next
+        runs += results.runs
         if results.interrupted:
             raise KeyboardInterrupt
     print(
         f"lab study {study.name}: {len(planned)} part(s) in {measure.format_seconds(time.time() - started)}"
     )
-    return write_page(d, study)
+    return d / "report.md", runs
 
 
 # --- the page, from the parts' results --------------------------------------------------------
@@ -213,8 +227,9 @@ def write_page(d: Path, study: PlanStudy) -> Path:
     """report.md of `study`'s folder `d` (study.json and its parts' results.json)."""
     said = json.loads((d / STUDY_FILE).read_text())
     results = {p.name: load_results(p) for p in parts_in(d)}
+    argv = {name: tuple(a) for name, a in said.get("argv", {}).items()}
     path = d / "report.md"
-    path.write_text(page(study, said["command"], results))
+    path.write_text(page(study, said["command"], results, said["parts"], argv))
     return path
 
 
@@ -229,22 +244,35 @@ def study_in(d: Path) -> str:
 
 
 def parts_in(d: Path) -> list[Path]:
-    """The parts' folders of the study folder `d` that hold results."""
+    """The parts' folders of the study folder `d` that hold results of at least one window."""
     names = json.loads((d / STUDY_FILE).read_text())["parts"]
-    return [d / n for n in names if (d / n / "results.json").exists()]
+    held = [d / n for n in names if (d / n / "results.json").exists()]
+    return [p for p in held if load_results(p).runs]
 
 
-def page(study: PlanStudy, command: str, results: dict[str, Results]) -> str:
+def page(
+    study: PlanStudy,
+    command: str,
+    results: dict[str, Results],
+    planned: Sequence[str] = (),
+    argv: dict[str, tuple[str, ...]] | None = None,
+) -> str:
+    """The study's page: its question, the verdict in words, then per part its command, design and
+    every change of a compared dimension with its interval. `planned`: the parts the command ran
+    (one without results is named); `argv`: each part's options as they ran (study.json)."""
     parts = {p.name: p for p in study.all_parts()}
+    argv = argv or {}
     lines = [f"# {study.title}", "", study.question, "", f"`{command}`", "", "## Verdict", ""]
     lines += [f"- {w}" for w in verdict(study, results)] or ["- No part was measured."]
+    lines += [f"- Part {n}: not measured (stopped or failed before its first window)." for n in planned
+              if n not in results]  # fmt: skip
     lines += [f"- {n}" for n in study.notes]
-    lines.append("")
+    lines += ["", ADJUSTED, ""]
     for name, r in results.items():
         part = parts.get(name)
         lines += [f"## {name}: {part.what if part else ''}", ""]
-        if part:
-            lines += [f"`lab run {shlex.join(part.argv)}`, then the options of the command above.", ""]
+        if options := argv.get(name) or (part.argv if part else ()):
+            lines += [f"`lab run {shlex.join(options)}`, then the options of the command above.", ""]
         lines += [design(r) + f" Its lab report: [{name}/report.md]({name}/report.md).", ""]
         for g in conclusions.groups(r):
             if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
@@ -254,13 +282,23 @@ def page(study: PlanStudy, command: str, results: dict[str, Results]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# How the page's changes are tested, said once under the verdict.
+ADJUSTED = (
+    "Each change is tested over the JVMs (the spread pooled over the part's rows), its p values adjusted "
+    "over the cases of one change and figure (Benjamini-Hochberg), each interval at the level that goes "
+    "with it. `~`: no clear difference; `not compared`: a row flagged, short of its rate, or a rate set by "
+    "the load (rps at a fixed rate); `untested`: no spread to test with."
+)
+
+
 def design(r: Results) -> str:
     p = r.plan
-    return (
+    text = (
         f"{len(p.cases)} cases, {p.forks} JVMs a row x {p.repeats} windows of {p.duration_s} s, each JVM "
         f"warmed once (up to {p.warmup_s} s); {len(r.runs)} windows in "
         f"{measure.format_seconds(r.wall_seconds)}."
     )
+    return text + (f" Interrupted: {len(r.runs)} of {len(p.runs())} windows." if r.interrupted else "")
 
 
 def compared(study: PlanStudy, c: Change) -> bool:
@@ -273,8 +311,34 @@ def keys(study: PlanStudy, g: Group) -> tuple[str, ...]:
     return tuple(g.cpu_key if k == "cpu_no_jit" else k for k in study.figures)
 
 
-def short(c: conclusions.Comparison) -> str:
-    """`+12.0% (+5.1% to +20.3%)`, or `~ (-3.0% to +8.2%)` when the test names no difference."""
+def judged(c: Change, key: str) -> Comparison | None:
+    """The change's comparison on a figure, or None when it is not one to judge: either row flagged
+    on it or short of its fixed rate (as a ranking leaves them out), or rps where a target or the
+    load model set the rate."""
+    f = BY_KEY[key]
+    rows = (c.before, c.after)
+    if not all(r.comparable(f) for r in rows):
+        return None
+    if key == "rps":
+        if any(set(r.flags) & set(RATE_FLAGS) for r in rows):
+            return None
+    elif not all(r.kept_rate(c.group.load) for r in rows):
+        return None
+    return c.comparison(key)
+
+
+def tested(cs: Sequence[Change], key: str) -> list[Comparison | None]:
+    """Each change's comparison on `key` (None: not judged), p values adjusted over the changes."""
+    found = [judged(c, key) for c in cs]
+    adjusted = iter(confidence.adjust([x for x in found if x is not None]))
+    return [next(adjusted) if x is not None else None for x in found]
+
+
+def short(c: Comparison | None) -> str:
+    """`+12.0% (+5.1% to +20.3%)`, `~ (-3.0% to +8.2%)` when the test names no difference, `not
+    compared`, or `+4.0% (untested)`."""
+    if c is None:
+        return "not compared"
     if c.difference is None:
         return "-"
     if c.p is None:
@@ -283,56 +347,88 @@ def short(c: conclusions.Comparison) -> str:
     return f"{c.difference:+.1%}{span}" if c.clear else f"~{span}"
 
 
+def by_step(cs: Sequence[Change]) -> dict[tuple[str, str, str], list[Change]]:
+    """Changes by the step they make (the dimension, from, to): each step a family of its cases."""
+    out: dict[tuple[str, str, str], list[Change]] = {}
+    for c in cs:
+        out.setdefault((c.dimension, c.before_name, c.after_name), []).append(c)
+    return out
+
+
 def changes_table(study: PlanStudy, rows: Sequence[Change]) -> str:
     from ..render import Column, Table
 
     ks = keys(study, rows[0].group)
+    cells: dict[int, dict[str, str]] = {}
+    for cs in by_step(rows).values():
+        for k in ks:
+            for c, comparison in zip(cs, tested(cs, k), strict=True):
+                cells.setdefault(id(c), {})[k] = short(comparison)
     columns = [
         Column("case", lambda c: c.case),
         Column("held", lambda c: c.same),
         Column("change", lambda c: f"{c.dimension} {c.before_name} -> {c.after_name}"),
-        *[Column(BY_KEY[k].heading, lambda c, k=k: short(c.comparison(k))) for k in ks],
+        *[Column(BY_KEY[k].heading, lambda c, k=k: cells[id(c)][k]) for k in ks],
     ]
     return Table(columns, rows, numeric=[False, False, False, *[True] * len(ks)]).markdown()
 
 
 def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
     """Per part and group: each change of a compared dimension summed up per figure over the cases
-    (or, comparing none, each group's first screen); then the study's own words."""
+    (and with `screens`, or comparing none, the first screen at each value of the compared
+    dimensions); then the study's own words."""
     out = []
     for name, r in results.items():
         for g in conclusions.groups(r):
-            found = [c for c in conclusions.changes(g) if compared(study, c)]
             if study.screens or not study.compares:
-                out.append(f"{name}, {g.heading}: " + " ".join(run_report.answer(g)))
-            by_step: dict[tuple[str, str, str], list[Change]] = {}
-            for c in found:
-                by_step.setdefault((c.dimension, c.before_name, c.after_name), []).append(c)
-            for (dim, a, b), cs in by_step.items():
+                for label, sub in subgroups(study, g):
+                    out.append(f"{name}, {g.heading}{label}: " + " ".join(run_report.answer(sub)))
+            found = [c for c in conclusions.changes(g) if compared(study, c)]
+            for (dim, a, b), cs in by_step(found).items():
                 out.append(f"{name}, {g.heading}, {dim} {a} -> {b}: " + summed(study, g, cs))
     if study.words:
         out += study.words(results)
     return out
 
 
+def subgroups(study: PlanStudy, g: Group) -> list[tuple[str, Group]]:
+    """The group's rows at each value of the compared dimensions (`, RTT 20 ms, pipelining off`),
+    so that a first screen weighs rows of one setting; the whole group when it compares none."""
+    if not study.compares:
+        return [("", g)]
+    out: dict[str, list] = {}
+    for row in g.rows:
+        run = row.runs[0]
+        label = "".join(f", {BY_FIELD[f].title} {BY_FIELD[f].show(run.dim(f))}" for f in study.compares)
+        out.setdefault(label, []).append(row)
+    return [(label, replace(g, rows=rows)) for label, rows in out.items()]
+
+
 def summed(study: PlanStudy, g: Group, cs: list[Change]) -> str:
-    """Per figure: for how many of the cases it is clearly higher or lower (the range of those
-    changes), and for how many there is no clear difference."""
+    """Per figure: for which of the cases it is clearly higher or lower (adjusted over the cases),
+    for how many there is no clear difference, and which are not compared or untested."""
     said = []
     for k in keys(study, g):
-        comps = [(c.case, c.comparison(k)) for c in cs]
-        tested = [(n, x) for n, x in comps if x.p is not None and x.difference is not None]
-        if not tested:
-            continue
-        up = [(n, x.difference) for n, x in tested if x.clear and x.difference > 0]
-        down = [(n, x.difference) for n, x in tested if x.clear and x.difference < 0]
-        same = [n for n, x in tested if not x.clear]
+        comps = list(zip((c.case for c in cs), tested(cs, k), strict=True))
+        judgeable = [(n, x) for n, x in comps if x is not None and x.difference is not None]
+        if not judgeable and all(x is not None for _, x in comps):
+            continue  # measured for none of the cases
+        up = [(n, x.difference) for n, x in judgeable if x.clear and x.difference > 0]
+        down = [(n, x.difference) for n, x in judgeable if x.clear and x.difference < 0]
+        same = [n for n, x in judgeable if x.p is not None and not x.clear]
         bits = [f"{way} for {among(found)}" for way, found in (("higher", up), ("lower", down)) if found]
-        if same:
-            bits.append(f"no clear difference for {', '.join(same) if len(same) <= FEW else len(same)}")
+        for what, names in (
+            ("no clear difference", same),
+            ("untested", [n for n, x in judgeable if x.p is None]),
+            ("not compared", [n for n, x in comps if x is None]),
+        ):
+            if names:
+                bits.append(f"{what} for {', '.join(names) if len(names) <= FEW else len(names)}")
         said.append(f"{BY_KEY[k].words or BY_KEY[k].heading} {', '.join(bits)}")
     n = len(cs)
-    return f"of {n} case{'s' if n != 1 else ''}, " + "; ".join(said) + "." if said else "not tested."
+    if not said:
+        return f"of {n} case{'s' if n != 1 else ''}, nothing measured to compare."
+    return f"of {n} case{'s' if n != 1 else ''}, " + "; ".join(said) + "."
 
 
 # Up to this many cases are named in a summed-up line; more are counted.

@@ -71,7 +71,7 @@ def words(results: dict[str, Results]) -> list[str]:
                     if row.copy <= 1 and held(row):
                         best[row.case.id] = max(best.get(row.case.id, 0.0), g.load.target_rps or 0.0)
         cases = dict.fromkeys(run.case for run in r.runs)
-        if best or cases:
+        if any(g.load.model == "rate" for g in gs):
             out.append(
                 f"The highest fixed rate held (every window at its target, no errors, p99 <= {HELD_P99_MS:g} "
                 "ms): "
