@@ -194,7 +194,7 @@ def test_a_port_left_in_time_wait_by_an_earlier_run_is_free_and_a_listener_is_no
 @pytest.mark.parametrize(
     "argv",
     [
-        ["study", "replay", "--cases", "singleton-cio", "--rates", "250", "--warmup", "10", "--out"],
+        ["study", "replay", "--cases", "singleton-cio", "--loads", "rate/250", "--warmup", "10", "--out"],
         ["bench", "--cases", "singleton-cio", "--duration", "5", "--run-dir"],
         ["verify", "--run-dir"],
     ],

@@ -22,7 +22,7 @@ from .network import Network, read
 from .parts import compose, nginx, swarm, toxiproxy
 from .parts.faults import FaultServer
 from .plan import Plan
-from .processes import free_port
+from .processes import free_port, local_url
 from .results import NetworkRecord
 from .stack import Ports, Stack, grafana_binary, missing, require
 
@@ -277,6 +277,45 @@ class NativeBackend:
         if self.stack is None or not (gone := self.stack.exited()):
             return None
         return f"{gone[0].name} exited with {gone[0].proc.returncode}:\n{gone[0].tail()}"
+
+    # --- natively only: what lab verify, bench and bench-locust take beside the Protocol ---------
+
+    def endpoints(self) -> dict[str, str]:
+        """Each part's base URL from this machine (lab verify checks each): nginx, its status
+        listener, its exporter, Locust, Prometheus, Grafana (when started)."""
+        lab = self._stack
+        out = {
+            "nginx": lab.upstream_url,
+            "nginx_status": lab.status_url,
+            "exporter": local_url(lab.ports.exporter),
+            "locust": lab.locust_url,
+            "prometheus": lab.prometheus_url,
+        }
+        return out | ({"grafana": lab.grafana_url} if self.grafana else {})
+
+    def start_reference(self, case: Case, jar: Path, env: dict[str, str]) -> ProxyHandle:
+        """Another program in the proxy's place (`jar`: lean-proxy, lab bench's reference) for
+        `case`, with its variables `env`, beside the proxies up; stop_case stops it."""
+        network = Network(case.rtt_ms)
+        started = self._stack.proxy(case, jar=jar, network=network, keep=True, **env)
+        instance = started.url.removeprefix("http://")
+        return ProxyHandle(started.url, started.service.pid, instance, network, started)
+
+    def proxy_pass(self) -> tuple[object, str]:
+        """nginx proxy_pass to the lab's nginx on a free port (lab bench's reference): a handle
+        for stop_reference, and its URL."""
+        return self._stack.proxy_pass()
+
+    def stop_reference(self, handle: object) -> None:
+        self._stack.stop_service(handle)  # type: ignore[arg-type]
+
+    def start_locust(self, host: str, workers: int, name: str, options: list[str]) -> None:
+        """Locust (with `workers`) at `host` with its `options` (lab bench-locust: headless runs
+        against nginx), in place of the one up; stop_locust stops it."""
+        self._stack.locust(host=host, workers=workers, name=name, options=options)
+
+    def stop_locust(self) -> None:
+        self._stack.stop_locust()
 
 
 class ContainerParts:

@@ -137,18 +137,16 @@ def test_parts_come_up_only_through_the_stack():
     assert not offenders, offenders
 
 
-def test_lab_run_lab_up_lab_swarm_and_every_study_start_proxies_through_a_backend():
-    """`lab run`, `lab up`, `lab swarm` and every study start their proxies through a backend
-    (backends.py: check, open or open_upstream, start_case), and the engines study takes its nginx
-    from one too; only what docs/README.md names as outside it (bench, bench-locust, verify) makes
-    a Stack, and only the swarm backend deploys a stack."""
+def test_every_command_and_study_starts_proxies_through_a_backend():
+    """Every command and every study starts its parts through a backend (backends.py: check, open
+    or open_upstream, start_case; natively also start_reference and start_locust for lab bench and
+    bench-locust), and the engines study takes its nginx from one too; only the swarm backend
+    deploys a stack."""
     through_a_backend = [
-        SRC / "commands" / "run.py",
-        SRC / "commands" / "up.py",
-        SRC / "commands" / "swarm.py",
+        *(SRC / "commands").glob("*.py"),
         *(p for p in (SRC / "studies").glob("*.py") if p.name != "machinery.py"),
     ]
-    assert len(through_a_backend) >= 14, through_a_backend
+    assert len(through_a_backend) >= 20, through_a_backend
     offenders = [
         str(p.relative_to(SRC))
         for p in through_a_backend
@@ -163,6 +161,25 @@ def test_lab_run_lab_up_lab_swarm_and_every_study_start_proxies_through_a_backen
     assert "swarm.deploy(" not in swarm_command and "stack_env(" not in swarm_command
     assert "start_case(" in (SRC / "studies" / "machinery.py").read_text()
     assert "Stack(" not in (SRC / "studies" / "machinery.py").read_text()
+
+
+def test_the_stack_is_the_native_backend_s_own():
+    """stack.Stack (every part a child process) is made and reached by NativeBackend alone: no
+    other module imports the class or reads a backend's `.stack`."""
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path.name in ("backends.py", "stack.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("stack"):
+                offenders += [
+                    f"{path.relative_to(SRC)} imports Stack" for a in node.names if a.name == "Stack"
+                ]
+            if isinstance(node, ast.Attribute) and node.attr in ("Stack", "stack", "_stack"):
+                if not (isinstance(node.value, ast.Name) and node.value.id == "self"):  # parts/swarm's own
+                    offenders.append(f"{path.relative_to(SRC)}:{node.lineno} .{node.attr}")
+    assert not offenders, offenders
 
 
 def test_few_functions_run_over_fifty_lines():

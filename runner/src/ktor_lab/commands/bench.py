@@ -35,9 +35,11 @@ import time
 from dataclasses import dataclass
 
 from .. import render, stack, versions
+from ..backends import NativeBackend, ProxyHandle
 from ..cases import CASES, Case, all_of, case_list
 from ..errors import LabError
 from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
+from ..network import Network
 from ..parts import jfr, wrk
 from ..rundirs import run_dir
 from ..warmup import JitClock, Warmup, warm_up
@@ -125,7 +127,7 @@ class Target:
     name: str
     url: str
     pid: int | None = None
-    proxy: stack.Proxy | None = None
+    proxy: ProxyHandle | None = None
     warm: Warmup | None = None
     recording: jfr.Recording | None = None
 
@@ -280,11 +282,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"lab bench: {plan_text(plan, args)}", flush=True)
     rounds: list[dict] = []
     options.handle_signals()
-    with stack.Stack(d, ports, args.java_opts.split()) as lab:
-        lab.nginx()
+    lab = NativeBackend(ports=ports)
+    try:
+        lab.open_upstream(d, args.java_opts)
         rounds.extend(measure_nginx(lab, args))
         for group in plan:
             rounds.extend(measure_group(lab, group, args))
+    finally:
+        lab.close()
     results = summarize(rounds, cases)
     text = table(results).markdown()
     if args.profile:
@@ -347,21 +352,23 @@ def plan_text(plan: list[list[Spec]], args: argparse.Namespace) -> str:
     )
 
 
-def start(lab: stack.Stack, spec: Spec) -> Target:
+def start(lab: NativeBackend, spec: Spec) -> Target:
     """The JVM of `spec`, up beside the others (each on a free port)."""
     name, case, env = spec
     if env is None:
-        proxy = lab.proxy(case, keep=True)
+        proxy = lab.start_case(case, {}, Network(case.rtt_ms), keep=True)
     elif env is LAB_PROXY:
-        proxy = lab.proxy(case.with_dimensions(lifetime="singleton"), keep=True)
+        proxy = lab.start_case(
+            case.with_dimensions(lifetime="singleton"), {}, Network(case.rtt_ms), keep=True
+        )
     else:
         singleton = case.with_dimensions(lifetime="singleton")
         jar = versions.ensure_jar("lean-proxy", versions.release_of(singleton))
-        proxy = lab.proxy(singleton, jar=jar, keep=True, **env)
-    return Target(name, proxy.url, proxy.service.pid, proxy)
+        proxy = lab.start_reference(singleton, jar, env)
+    return Target(name, proxy.url, proxy.pid, proxy)
 
 
-def measure_nginx(lab: stack.Stack, args: argparse.Namespace) -> list[dict]:
+def measure_nginx(lab: NativeBackend, args: argparse.Namespace) -> list[dict]:
     """nginx direct and nginx proxy_pass, each warmed, then a window of each per round."""
     reference, url = lab.proxy_pass()
     targets = [
@@ -371,11 +378,11 @@ def measure_nginx(lab: stack.Stack, args: argparse.Namespace) -> list[dict]:
     for t in targets:
         warm(t, args)
     out = [dict(window(t, args), round=n) for n in range(1, args.repeats + 1) for t in targets]
-    lab.stop_service(reference)
+    lab.stop_reference(reference)
     return out
 
 
-def measure_group(lab: stack.Stack, group: list[Spec], args: argparse.Namespace) -> list[dict]:
+def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespace) -> list[dict]:
     """One engine's JVMs: each warmed once and measured once per round, in turn (A B C A B C); with
     --fresh, a fresh JVM warmed for every window."""
     out = []
@@ -388,7 +395,7 @@ def measure_group(lab: stack.Stack, group: list[Spec], args: argparse.Namespace)
                     warm(t, args)
                     out.append(dict(window(t, args), round=n))
                 finally:
-                    lab.stop_proxy(t.proxy)
+                    lab.stop_case(t.proxy)
                 time.sleep(1)
         return out
     up: list[Target] = []
@@ -405,7 +412,7 @@ def measure_group(lab: stack.Stack, group: list[Spec], args: argparse.Namespace)
             out.extend(dict(window(t, args, settle=args.settle), round=n) for t in up)
     finally:
         for t in up:
-            lab.stop_proxy(t.proxy)
+            lab.stop_case(t.proxy)
     return out
 
 

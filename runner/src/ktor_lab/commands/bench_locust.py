@@ -14,6 +14,7 @@ import json
 import requests
 
 from .. import metrics, stack
+from ..backends import NativeBackend
 from ..parts import loadgen
 from ..processes import wait_until
 from ..rundirs import run_dir
@@ -33,9 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=int, default=15, help="seconds per run (default: %(default)s)")
 
 
-def one(lab: stack.Stack, name: str, users: int, seconds: int, workers: int) -> dict:
+def one(lab: NativeBackend, name: str, users: int, seconds: int, workers: int) -> dict:
     csv_prefix = lab.run_dir / name.replace(" ", "-").replace("+", "and")
-    lab.locust(
+    lab.start_locust(
         host=lab.upstream_url,
         workers=workers,
         name=name.replace(" ", "-"),
@@ -98,12 +99,15 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration} s"
     )
     options.handle_signals()
-    with stack.Stack(d, ports) as lab:
-        lab.nginx()
+    lab = NativeBackend(ports=ports)
+    try:
+        lab.open_upstream(d, "")
         results = [
             one(lab, "one process", args.users, args.duration, 0),
             one(lab, f"master + {args.workers} workers", args.users, args.duration, args.workers),
         ]
+    finally:
+        lab.close()
     (d / "bench-locust.json").write_text(json.dumps(results, indent=2))
     print(f"lab bench-locust: written {d / 'bench-locust.json'}")
     return 0
