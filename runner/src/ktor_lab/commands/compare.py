@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
         "compare",
         help="two runs of one plan (before and after a change): each row's figures, NEW/OLD with 95%% "
         "intervals, ~ where no change is shown",
-        description="Per row and figure: the ratio NEW/OLD of the windows' geometric means, its 95%% "
+        description="Per row and figure: the ratio NEW/OLD of the windows' geometric means, its 95% "
         "interval and Welch's t on the windows' logs; ~ where p >= 0.05. Refuses two runs of different "
         "plans or machines unless --force.",
         epilog="example: lab run --out results/before; (upgrade Ktor, change a setting); "
