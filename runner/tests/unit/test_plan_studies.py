@@ -175,9 +175,9 @@ def test_a_rate_set_by_a_target_is_never_called_a_change_and_a_flagged_row_is_no
     study = replace(STUDIES["protocols"], figures=("rps", "cpu_no_jit"))
     page = plans.page(study, "lab study protocols", {"rate": results})
     line = next(x for x in page.splitlines() if "protocol http -> https: of 2 cases" in x)
-    assert "rps not compared for singleton-cio, singleton-okhttp" in line, line
+    assert "rps not compared for singleton-cio (target), singleton-okhttp (errors, target)" in line, line
     assert "CPU per request (the JIT's included) higher for singleton-cio (+" in line
-    assert "not compared for singleton-okhttp" in line.split("CPU per request")[1]
+    assert "not compared for singleton-okhttp (errors)" in line.split("CPU per request")[1]
     okhttp = next(x for x in page.splitlines() if x.startswith("| singleton-okhttp |"))
     assert okhttp.endswith("| not compared | not compared |")
 

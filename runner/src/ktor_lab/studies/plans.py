@@ -327,6 +327,17 @@ def judged(c: Change, key: str) -> Comparison | None:
     return c.comparison(key)
 
 
+def why_not(c: Change, key: str) -> str:
+    """`singleton-cio (not-warm)`: the case of a change not judged on `key`, and why."""
+    f = BY_KEY[key]
+    flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in f.not_comparable})
+    if not flags and key == "rps":
+        flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in RATE_FLAGS})
+    if not flags and not all(r.kept_rate(c.group.load) for r in (c.before, c.after)):
+        flags = ["short of its rate"]
+    return f"{c.case} ({', '.join(flags) or 'not measured'})"
+
+
 def tested(cs: Sequence[Change], key: str) -> list[Comparison | None]:
     """Each change's comparison on `key` (None: not judged), p values adjusted over the changes."""
     found = [judged(c, key) for c in cs]
@@ -420,7 +431,7 @@ def summed(study: PlanStudy, g: Group, cs: list[Change]) -> str:
         for what, names in (
             ("no clear difference", same),
             ("untested", [n for n, x in judgeable if x.p is None]),
-            ("not compared", [n for n, x in comps if x is None]),
+            ("not compared", [why_not(c, k) for c, (_, x) in zip(cs, comps, strict=True) if x is None]),
         ):
             if names:
                 bits.append(f"{what} for {', '.join(names) if len(names) <= FEW else len(names)}")
