@@ -122,8 +122,8 @@ def report_again(args: argparse.Namespace) -> int:
     if not isinstance(study, plans.PlanStudy):
         raise LabError(f"{args.dir}: written by a study this lab does not know as lab run parts")
     try:
-        for part in plans.parts_in(args.dir):
-            run_report.write_report(part)
+        for part in plans.results_in(args.dir):
+            run_report.write_report(args.dir / part)
         page = plans.write_page(args.dir, study)
     except (FileNotFoundError, ValueError) as e:
         raise LabError(str(e)) from None

@@ -91,13 +91,18 @@ class PlanStudy:
         )
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """`lab run`'s options (not --backend: a study runs natively), none with a value of its own:
-    what a user gives is laid over each part's options; the help says lab run's default."""
+def add_lab_run(p: argparse.ArgumentParser) -> None:
+    """`lab run`'s options but --backend and --grafana (a study runs natively)."""
     lab_run.add_what(p)
     lab_run.add_how_many(p)
     lab_run.add_warming(p)
     lab_run.add_shared(p)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """add_lab_run's options, none with a value of its own: what a user gives is laid over each
+    part's options; the help says lab run's default."""
+    add_lab_run(p)
     for action in p._actions:  # noqa: SLF001 (argparse has no other way to reach a help text)
         if action.dest == "out":
             action.help = "results folder (default: results/study-NAME-<timestamp>)"
@@ -112,10 +117,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 def run_parser() -> argparse.ArgumentParser:
     """`lab run`'s options alone, to read a part's."""
     p = argparse.ArgumentParser(prog="lab run", add_help=False)
-    lab_run.add_what(p)
-    lab_run.add_how_many(p)
-    lab_run.add_warming(p)
-    lab_run.add_shared(p)
+    add_lab_run(p)
     return p
 
 
@@ -226,7 +228,7 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
 def write_page(d: Path, study: PlanStudy) -> Path:
     """report.md of `study`'s folder `d` (study.json and its parts' results.json)."""
     said = json.loads((d / STUDY_FILE).read_text())
-    results = {p.name: load_results(p) for p in parts_in(d)}
+    results = results_in(d)
     argv = {name: tuple(a) for name, a in said.get("argv", {}).items()}
     path = d / "report.md"
     path.write_text(page(study, said["command"], results, said["parts"], argv))
@@ -243,11 +245,11 @@ def study_in(d: Path) -> str:
     return json.loads((d / STUDY_FILE).read_text())["study"]
 
 
-def parts_in(d: Path) -> list[Path]:
-    """The parts' folders of the study folder `d` that hold results of at least one window."""
+def results_in(d: Path) -> dict[str, Results]:
+    """The results of each part of the study folder `d` that measured at least one window."""
     names = json.loads((d / STUDY_FILE).read_text())["parts"]
-    held = [d / n for n in names if (d / n / "results.json").exists()]
-    return [p for p in held if load_results(p).runs]
+    held = {n: load_results(d / n) for n in names if (d / n / "results.json").exists()}
+    return {n: r for n, r in held.items() if r.runs}
 
 
 def page(
