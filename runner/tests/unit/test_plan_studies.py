@@ -210,3 +210,61 @@ def test_a_release_the_user_gives_is_each_part_s():
     (_, ktor), (_, jdk) = plans.plans(STUDIES["versions"], args)
     assert ktor.dims["ktor"] == jdk.dims["ktor"] == ["3.5.1", "3.5.2"]
     assert ktor.dims["java"] == ["17"] and jdk.dims["java"] == ["17", "25"]
+
+
+# --- the page's decision rule, checked by simulating it ---------------------------------------------
+
+NOISE = 0.10  # a window's spread on every figure (log-normal), as in test_verdict_simulation
+SPREAD = 0.03  # between JVMs of one row
+FIGURES = ("p50", "p99", "cpu", "threads", "heap")
+
+
+def noisy_window(case: Case, protocol: str, fork: int, n: int, m: dict[str, float]) -> Run:
+    run = window(case, protocol, fork, n, m["cpu"])
+    run.locust.p50_ms, run.locust.p99_ms = 5.0 * m["p50"], 30.0 * m["p99"]
+    run.prometheus.threads_live_max = 50.0 * m["threads"]
+    run.prometheus.heap_max_bytes = (100 << 20) * m["heap"]
+    return run
+
+
+def noisy(rng: np.random.Generator, costs: dict[tuple[str, str], float]) -> Results:
+    """Three cases over http and https, 2 JVMs x 3 windows, every figure of every window drawn
+    alike but for CPU per request `costs[(case, protocol)]` times its spread (1.0 when not named)."""
+    results = tls_results({(c, p): 1.0 for c in CASES for p in ("http", "https")})
+    cases = [Case.parse(c) for c in (*CASES, "singleton-apache5")]
+    runs = []
+    for fork in (1, 2):
+        for c in cases:
+            for p in ("http", "https"):
+                jvm = {k: rng.normal(0, SPREAD) for k in FIGURES}
+                for n in (1, 2, 3):
+                    m = {k: math.exp(jvm[k] + rng.normal(0, NOISE)) for k in FIGURES}
+                    m["cpu"] *= costs.get((c.id, p), 1.0)
+                    runs.append(noisy_window(c, p, fork, n, m))
+    results.plan.cases, results.runs = cases, runs
+    return results
+
+
+def names(results: Results) -> list[str]:
+    """What the page's verdict names: each line that calls a figure higher or lower for a case."""
+    said = plans.verdict(STUDIES["protocols"], {"rate": results})
+    return [x for x in said if " higher for " in x or " lower for " in x]
+
+
+def test_with_nothing_different_the_page_rarely_names_a_change():
+    """Every figure of every row drawn alike: the verdict names some change on some figure in at
+    most 5% of pages (the test allows 8% for its 150 draws). Adjusted over each figure's cases
+    alone, as the page once was, it named one in about half."""
+    rng = np.random.default_rng(11)
+    found = sum(bool(names(noisy(rng, {}))) for _ in range(150)) / 150
+    print(f"pages naming a change where none is: {found:.0%}")
+    assert found <= 0.08, found
+
+
+def test_a_change_that_doubles_the_cpu_of_one_case_is_named_for_it():
+    rng = np.random.default_rng(12)
+    hit = 0
+    for _ in range(30):
+        said = names(noisy(rng, {("singleton-cio", "https"): 2.0}))
+        hit += any("CPU per request" in x and "higher for singleton-cio (+" in x for x in said)
+    assert hit >= 29, hit

@@ -287,9 +287,10 @@ def page(
 # How the page's changes are tested, said once under the verdict.
 ADJUSTED = (
     "Each change is tested over the JVMs (the spread pooled over the part's rows), its p values adjusted "
-    "over the cases of one change and figure (Benjamini-Hochberg), each interval at the level that goes "
-    "with it. `~`: no clear difference; `not compared`: a row flagged, short of its rate, or a rate set by "
-    "the load (rps at a fixed rate); `untested`: no spread to test with."
+    "over every change, case and figure of its part and load (Benjamini-Hochberg: everything the verdict "
+    "can name), each interval at the level that goes with it. `~`: no clear difference; `not compared`: "
+    "a row flagged, short of its rate, or a rate set by the load (rps at a fixed rate); `untested`: no "
+    "spread to test with."
 )
 
 
@@ -340,11 +341,19 @@ def why_not(c: Change, key: str) -> str:
     return f"{c.case} ({', '.join(flags) or 'not measured'})"
 
 
-def tested(cs: Sequence[Change], key: str) -> list[Comparison | None]:
-    """Each change's comparison on `key` (None: not judged), p values adjusted over the changes."""
-    found = [judged(c, key) for c in cs]
+def family(study: PlanStudy, cs: Sequence[Change]) -> dict[tuple[int, str], Comparison | None]:
+    """Every comparison the page can claim for a group, by (id of its change, figure): each compared
+    change on each of the study's figures (None: not judged), its p value adjusted over all of them
+    at once. One family: the verdict names a change on any figure of any case, so its error is
+    controlled over that whole page, not over each figure's cases alone."""
+    if not cs:
+        return {}
+    pairs = [(c, k) for c in cs for k in keys(study, cs[0].group)]
+    found = [judged(c, k) for c, k in pairs]
     adjusted = iter(confidence.adjust([x for x in found if x is not None]))
-    return [next(adjusted) if x is not None else None for x in found]
+    return {
+        (id(c), k): next(adjusted) if x is not None else None for (c, k), x in zip(pairs, found, strict=True)
+    }
 
 
 def short(c: Comparison | None) -> str:
@@ -372,11 +381,8 @@ def changes_table(study: PlanStudy, rows: Sequence[Change]) -> str:
     from ..render import Column, Table
 
     ks = keys(study, rows[0].group)
-    cells: dict[int, dict[str, str]] = {}
-    for cs in by_step(rows).values():
-        for k in ks:
-            for c, comparison in zip(cs, tested(cs, k), strict=True):
-                cells.setdefault(id(c), {})[k] = short(comparison)
+    tested = family(study, rows)
+    cells = {id(c): {k: short(tested[(id(c), k)]) for k in ks} for c in rows}
     columns = [
         Column("case", lambda c: c.case),
         Column("held", lambda c: c.same),
@@ -397,8 +403,9 @@ def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
                 for label, sub in subgroups(study, g):
                     out.append(f"{name}, {g.heading}{label}: " + " ".join(run_report.answer(sub)))
             found = [c for c in conclusions.changes(g) if compared(study, c)]
+            tested = family(study, found)
             for (dim, a, b), cs in by_step(found).items():
-                out.append(f"{name}, {g.heading}, {dim} {a} -> {b}: " + summed(study, g, cs))
+                out.append(f"{name}, {g.heading}, {dim} {a} -> {b}: " + summed(study, g, cs, tested))
     if study.words:
         out += study.words(results)
     return out
@@ -417,12 +424,14 @@ def subgroups(study: PlanStudy, g: Group) -> list[tuple[str, Group]]:
     return [(label, replace(g, rows=rows)) for label, rows in out.items()]
 
 
-def summed(study: PlanStudy, g: Group, cs: list[Change]) -> str:
-    """Per figure: for which of the cases it is clearly higher or lower (adjusted over the cases),
+def summed(
+    study: PlanStudy, g: Group, cs: list[Change], tested: dict[tuple[int, str], Comparison | None]
+) -> str:
+    """Per figure: for which of the cases it is clearly higher or lower (`tested`: the group's family),
     for how many there is no clear difference, and which are not compared or untested."""
     said = []
     for k in keys(study, g):
-        comps = list(zip((c.case for c in cs), tested(cs, k), strict=True))
+        comps = [(c.case, tested[(id(c), k)]) for c in cs]
         judgeable = [(n, x) for n, x in comps if x is not None and x.difference is not None]
         if not judgeable and all(x is not None for _, x in comps):
             continue  # measured for none of the cases
