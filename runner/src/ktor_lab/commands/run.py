@@ -266,6 +266,8 @@ def announce(plan: Plan, keeps_proxies: bool, out: object) -> str:
     dims = "".join(
         f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := plan.dims.get(d.field))
     )
+    if skipped := plan.skipped():  # each named on a line of its own
+        dims += f", less {len(skipped)} combination{'s' if len(skipped) != 1 else ''} skipped"
     fresh = plan.fresh or not keeps_proxies
     how = "a fresh proxy per window" if fresh else f"{len(plan.proxies())} proxies, each warmed once"
     aa = f", A/A pair {plan.aa}" if plan.aa else ""
