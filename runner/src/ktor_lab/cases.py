@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ class Dimension:
     def of(self, case: Case) -> object:
         return getattr(case, self.field)
 
-    @property
+    @functools.cached_property
     def default(self) -> object:
         return next(f.default for f in dataclasses.fields(Case) if f.name == self.field)
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
@@ -55,9 +55,12 @@ def t_quantile(q: float, df: int) -> float:
     return float(stats.t.ppf(q, df))
 
 
-def _scale(values: Sequence[float], log: bool) -> np.ndarray:
-    a = np.asarray(values, dtype=float)
-    return np.log(a) if log else a
+def _scale(values: Sequence[float], log: bool) -> list[float]:
+    return [math.log(v) for v in values] if log else [float(v) for v in values]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
 
 
 @dataclass(frozen=True)
@@ -87,15 +90,14 @@ class Estimate:
         if not pairs:
             return cls(0)
         known = tuple(v for v, _ in pairs)
-        a = np.array(known)
         e = cls(
-            len(a),
+            len(known),
             None,
             None,
             None,
-            float(np.median(a)),
-            float(a.min()),
-            float(a.max()),
+            float(statistics.median(known)),
+            min(known),
+            max(known),
             known,
             tuple(f for _, f in pairs),
         )
@@ -105,16 +107,20 @@ class Estimate:
     def log(self) -> bool:
         return bool(self.values) and min(self.values) > 0
 
-    def units(self, by_fork: bool, log: bool, blocks: tuple[tuple[int, float], ...] = ()) -> np.ndarray:
+    def units(self, by_fork: bool, log: bool, blocks: tuple[tuple[int, float], ...] = ()) -> list[float]:
         """Per fork, the mean of its windows (of their logarithms when `log`) less its block's
         shift (`blocks`); every window alone when not `by_fork`."""
-        x = _scale(self.values, log)
         if not by_fork:
-            return x
-        forks, shift = np.asarray(self.forks), dict(blocks)
-        return np.array([x[forks == f].mean() - shift.get(f, 0.0) for f in dict.fromkeys(self.forks)])
+            return _scale(self.values, log)
+        # In plain Python, here and below: a row has a few windows, and numpy's overhead per call is
+        # what a report (and the verdict's simulations, thousands of reports) would spend its time on.
+        sums: dict[int, list[float]] = {}
+        for v, f in zip(self.values, self.forks, strict=True):
+            sums.setdefault(f, []).append(math.log(v) if log else v)
+        shift = dict(blocks)
+        return [_mean(xs) - shift.get(f, 0.0) for f, xs in sums.items()]
 
-    def units_of(self, pool: Pool) -> np.ndarray:
+    def units_of(self, pool: Pool) -> list[float]:
         return self.units(pool.by_fork, pool.log, pool.blocks)
 
     def with_pool(self, pool: Pool | None) -> Estimate:
@@ -123,7 +129,7 @@ class Estimate:
             return self
         log = pool.log if pool is not None else self.log
         u = self.units_of(pool) if pool is not None else self.units(True, log)
-        centre = float(u.mean())
+        centre = _mean(u)
         low = high = None
         if pool is not None and pool.df >= 1:
             half = t_quantile(0.5 + CONFIDENCE / 2, pool.df) * math.sqrt(pool.variance / len(u))
@@ -161,9 +167,10 @@ def block_effects(estimates: Sequence[Estimate], log: bool) -> tuple[tuple[int, 
     deviations: dict[int, list[float]] = {}
     for e in rows:
         u = e.units(True, log)
-        for f, d in zip(dict.fromkeys(e.forks), u - u.mean(), strict=True):
-            deviations.setdefault(f, []).append(float(d))
-    return tuple((f, float(np.mean(d))) for f, d in sorted(deviations.items()))
+        centre = _mean(u)
+        for f, x in zip(dict.fromkeys(e.forks), u, strict=True):
+            deviations.setdefault(f, []).append(x - centre)
+    return tuple((f, _mean(d)) for f, d in sorted(deviations.items()))
 
 
 def pool_of(estimates: Sequence[Estimate]) -> Pool | None:
@@ -180,7 +187,8 @@ def pool_of(estimates: Sequence[Estimate]) -> Pool | None:
     ss, df = 0.0, -max(0, len(blocks) - 1)
     for e in measured:
         u = e.units(by_fork, log, blocks)
-        ss += float(((u - u.mean()) ** 2).sum())
+        centre = _mean(u)
+        ss += math.fsum((x - centre) ** 2 for x in u)
         df += len(u) - 1
     if df < 1:
         return None
@@ -277,8 +285,8 @@ def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparis
         ua, ub = a.units_of(pool), b.units_of(pool)
     else:
         ua, ub = a.units(True, log), b.units(True, log)
-    d = float(ub.mean() - ua.mean())
-    difference = math.exp(d) - 1 if log else (d / abs(float(ua.mean())) if ua.mean() else None)
+    d = _mean(ub) - _mean(ua)
+    difference = math.exp(d) - 1 if log else (d / abs(_mean(ua)) if _mean(ua) else None)
     if pool is None:
         return Comparison(a, b, None, difference, d=d, log=log)
     if pool.variance == 0:

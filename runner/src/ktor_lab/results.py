@@ -8,6 +8,7 @@ lab's two text forms: a case by its name, a load level with its label.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -284,7 +285,7 @@ class Run:
             values.update(ktor="", java="")
         elif not values["ktor"]:
             values["ktor"] = "?"
-        return Case.parse(self.case).with_dimensions(**values).name
+        return _variant(self.case, tuple(values.items()))
 
     def title(self) -> str:
         fork = f" fork {self.fork}" if self.fork > 1 else ""
@@ -370,3 +371,9 @@ _plan = make_dict_structure_fn(Plan, CONVERTER)
 _run = make_dict_structure_fn(Run, CONVERTER)
 CONVERTER.register_structure_hook(Plan, lambda data, _: _plan(_with_dims(data, _PLAN_KEYS), Plan))
 CONVERTER.register_structure_hook(Run, lambda data, _: _run(_with_dims(data, _RUN_KEYS), Run))
+
+
+@functools.lru_cache(maxsize=4096)
+def _variant(case: str, values: tuple[tuple[str, Any], ...]) -> str:
+    """Run.variant's name, made once per case and values (a report asks for it per window, often)."""
+    return Case.parse(case).with_dimensions(**dict(values)).name
