@@ -7,7 +7,8 @@ proxy fails the upstream exchange instead, answers 400 with `Connection: close` 
 after it (RFC 9112 sections 6.3 and 7.1). Framing broken in the headers (a Content-Length that is
 not a number, two that differ, chunked not the last coding) is refused before anything is sent.
 
-Every case (each engine, both lifetimes), idle and with every core busy, each variant tried
+Every case (each engine, both lifetimes) with every core busy, the singletons idle too (how the
+proxy ends the body is the same for a client made per call), each variant tried
 `TRIES` times with `IN_FLIGHT` at once, after a few whole chunks and after 300 KB (the upstream
 exchange then streams when the framing breaks): the fault server (ktor_lab/parts/faults.py) logs
 whether the body it received ended by its own framing; that count must be 0, and no caller may
@@ -131,6 +132,8 @@ def test_a_broken_framing_never_reaches_the_upstream_as_complete_and_is_a_400(
     framing_proxy, fault_server, state
 ):
     case = framing_proxy.case
+    if state == "idle" and not case.startswith("singleton"):
+        pytest.skip("a per-call case is tried with every core busy, where the races are")
     tries = [
         (v, good, f"framing-{case}-{state}-{v.name}-{good}-{i}")
         for v in VARIANTS
