@@ -62,7 +62,10 @@ def test_the_pool_limit_reaches_the_proxy_as_its_variable_and_java_is_skipped_by
     )
     out = capsys.readouterr().out
     # 2 cases x 2 values, less the one a case cannot take: the line counts what runs
-    assert "lab run: 24 windows (2 cases x " in out and "x 2 connections values, less 1 combination skipped" in out
+    assert (
+        "lab run: 24 windows (2 cases x " in out
+        and "x 2 connections values, less 1 combination skipped" in out
+    )
     assert "lab run: skips per-call-java connections 64: max-connections" in out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -133,6 +134,11 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     assert "protocol http -> https: of 2 cases" in verdict
     assert "CPU per request (the JIT's included) higher for singleton-cio (+" in verdict
     assert "no clear difference for singleton-okhttp" in verdict
+    # its power, at the adjustment its comparisons had: what a change smaller than that may hide
+    power = next(x for x in verdict.splitlines() if "this run finds a change in CPU per request of " in x)
+    m = re.search(r"of (\d+)% or more 80% of the time \(its (\d+) comparisons adjusted together\)", power)
+    # 2 cases x the figures measured in the fixture (p50, p99, CPU, threads, heap); 5% noise a window
+    assert m and int(m[2]) >= 2 * 4 and 5 < int(m[1]) < 100, power
     row = next(line for line in page.splitlines() if line.startswith("| singleton-cio |"))
     cpu = row.split(" | ")[5]  # case, held, change, p50, p99, CPU
     low, high = (float(x.rstrip("%)")) for x in cpu.split("(")[1].split(" to "))

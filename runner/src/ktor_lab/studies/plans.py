@@ -406,9 +406,25 @@ def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
             tested = family(study, found)
             for (dim, a, b), cs in by_step(found).items():
                 out.append(f"{name}, {g.heading}, {dim} {a} -> {b}: " + summed(study, g, cs, tested))
+            if said := power(g, tested):
+                out.append(f"{name}, {g.heading}: {said}")
     if study.words:
         out += study.words(results)
     return out
+
+
+def power(g: Group, tested: dict[tuple[int, str], Comparison | None]) -> str:
+    """What the part could have missed: the smallest change in CPU per request its comparisons find
+    POWER of the time, adjusted as they were (the largest over the cases: the least precise)."""
+    cpu = [c for (_, k), c in tested.items() if k == g.cpu_key and c is not None]
+    found = [d for c in cpu if (d := c.detectable()) is not None]
+    if not found:
+        return ""
+    return (
+        f"this run finds a change in CPU per request of {max(found):.0%} or more "
+        f"{confidence.POWER:.0%} of the time (its {cpu[0].family} comparisons adjusted together); "
+        "a smaller one may be there and not named."
+    )
 
 
 def subgroups(study: PlanStudy, g: Group) -> list[tuple[str, Group]]:
