@@ -17,7 +17,6 @@ import pytest
 import requests
 
 from conftest import FAULT_CONNECT_TIMEOUT_MS, FAULT_REQUEST_TIMEOUT_MS, answers, scrape, wait_until
-from ktor_lab.cases import ENGINES
 from ktor_lab.parts.raw_http import exchange, get, read_reply
 
 REQUEST_TIMEOUT_MS = FAULT_REQUEST_TIMEOUT_MS
@@ -151,26 +150,24 @@ def failed_outcomes(p) -> float:
 AFTER_STALE = {"on": 200, "always": 200, "off": 502, "none": 502, "n/a": 200}
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_stale_pooled_connection_is_retried_as_the_setting_says(engine, fault_server, start_proxy):
+def test_a_stale_pooled_connection_is_retried_as_the_setting_says(faulty, fault_server, start_proxy):
     """The upstream closes a keep-alive connection just as it is reused: engines with a retry send
-    the request again on a new connection when CLIENT_RETRY_ON_STALE is on (the default), and
-    not when it is off; each proxy says which is in force."""
+    the request again on a new connection when CLIENT_RETRY_ON_STALE is on (the default: the
+    session's proxy), and not when it is off (a proxy of its own); each proxy says which is in force."""
 
     def in_force(p) -> str:
         (value,) = scrape(p.url).label_values("lab_proxy_info", "retry_on_stale")
         return value
 
-    with start_proxy(f"singleton-{engine}", fault_server.url) as p:
-        retry = in_force(p)
-        # on by default (CLIENT_RETRY_ON_STALE=on), where the engine has the knob
-        assert retry in AFTER_STALE and retry != "off", retry
-        for _ in range(3):
-            assert requests.get(f"{p.url}/stale", timeout=5).status_code == 200
-            assert requests.get(f"{p.url}/ok", timeout=5).status_code == AFTER_STALE[retry], retry
+    retry = in_force(faulty)
+    # on by default (CLIENT_RETRY_ON_STALE=on), where the engine has the knob
+    assert retry in AFTER_STALE and retry != "off", retry
+    for _ in range(3):
+        assert requests.get(f"{faulty.url}/stale", timeout=5).status_code == 200
+        assert requests.get(f"{faulty.url}/ok", timeout=5).status_code == AFTER_STALE[retry], retry
     if retry != "on":
         return  # no knob: none ("none", "n/a"), or the JDK's own that cannot be turned off ("always")
-    with start_proxy(f"singleton-{engine}", fault_server.url, CLIENT_RETRY_ON_STALE="off") as p:
+    with start_proxy(faulty.case, fault_server.url, CLIENT_RETRY_ON_STALE="off") as p:
         assert in_force(p) == "off"
         assert requests.get(f"{p.url}/stale", timeout=5).status_code == 200
         assert requests.get(f"{p.url}/ok", timeout=5).status_code == AFTER_STALE["off"]

@@ -108,9 +108,8 @@ def test_study_versions_tiny_tests_a_ktor_upgrade_on_the_runs_of_both_releases(t
     out = tmp_path / "study"
     argv = ["study", "versions", "--parts", "ktor", "--cases", "singleton-okhttp", "--loads", "rate/20"]
     argv += ["--ktor", f"{OTHER.name},{NEWER.name}", "--forks", "1", "--windows", "2", "--warmup", "0"]
-    assert (
-        cli.main([*argv, "--duration", "2", "--warm-first", "none", "--spare", "0", "--out", str(out)]) == 0
-    )
+    argv += ["--duration", "2", "--settle", "0", "--warm-first", "none", "--spare", "0", "--out", str(out)]
+    assert cli.main(argv) == 0
     data = json.loads((out / "ktor" / "results.json").read_text())
     runs = data["runs"]
     assert sorted({(r["ktor"], r["java"].split(".")[0]) for r in runs}) == sorted(
