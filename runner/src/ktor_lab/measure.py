@@ -14,6 +14,7 @@ rewritten after every window, so Ctrl-C keeps what finished.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 import sys
@@ -295,8 +296,8 @@ def load_and_measure(
             run.after = "warm-up" if backend.keeps_proxies and not plan.fresh else "fresh"
         else:
             run.after, run.idle_s = "idle", round(time.monotonic() - live.stopped, 1)
-            if plan.settle_s:
-                run.settle_rps = round(web.rate_over(plan.settle_s), 1)
+            if plan.settle_s:  # and what the users take to start beyond the usual second
+                run.settle_rps = round(web.rate_over(plan.settle_s + math.ceil(load.ramp_s - 1)), 1)
         run.warmup = live.warmups[cell]
         waited = time.monotonic()
         seen = wait_until(
@@ -365,7 +366,7 @@ def swarm(web: LocustWeb, host: str, scenario: str, load: Load, case_id: str) ->
     web.swarm(
         host,
         load.users,
-        load.users,
+        load.users / load.ramp_s,
         scenario=scenario,
         load_model=load.model,
         wait_min=load.wait_min,

@@ -821,3 +821,22 @@ def test_a_row_says_how_many_of_its_windows_are_spares():
         row.reasons
     )
     assert "1 of its windows are spares, measured in place of those left out (--spare)" in row.reasons
+
+
+def test_at_the_rate_model_users_start_as_evenly_as_their_requests():
+    """600 users paced to 250 rps together start over 2.4 s (250 a second), not in one second: all
+    at once they stay in step, and a window after an idle proxy's settle caught 220 of the 250 rps
+    on a 2 s upstream. Loads whose users start within a second as before are unchanged."""
+    from ktor_lab import measure
+
+    started = []
+
+    class Web:
+        def swarm(self, host, users, spawn_rate, **custom):
+            started.append((users, spawn_rate))
+
+    for label, ramp in (("rate/250/600", 2.4), ("rate/400/40", 1.0), ("closed/50/0", 1.0)):
+        load = parse_load(label)
+        assert load.ramp_s == pytest.approx(ramp)
+        measure.swarm(Web(), "http://127.0.0.1:1", "slow", load, "singleton-cio")
+    assert started == [(600, pytest.approx(250.0)), (40, 40.0), (50, 50.0)]
