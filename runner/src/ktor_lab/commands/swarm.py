@@ -28,7 +28,7 @@ from ..network import Network
 from ..parts import compose, swarm
 from ..parts.loadgen import LocustWeb
 from ..paths import REPO
-from ..plan import Plan, parse_load
+from ..plan import Load, Plan, parse_load
 from ..processes import wait_until
 from ..rundirs import stamp
 from . import options
@@ -258,14 +258,16 @@ def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy:
     if (seen := len(metrics.query(prometheus, "lab_node_cpus", auth=auth))) < count:
         print(f"lab swarm run: Prometheus has {seen} of {count} nodes' figures; the others' are null")
     custom = {"scenario": "static-small", "lab_case": case.id}
+    load = Load("closed", args.users)
     if args.rate:
         custom |= {"load_model": "rate", "target_rps": args.rate}
+        load = Load("rate", args.users, target_rps=args.rate)
     before = proxy_served(prometheus, auth, time.time())
     # Locust's figures of the whole load in Prometheus (and so in Grafana's panels for its span):
     # Locust scraped before the load starts and after its last workers' report.
     scraped(prometheus, auth, LOCUST_TARGET, time.time())
     start = time.time()
-    web.swarm(backend.locust_host(proxy), args.users, args.users, **custom)
+    web.swarm(backend.locust_host(proxy), args.users, args.users / load.ramp_s, **custom)  # Load.ramp_s
     time.sleep(args.seconds)
     web.stop()
     time.sleep(4)  # workers send their last requests' stats with their next 3 s report
