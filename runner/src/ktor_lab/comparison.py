@@ -1,18 +1,21 @@
 """Two results of one plan, row by row and figure by figure: what `lab compare OLD NEW` prints.
 
 benchstat for the lab. For each row both runs measured and each figure, the ratio NEW / OLD of the
-geometric means of the windows, with its 95% interval and the p of Welch's t-test on the windows'
-logarithms (scipy): the interval and the test are one computation, so a change is named exactly
-when its interval leaves out 1. Where p >= ALPHA the line shows `~` and still gives the interval:
-how large a change the runs could have missed. Nothing is adjusted over the many lines (as
-benchstat): at 5% each, about one line in twenty shows a change between two runs of one thing,
-and the header says how many lines there are.
+row's geometric means, with its 95% interval and the p of a t test on the logarithms: the interval
+and the test are one computation, so a change is named exactly when its interval leaves out 1.
+Where p >= ALPHA the line shows `~` and still gives the interval: how large a change the runs
+could have missed. Nothing is adjusted over the many lines (as benchstat): at 5% each, about one
+line in twenty shows a change between two runs of one thing, and the header says how many lines
+there are.
+
+The test's units are what `lab run`'s verdict samples (confidence.py): with several JVMs a row
+(`lab run --forks`, 2 by default) each JVM's geometric mean of its windows, so a change is one
+between JVMs of either run, not between windows of two JVMs; with one JVM a row its windows, and a
+change then also holds what differs between two JVMs of one case. With 2 JVMs a row one row alone
+says little of their spread, so the spread is pooled over every row of the section in both runs
+(each run's own drift between its blocks of JVMs taken out), as the verdict pools it over a group.
 
 Windows flagged for errors, a busy machine or a saturated generator are left out, and counted.
-Where a run has several JVMs a row (`lab run --forks`, 2 by default), the test's units are the
-JVMs (each its windows' geometric mean), so a change is one between JVMs of either run, not
-between windows of two JVMs; with one JVM a row the units are its windows, and a change also holds
-what differs between two JVMs of one case.
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ import math
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-from scipy import stats
 
 from . import verdict
 from .cases import DIMENSIONS, Case
 from .conclusions import BY_KEY, Figure
-from .confidence import ALPHA, CONFIDENCE, Estimate
+from .confidence import ALPHA, Estimate, Pool, compare, pool_of
 from .results import Results, Run
 
 CASE_FIELDS = {f.name: f for f in fields(Case)}
@@ -35,6 +37,8 @@ CASE_FIELDS = {f.name: f for f in fields(Case)}
 FIGURES = ("rps", "p50", "p99", "cpu_no_jit", "cpu", "threads", "heap")
 # A window with one of these flags does not measure the case: it is left out (and counted).
 LEFT_OUT = ("errors", "machine-busy", "generator-saturated")
+# Added to the new run's fork numbers: its JVMs are blocks of their own, apart from the old run's.
+NEW_FORKS = 1000
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Change:
     low: float | None = None
     high: float | None = None
     p: float | None = None
+    by_fork: bool | None = None  # the test's units: JVMs (True) or windows (False); None: not tested
 
     @property
     def significant(self) -> bool:
@@ -59,8 +64,9 @@ class Change:
     def words(self) -> str:
         """`+4.1% [+1.0%, +7.3%] p=0.012`, `~ [-2.0%, +10.3%] p=0.42`, or why it is not tested."""
         if self.ratio is None:
-            n = min(len(self.old), len(self.new))
-            return "not tested: " + ("fewer than 2 windows a side" if n < 2 else "a window at 0")
+            if self.old and self.new and min(self.old + self.new) <= 0:
+                return "not tested: a window at 0"
+            return "not tested: no spread to test with (one window a side, no other row)"
         span = f"[{self.low - 1:+.1%}, {self.high - 1:+.1%}] p={self.p:.2g}"
         return f"{self.ratio - 1:+.1%} {span}" if self.significant else f"~ {span}"
 
@@ -81,36 +87,37 @@ def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[
     return tuple(kept), tuple(forks), left
 
 
-def units(values: tuple[float, ...], forks: tuple[int, ...], by_fork: bool) -> np.ndarray:
-    """What the test compares: each JVM's geometric mean over its windows, or every window
-    (confidence.Estimate's units, back from the logs)."""
-    return np.exp(Estimate.of(values, forks).units(by_fork, log=True))
-
-
-def ratio_test(old, new) -> tuple:
-    """NEW / OLD of the geometric means, the low and high ends of its 95% interval, and Welch's p,
-    over the last axis of two arrays of positive windows (one comparison, or many draws at once)."""
-    la, lb = np.log(old), np.log(new)
-    test = stats.ttest_ind(lb, la, axis=-1, equal_var=False)
-    interval = test.confidence_interval(CONFIDENCE)
-    return np.exp(lb.mean(-1) - la.mean(-1)), np.exp(interval.low), np.exp(interval.high), test.pvalue
-
-
-def change(section: str, row: str, figure: Figure, old: list[Run], new: list[Run]) -> Change:
+def estimates(old: list[Run], new: list[Run], figure: Figure) -> tuple[Estimate, Estimate, tuple[int, int]]:
+    """A row's figure in either run (confidence.Estimate over its kept windows and their JVMs), the new
+    run's JVMs numbered apart from the old's (they are other blocks), and the windows left out."""
     a, forks_a, left_a = _windows(old, figure)
     b, forks_b, left_b = _windows(new, figure)
-    c = Change(section, row, figure, a, b, (left_a, left_b))
-    if not a or not b or min(a + b) <= 0:
+    return Estimate.of(a, forks_a), Estimate.of(b, [f + NEW_FORKS for f in forks_b]), (left_a, left_b)
+
+
+def pooled_spread(rows: list[tuple[Estimate, Estimate]]) -> Pool | None:
+    """The spread of one figure's units pooled over every row of both runs: each run's pool (its
+    rows, less its own blocks' drift) summed by degrees of freedom. None when neither has any."""
+    both = [pair for pair in rows if pair[0].values and pair[1].values and pair[0].log and pair[1].log]
+    a, b = (pool_of([pair[side] for pair in both]) for side in (0, 1))
+    if a is None or b is None or a.by_fork != b.by_fork:  # one run's spread alone, or both as one
+        return pool_of([e for pair in both for e in pair])
+    df = a.df + b.df
+    return Pool((a.variance * a.df + b.variance * b.df) / df, df, a.log, a.by_fork, a.blocks + b.blocks)
+
+
+def change(section: str, row: str, figure: Figure, pair: tuple[Estimate, Estimate], left_out, pool) -> Change:
+    """OLD against NEW on one row and figure, tested with the spread `pool` (pooled_spread)."""
+    a, b = pair
+    c = Change(section, row, figure, a.values, b.values, left_out)
+    if not a.values or not b.values or pool is None or min(a.values + b.values) <= 0:
         return c
-    by_fork = len(set(forks_a)) > 1 or len(set(forks_b)) > 1
-    a, b = tuple(units(a, forks_a, by_fork)), tuple(units(b, forks_b, by_fork))
-    if len(a) < 2 or len(b) < 2:
+    test = compare(a.with_pool(pool), b.with_pool(pool))
+    if test.p is None or test.low is None or test.high is None:
         return c
-    if len(set(a)) == 1 and len(set(b)) == 1:  # constant windows: the test is undefined there
-        ratio = b[0] / a[0]
-        return replace(c, ratio=ratio, low=ratio, high=ratio, p=1.0 if ratio == 1 else 0.0)
-    ratio, low, high, p = (float(x) for x in ratio_test(np.array(a), np.array(b)))
-    return replace(c, ratio=ratio, low=low, high=high, p=p)
+    return replace(
+        c, ratio=1 + test.difference, low=1 + test.low, high=1 + test.high, p=test.p, by_fork=pool.by_fork
+    )
 
 
 def _values(results: Results, dimension) -> set:
@@ -148,17 +155,22 @@ def _by_row(results: Results, across: list) -> dict[tuple[str, str], list[Run]]:
 
 def changes(old: Results, new: Results, figures: tuple[str, ...] = FIGURES) -> list[Change]:
     """Every row both measured, every figure either measured: OLD against NEW, rows paired without
-    the dimensions each run held at one value (a Ktor release or JDK changed between them)."""
+    the dimensions each run held at one value (a Ktor release or JDK changed between them), each
+    figure's spread pooled over the rows of its section (scenario and load) in both runs."""
     across = held(old, new)
     a, b = _by_row(old, across), _by_row(new, across)
-    out = []
-    for key in [k for k in a if k in b]:
+    keys = [k for k in a if k in b]
+    found: dict[tuple[tuple[str, str], str], Change] = {}
+    for section in dict.fromkeys(k[0] for k in keys):
+        rows = [k for k in keys if k[0] == section]
         for name in figures:
             figure = BY_KEY[name]
-            c = change(*key, figure, a[key], b[key])
-            if c.old or c.new:
-                out.append(c)
-    return out
+            made = {k: estimates(a[k], b[k], figure) for k in rows}
+            pool = pooled_spread([(x, y) for x, y, _ in made.values()])
+            for k, (x, y, left) in made.items():
+                found[k, name] = change(*k, figure, (x, y), left, pool)
+    out = (found[k, name] for k in keys for name in figures)
+    return [c for c in out if c.old or c.new]
 
 
 def mismatch(old: Results, new: Results) -> str | None:
@@ -205,12 +217,17 @@ def lines(old_name: str, new_name: str, found: list[Change], changed: list[str] 
     out = [
         f"NEW {new_name} against OLD {old_name}"
         + (f" ({'; '.join(changed)})" if changed else "")
-        + ": the ratio NEW/OLD of the windows' geometric means, "
-        f"its 95% interval and Welch's t on the windows' logs; ~ where p >= {ALPHA:g}.",
+        + ": the ratio NEW/OLD of each row's geometric mean, its 95% interval and a t test on the logs "
+        "of its JVMs (each the geometric mean of its windows), their spread pooled over the rows of "
+        f"both runs; ~ where p >= {ALPHA:g}.",
         f"{tested} lines tested, {named} with a change; at {ALPHA:g} each, about {tested * ALPHA:.1f} of "
-        f"{tested} would show one between two runs of one thing. A row's windows come from one JVM: "
-        "an A/A run of the plan shows what two JVMs of one case differ by.",
+        f"{tested} would show one between two runs of one thing.",
     ]
+    if any(c.by_fork is False for c in found):
+        out[1] += (
+            " With one JVM a row (--forks 1) the units are its windows: a change then also holds what "
+            "two JVMs of one case differ by (an A/A pair of the plan shows how much)."
+        )
     width = max([len(c.row) for c in found] + [3])
     fwidth = max([len(c.figure.heading) for c in found] + [6])
     section = None

@@ -16,9 +16,10 @@ def add_parser(sub) -> None:
         "compare",
         help="two runs of one plan (before and after a change): each row's figures, NEW/OLD with 95%% "
         "intervals, ~ where no change is shown",
-        description="Per row and figure: the ratio NEW/OLD of the windows' geometric means, its 95% "
-        "interval and Welch's t on the windows' logs; ~ where p >= 0.05. Refuses two runs of different "
-        "plans or machines unless --force.",
+        description="Per row and figure: the ratio NEW/OLD of the row's geometric means, its 95% "
+        "interval and a t test on the logs of its JVMs (its windows with one JVM a row), their spread "
+        "pooled over the rows of both runs; ~ where p >= 0.05. Refuses two runs of different plans or "
+        "machines unless --force.",
         epilog="example: lab run --out results/before; (upgrade Ktor, change a setting); "
         "lab run --out results/after; lab compare results/before results/after",
     )
