@@ -116,11 +116,11 @@ def drawn(rng: np.random.Generator, costs: dict[str, float], forks: int = 2, win
 def test_between_two_runs_of_one_thing_a_change_is_named_about_as_often_as_alpha():
     """The decision rule, simulated on the real `changes` path: two runs of 8 alike rows, 2 JVMs x
     3 windows, JVMs differing by 3% and windows by 10%. A line names a change in about 5% (the
-    test allows 3-8% over its 1,200 lines), and its interval holds the true ratio (1) in about 95%;
+    test allows 3-8% over its 960 lines), and its interval holds the true ratio (1) in about 95%;
     one row 20% dearer is named in most runs, where Welch's t on 2 JVMs a side alone rarely would."""
     rng = np.random.default_rng(7)
-    lines = [c for _ in range(150) for c in comparison.changes(drawn(rng, {}), drawn(rng, {}), ("cpu",))]
-    assert len(lines) == 150 * len(ROWS) and all(c.by_fork for c in lines)
+    lines = [c for _ in range(120) for c in comparison.changes(drawn(rng, {}), drawn(rng, {}), ("cpu",))]
+    assert len(lines) == 120 * len(ROWS) and all(c.by_fork for c in lines)
     named = np.mean([c.significant for c in lines])
     held = np.mean([c.low <= 1 <= c.high for c in lines])
     print(
@@ -131,7 +131,7 @@ def test_between_two_runs_of_one_thing_a_change_is_named_about_as_often_as_alpha
     dearer = {"singleton-okhttp": 1.2}
     found = [
         line(comparison.changes(drawn(rng, {}), drawn(rng, dearer), ("cpu",)), "singleton-okhttp", "cpu")
-        for _ in range(60)
+        for _ in range(50)
     ]
     power = np.mean([c.significant and c.ratio > 1 for c in found])
     print(f"a 20% change in one row named in {power:.0%} of runs")
