@@ -145,6 +145,7 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     assert 0 < low < 100 < high, cpu  # twice the CPU: +100%, inside its interval
     okhttp = next(line for line in page.splitlines() if line.startswith("| singleton-okhttp |"))
     assert okhttp.split(" | ")[5].startswith("~ (")
+    assert "## rate: every case over each protocol at 200 requests a second\n" in page
 
     # `lab report` of the study's folder writes the page again from the stored results
     (tmp_path / "rate").mkdir()
@@ -155,6 +156,12 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     assert cli.main(["report", str(tmp_path)]) == 0
     assert (tmp_path / "report.md").read_text() == page
     assert (tmp_path / "rate" / "report.md").exists() and (tmp_path / "rate" / "results.csv").exists()
+    # a part run at another rate than its words name (the user's --loads) says so in its heading
+    results.plan.loads = [parse_load("rate/100/40")]
+    other = plans.page(STUDIES["protocols"], "lab study protocols --loads rate/100/40", {"rate": results})
+    assert (
+        "## rate: every case over each protocol at 200 requests a second; measured at rate/100/40 " in other
+    )
 
 
 def test_versions_changes_the_release_on_one_jdk_then_the_jdk_on_the_newest_release():

@@ -272,7 +272,7 @@ def page(
     lines += ["", ADJUSTED, ""]
     for name, r in results.items():
         part = parts.get(name)
-        lines += [f"## {name}: {part.what if part else ''}", ""]
+        lines += [f"## {name}: {heading(part, r)}", ""]
         if options := argv.get(name) or (part.argv if part else ()):
             lines += [f"`lab run {shlex.join(options)}`, then the options of the command above.", ""]
         lines += [design(r) + f" Its lab report: [{name}/report.md]({name}/report.md).", ""]
@@ -282,6 +282,17 @@ def page(
             elif not study.compares:
                 lines += [f"{g.heading}: " + " ".join(run_report.answer(g)), ""]
     return "\n".join(lines) + "\n"
+
+
+def heading(part: Part | None, r: Results) -> str:
+    """What a part measures, as it says; and the loads it ran at where the command's --loads replaced
+    the part's own (its words name those)."""
+    if part is None:
+        return ""
+    argv = list(part.argv)
+    own = argv[argv.index("--loads") + 1] if "--loads" in argv[:-1] else None
+    ran = ",".join(x.label for x in r.plan.loads)
+    return part.what if own is None or own == ran else f"{part.what}; measured at {ran} instead (--loads)"
 
 
 # How the page's changes are tested, said once under the verdict.
