@@ -18,6 +18,7 @@ group's rows (confidence.py). From them, in words a user can act on:
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -922,7 +923,8 @@ def _shown(name: str, value: str) -> bool:
 
 def warmth(group: Group) -> str | None:
     """Windows taken on a warm proxy after it idled, against the first, right after its warm-up:
-    their rps ratio per row, and the JIT's CPU in either."""
+    their rps ratio per row, the JIT's CPU in either, and what a JVM's later windows cost per
+    request less the JIT against its first (`later_cost`)."""
     ratios, jit_first, jit_later = [], [], []
     for row in group.rows:
         first = [r for r in row.runs if r.after == "warm-up"]
@@ -938,9 +940,45 @@ def warmth(group: Group) -> str | None:
     if not ratios:
         return None
     idle = [r.idle_s for row in group.rows for r in row.runs if r.idle_s is not None]
+    cost = later_cost(group)
     return (
         f"Warmth: windows after the proxy idled ({min(idle):.0f}-{max(idle):.0f} s) against its first, right "
         f"after the warm-up: rps {statistics.median(ratios):.2f}x (median of {len(ratios)} rows, "
         f"{min(ratios):.2f}-{max(ratios):.2f}x); the JIT compiled up to {max(jit_later):.2f} s in a later "
-        f"window and up to {max(jit_first):.2f} s in a first one."
+        f"window and up to {max(jit_first):.2f} s in a first one"
+        + (
+            ""
+            if cost is None
+            else f"; CPU per request less the JIT, later windows against the first of their JVM: "
+            f"{cost[0]:+.1%} ({cost[1]:+.1%} to {cost[2]:+.1%}, {cost[3]} JVMs; a first window still "
+            "warming reads dearer)"
+        )
+        + "."
     )
+
+
+# Windows whose CPU per request is not the proxy's own work: left out of `later_cost`.
+NOT_ITS_COST = ("machine-busy", "errors", "unresponsive")
+
+
+def later_cost(group: Group) -> tuple[float, float, float, int] | None:
+    """Per JVM, the mean log of its later windows' CPU per request less the JIT (after idling) less
+    its first window's (right after the warm-up), over the JVMs: the change as a share, its 95%
+    interval (Student's t over the JVMs) and their number. None with fewer than 3 JVMs."""
+    diffs = []
+    for row in group.rows:
+        by_jvm: dict[int, tuple[list[float], list[float]]] = {}
+        for r in row.runs:
+            v = cpu_without_jit(r)
+            if v is None or v <= 0 or r.after not in ("warm-up", "idle"):
+                continue
+            if set(verdict.judge(r).flags) & set(NOT_ITS_COST):
+                continue
+            first, later = by_jvm.setdefault(r.fork, ([], []))
+            (first if r.after == "warm-up" else later).append(math.log(v))
+        diffs += [statistics.mean(b) - statistics.mean(a) for a, b in by_jvm.values() if a and b]
+    if len(diffs) < 3:
+        return None
+    mean, se = statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    half = confidence.t_quantile(0.5 + confidence.CONFIDENCE / 2, len(diffs) - 1) * se
+    return math.exp(mean) - 1, math.exp(mean - half) - 1, math.exp(mean + half) - 1, len(diffs)

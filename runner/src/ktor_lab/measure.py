@@ -404,6 +404,8 @@ def with_first(w: Warmup, first: Warmup, plan: Plan) -> Warmup:
         first_scenario=WARM_FIRST_SCENARIO,
         first_seconds=first.seconds,
         first_end=first.end,
+        first_window_rates=first.window_rates,
+        first_window_jit_s=first.window_jit_s,
     )
 
 

@@ -257,6 +257,15 @@ def _pairs(d: dict) -> str:
     return ", ".join(f"{k} ({_pairs(v)})" if isinstance(v, dict) else f"{k} {v}" for k, v in d.items())
 
 
+def quiet(results: Results) -> str:
+    """The JIT's part of the warm-up rule, as the run's warm-ups recorded it: the share of a core
+    its compiler threads had to stay under; `the JIT is quiet` for results that did not record it."""
+    share = next((r.warmup.jit_quiet_share for r in results.runs if r.warmup.jit_quiet_share), None)
+    if share is None:
+        return "the JIT is quiet"
+    return f"the JIT's compiler threads used under {share:.0%} of a core"
+
+
 def settings(results: Results) -> list[str]:
     """The settings behind the numbers, short: the plan, the proxy, what every proxy shared, then
     per case only the engine settings that are its own."""
@@ -268,7 +277,7 @@ def settings(results: Results) -> list[str]:
         + (f"; A/A pair: {plan.aa}" if plan.aa else "")
         + ".",
         f"Per proxy: warm-up up to {plan.warmup_s} s per scenario and load (until two 5 s windows agree "
-        f"within 5% and the JIT is quiet)"
+        f"within 5% and {quiet(results)})"
         + (
             f", after a first one at {plan.warm_first.label} on {WARM_FIRST_SCENARIO} (the same rule)"
             if plan.warm_first
@@ -315,13 +324,16 @@ def warmups(results: Results) -> list[str]:
             continue
         w = run.warmup
         first = (
-            f"first {w.first_seconds} s at {w.first_load} on {w.first_scenario}, {w.first_end}; then "
+            f"first {w.first_seconds} s at {w.first_load} on {w.first_scenario}, {w.first_end}"
+            + (f", the JIT's CPU s per 5 s {w.first_window_jit_s}" if w.first_window_jit_s else "")
+            + "; then "
             if w.first_load
             else ""
         )
         lines.append(
             f"Warm-up of {run.title()}: {first}{w.seconds} s, {w.end}, "
             f"5 s rates {w.window_rates}"
+            + (f", the JIT's CPU s per 5 s {w.window_jit_s}" if w.window_jit_s else "")
             + ("" if w.jit_nice is None else f", JIT compiler threads at nice {w.jit_nice} until the window")
             + "."
         )

@@ -4,7 +4,11 @@ On 2 cores the JIT compiles the proxy's path for 50-100 s under load, and the ra
 triples meanwhile; a fixed few seconds would measure the compiler. Load is applied in windows
 of WINDOW_S: warm when two windows in a row agree within TOLERANCE (or each of the last two with the
 one two before it: a load that completes in waves) and, for a JVM that can be seen, its C1/C2
-compiler threads used under JIT_QUIET_SHARE of a core in the last one.
+compiler threads used under JIT_QUIET_SHARE of a core in the last one, stricter than the share a
+measured window may have and be kept (verdict.JIT_WINDOW_SHARE). Ending at that share instead was
+tried on the default matrix (18 JVMs): it saved 14 s a JVM (35.4 min for the run against 37.3),
+and that run read 19-26% more CPU per request less the JIT than the one before in 5 of 9 rows,
+which one pair of runs cannot tell from the day (docs/matrix.md); the rule stays.
 
 During the warm-up those compiler threads run at nice JIT_NICE (when this process may set it:
 root, or CAP_SYS_NICE), so the JIT gets the CPU it needs first instead of a third of a core
@@ -98,6 +102,9 @@ class Warmup:
     window_jit_s: list[float] = field(default_factory=list)
     # the compiler threads' nice value during the warm-up (None: left as they were)
     jit_nice: int | None = None
+    # the share of a core the JIT had to stay under in a window for the warm-up to end (None: the
+    # JIT not seen, or a result written before this was recorded)
+    jit_quiet_share: float | None = None
     # the rate stayed under COLLAPSED_SHARE of its best for COLLAPSED_WINDOWS windows: ended early
     collapsed: bool = False
     # A warm-up at capacity before this one (the plan's warm_first): its load, scenario, seconds
@@ -107,6 +114,9 @@ class Warmup:
     first_scenario: str = ""
     first_seconds: int = 0
     first_end: str = ""
+    # its 5 s rates and the JIT's CPU seconds in each (what the JIT still compiled when it ended)
+    first_window_rates: list[float] = field(default_factory=list)
+    first_window_jit_s: list[float] = field(default_factory=list)
 
     @property
     def end(self) -> str:
@@ -114,12 +124,15 @@ class Warmup:
         return "settled" if self.settled else "stopped answering" if self.collapsed else "not settled"
 
 
-def warm_up(window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None) -> Warmup:
+def warm_up(
+    window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None, jit: JitClock | None = None
+) -> Warmup:
     """Calls `window(WINDOW_S)` (load for that long; returns the rate it saw) until warm or until
-    `limit_s` seconds are spent."""
-    result = Warmup(settled=limit_s == 0, jvm_visible=jvm_pid is not None)
+    `limit_s` seconds are spent. `jit`: the JVM's compiler clock (made from `jvm_pid` when None)."""
+    jit = jit if jit is not None else JitClock(jvm_pid) if jvm_pid else None
+    result = Warmup(settled=limit_s == 0, jvm_visible=jit is not None)
+    result.jit_quiet_share = JIT_QUIET_SHARE if jit is not None else None
     previous = None
-    jit = JitClock(jvm_pid) if jvm_pid else None
     if jit is not None and limit_s >= WINDOW_S and jit.prioritize(JIT_NICE):
         result.jit_nice = JIT_NICE
     try:

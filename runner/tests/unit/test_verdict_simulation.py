@@ -161,3 +161,24 @@ def test_the_pooled_test_holds_its_level_on_two_rows():
         a, b = rows[0].with_pool(pool), rows[1].with_pool(pool)
         hits += confidence.compare(a, b).significant
     assert 0.02 <= hits / 400 <= 0.09, hits
+
+
+def test_the_warmth_line_says_how_much_dearer_a_first_window_still_warming_reads():
+    """Every JVM's first window 10% dearer per request than its later ones (a warm-up that ended
+    before the JIT finished): the report's Warmth line gives about -9% for the later windows, with
+    an interval that excludes 0; with no such difference, an interval that holds it."""
+    for first, held in ((1.1, False), (1.0, True)):
+        rng = np.random.default_rng(11)
+        results = draw(rng, {})
+        for r in results.runs:
+            r.after, r.idle_s = ("warm-up", None) if r.repeat == 1 else ("idle", 30.0)
+            r.proxy.jit_cpu_seconds_in_window = 0.0
+            r.proxy.cpu_seconds = r.proxy.cpu_seconds_per_1000_requests * (first if r.repeat == 1 else 1.0)
+            r.proxy.cpu_seconds_per_1000_requests = r.proxy.cpu_seconds
+            r.proxy.upstream_requests = 1000
+        (group,) = conclusions.groups(results)
+        change, low, high, jvms = conclusions.later_cost(group)
+        assert jvms == len(PLAN.proxies()) and (low <= 0 <= high) == held, (change, low, high)
+        assert "later windows against the first of their JVM: " in conclusions.warmth(group)
+        if not held:
+            assert -0.15 < change < -0.04

@@ -27,6 +27,7 @@ from ..plan import (
     parse_warm_first,
 )
 from ..rundirs import results_dir
+from ..warmup import JIT_QUIET_SHARE
 from . import options
 
 
@@ -131,8 +132,9 @@ def add_warming(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_WARMUP_S,
         help="most seconds of unmeasured load per proxy at each warm-up load; ends as soon as two 5 s "
-        "windows agree within 5%% and the proxy's JIT was quiet; a later window in which the JIT still "
-        "compiles is left out of its row (default: %(default)s)",
+        f"windows agree within 5%% and the proxy's JIT used under {JIT_QUIET_SHARE * 100:.0f}%% of a core in "
+        f"the last; a later window in which the JIT used more than {verdict.JIT_WINDOW_SHARE * 100:.0f}%% "
+        "is left out of its row (default: %(default)s)",
     )
     p.add_argument(
         "--duration",
