@@ -4,6 +4,7 @@ test, driven on synthetic windows; the rule checked by simulation (scipy draws, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -22,17 +23,16 @@ from ktor_lab.results import (
 )
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results-small"
-LOAD = load(FIXTURE).plan.loads[0]
+BASE = load(FIXTURE)
+LOAD = BASE.plan.loads[0]
 
 
 def results(
     cpu: dict[str, list[float]], rps: dict[str, list[float]] | None = None, ktor: str = ""
 ) -> Results:
     """A run of the fixture's plan whose rows have these windows (CPU s / 1000 req, rps)."""
-    base = load(FIXTURE)
-    out = copy.deepcopy(base)
-    out.runs = []
-    load_level = base.plan.loads[1]
+    out = copy.deepcopy(dataclasses.replace(BASE, runs=[]))
+    load_level = BASE.plan.loads[1]
     for case, values in cpu.items():
         lifetime, engine = case.split("-", 1) if case.startswith("singleton") else ("per-call", case[9:])
         for i, v in enumerate(values):
