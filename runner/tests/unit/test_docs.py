@@ -59,3 +59,22 @@ def test_no_link_or_file_reference_leaves_the_repository():
         for link in re.findall(r"\]\(\s*((?:/|file:)[^)\s]*)", text):
             bad.add(f"{name}: {link} (an absolute link)")
     assert not bad, sorted(bad)
+
+
+def test_the_warm_up_trial_on_the_matrix_page_gives_its_runs_figures():
+    """docs/matrix.md's paragraph on the warm-up quotes two runs kept in docs/: each figure it gives
+    (the run's minutes, the later windows' CPU per request against the first, with its interval)
+    is what those runs' results give, as their reports' Warmth lines say it."""
+    from ktor_lab import conclusions
+    from ktor_lab.results import load
+
+    text = " ".join((REPO / "docs" / "matrix.md").read_text().split())
+    paragraph = text[text.index("**Why each JVM warms for about a minute.**") :][:1500]
+    for folder in ("docs/guide/small-gets", "docs/matrix-runs/jit-10"):
+        results = load(REPO / folder)
+        (group,) = conclusions.groups(results)
+        change, low, high, _ = conclusions.later_cost(group)
+        assert f"{change:+.1%}, {low:+.1%} to {high:+.1%}" in paragraph or (
+            f"{change:+.1%} ({low:+.1%} to {high:+.1%})" in paragraph
+        ), folder
+        assert f"{results.wall_seconds / 60:.1f}" in paragraph, folder
