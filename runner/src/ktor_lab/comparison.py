@@ -72,14 +72,14 @@ class Change:
 
 
 def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[int, ...], int]:
-    """The figure's windows and the fork (JVM) of each, but those flagged by today's rules
-    (verdict.judge, as lab report judges them again) as LEFT_OUT; and how many were left out."""
+    """The figure's windows and the fork (JVM) of each, but those whose verdict (judged by today's
+    rules in `changes`, as lab report judges them again) is LEFT_OUT; and how many were left out."""
     kept, forks, left = [], [], 0
     for r in runs:
         v = figure.get(r)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
-        if set(verdict.judge(r).flags) & set(LEFT_OUT):
+        if set(r.verdict.flags) & set(LEFT_OUT):
             left += 1
             continue
         kept.append(float(v))
@@ -157,6 +157,8 @@ def changes(old: Results, new: Results, figures: tuple[str, ...] = FIGURES) -> l
     """Every row both measured, every figure either measured: OLD against NEW, rows paired without
     the dimensions each run held at one value (a Ktor release or JDK changed between them), each
     figure's spread pooled over the rows of its section (scenario and load) in both runs."""
+    for r in (*old.runs, *new.runs):  # once each, by today's rules, whatever the runs recorded
+        r.verdict = verdict.judge(r)
     across = held(old, new)
     a, b = _by_row(old, across), _by_row(new, across)
     keys = [k for k in a if k in b]

@@ -972,7 +972,7 @@ def later_cost(group: Group) -> tuple[float, float, float, int] | None:
             v = cpu_without_jit(r)
             if v is None or v <= 0 or r.after not in ("warm-up", "idle"):
                 continue
-            if set(verdict.judge(r).flags) & set(NOT_ITS_COST):
+            if set(r.verdict.flags) & set(NOT_ITS_COST):  # judged by today's rules in groups()
                 continue
             first, later = by_jvm.setdefault(r.fork, ([], []))
             (first if r.after == "warm-up" else later).append(math.log(v))
