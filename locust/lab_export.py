@@ -129,6 +129,33 @@ def install(environment, settings: dict, target: dict) -> None:
     def lab_stats():
         return window_stats(environment, settings, target, watch)
 
+    @environment.web_ui.app.route("/lab/proxy-metrics")
+    def lab_proxy_metrics():
+        return proxy_metrics(environment)
+
+
+# Seconds the proxy has to answer its /metrics through /lab/proxy-metrics (lab run's own limit).
+PROXY_METRICS_TIMEOUT_S = 30
+
+
+def proxy_metrics(environment):
+    """The run's target's /metrics, read from this process, for `lab swarm run`: on a swarm the
+    proxy answers on the stack's overlay only, where Locust reaches it, so the window's edges are
+    read here at the moment they are asked for. Only the host the guard admits (the lab's proxy),
+    only its /metrics; behind the UI's login like every route but /metrics."""
+    import requests
+
+    host = environment.host or ""
+    guard = getattr(environment, "lab_guard", None)
+    if guard is not None and (why := guard.refusal(host)):
+        return f"refused: {why}\n", 403, {"Content-Type": "text/plain"}
+    try:
+        r = requests.get(f"{host.rstrip('/')}/metrics", timeout=PROXY_METRICS_TIMEOUT_S)
+    except requests.RequestException as e:
+        return f"{host}/metrics did not answer: {type(e).__name__}\n", 502, {"Content-Type": "text/plain"}
+    kind = r.headers.get("Content-Type", "text/plain")
+    return r.content, 200 if r.ok else 502, {"Content-Type": kind}
+
 
 def refuse_other_origins(app) -> None:
     """Only pages served by this UI may drive it.

@@ -44,6 +44,14 @@ def whole_run_counts_agree(locust_requests: int, proxy_served: float, users: int
     return -0.02 * locust_requests <= extra <= 0.02 * locust_requests + users
 
 
+def window_counts_agree(run: dict) -> bool:
+    """A window's requests as Locust and the proxy counted them (results.json's run) agree but for
+    those in the gap between their edges of the window (measured, `edges_s`), and 2%."""
+    sent, counted = run["locust"]["requests"], run["proxy"]["upstream_requests"]
+    gap = run["locust"]["rps"] * run["window"]["edges_s"]
+    return sent > 0 and abs(sent - counted) <= 0.02 * counted + gap
+
+
 def session_processes() -> list[tuple[int, str]]:
     """(PID, command) of live processes carrying this session's marker, but this one and its guardian."""
     mine = {os.getpid(), *([Guardian._proc.pid] if Guardian._proc else [])}

@@ -390,7 +390,7 @@ def test_with_a_password_every_route_but_metrics_asks_for_the_login(upstream, tm
         form = start_form(upstream.url)
         anonymous = requests.post(f"{web}/swarm", data=form, timeout=5)
         assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic ")
-        for path in ("/", "/lab/stats", "/stats/requests"):
+        for path in ("/", "/lab/stats", "/stats/requests", "/lab/proxy-metrics"):
             assert requests.get(f"{web}{path}", timeout=5).status_code == 401, path
         assert requests.get(f"{web}/", auth=("lab", "wrong"), timeout=5).status_code == 401
         assert requests.get(f"{web}/", auth=("admin", login[1]), timeout=5).status_code == 401
@@ -403,6 +403,11 @@ def test_with_a_password_every_route_but_metrics_asks_for_the_login(upstream, tm
         assert "LAB_ALLOWED_HOSTS" in refused["message"]
         client = loadgen.LocustWeb(web, auth=login)
         assert client.stats().state == "ready"
+        # the target's /metrics as the master reads them (lab swarm run's window edges): here the
+        # target is nginx, which has none, and its answer is passed on as a failure
+        with pytest.raises(requests.HTTPError) as read:
+            client.proxy_metrics(timeout=10)
+        assert read.value.response.status_code == 502 and "nginx" in read.value.response.text
         # the lab's own calls, with the login
         client.swarm(upstream.url, 2, 2, wait_min=0, wait_max=0.05)
         assert wait_until(lambda: client.stats().requests >= 10, timeout=20)

@@ -1,5 +1,6 @@
 """The swarm stack on a real one-node Docker Swarm: `lab swarm run` and `lab swarm down` as a
-user runs them (docs/swarm.md), on the engine the compose suite uses.
+user runs them (docs/swarm.md), on the engine the compose suite uses. `lab swarm run` measures
+through `lab run`'s pipeline: its results.json and report are checked as a user reads them.
 
 When the engine is not in a swarm, the test makes it a one-node swarm (`docker swarm init
 --advertise-addr 127.0.0.1`) and leaves the swarm again afterwards; an engine that already is
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import answers, scrape, wait_until, whole_run_counts_agree
+from conftest import answers, scrape, wait_until, window_counts_agree
 from ktor_lab.metrics import query
 from ktor_lab.parts import compose, grafana, swarm
 from ktor_lab.processes import free_port, local_url
@@ -82,31 +83,55 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
     try:
         r = lab(
             "swarm", "run", "per-call-cio", "--name", name, "--workers", "2", "--no-build", "--no-grafana",
-            "--registry-port", str(registry_port), "--users", "10", "--rate", "100", "--seconds", "6",
-            "--keep", "--run-dir", str(out), *settings, env=env,
+            "--registry-port", str(registry_port), "--loads", "rate/100/10", "--duration", "6",
+            "--windows", "2", "--spare", "0", "--warm-first", "none", "--warmup", "10",
+            "--keep", "--out", str(out), *settings, env=env,
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         made = re.search(r"user lab, password (\S+) \(made now and shown this once", r.stdout)
         assert made and r.stdout.count(made[1]) == 1, r.stdout
         login = ("lab", made[1])
-        assert made[1] not in (out / "swarm-run.json").read_text()
-        result = json.loads((out / "swarm-run.json").read_text())
-        # Locust's workers made the load through the proxy, and the proxy counted the same requests
-        assert result["failures"] == 0 and result["workers"] == 2, result
-        assert result["requests"] >= 100, result
-        counts = result["requests"], result["proxy_upstream_requests"], result["users"]
-        assert whole_run_counts_agree(*counts), result
+        assert not [f.name for f in out.iterdir() if made[1] in f.read_text()]
+        results = json.loads((out / "results.json").read_text())
+        # lab run's pipeline: a warm-up of the one proxy, then its two windows on the warm proxy,
+        # each with Locust's workers' load through the proxy and the proxy's count of the same requests
+        runs = results["runs"]
+        assert [(r["case"], r["repeat"], r["after"]) for r in runs] == [
+            ("per-call-cio", 1, "warm-up"),
+            ("per-call-cio", 2, "idle"),
+        ], runs
+        for run in runs:
+            assert run["locust"]["failures"] == 0 and run["locust"]["workers"] == 2, run["locust"]
+            assert run["locust"]["requests"] >= 100 * 6 * 0.5, run["locust"]
+            assert window_counts_agree(run), (run["locust"], run["proxy"], run["window"])
+            assert run["proxy"]["cpu_seconds_per_1000_requests"] > 0, run["proxy"]
+            assert run["proxy"]["settings"]["case"] == "per-call-cio"
+            # Prometheus' figures of the window, through its gate with the login
+            assert run["prometheus"]["threads_live_max"] > 0, run["prometheus"]
+            # the master and two workers; nginx's connection log stays on its node: not read
+            assert len(run["locust"]["cpu_peak_percent"]) == 3, run["locust"]
+            assert run["connections"] is None
+            assert run["leak"]["threads_after"] is not None, run["leak"]
+        # the proxy's task runs on this engine: its JIT is watched, as natively
+        assert runs[0]["warmup"]["jvm_visible"] and runs[0]["proxy"]["jit_cpu_seconds_in_window"] is not None
+        report = (out / "report.md").read_text()
+        assert "backend swarm" in report, report[:2000]
+        # one row, nothing to compare it with, said so; the upstream is where the swarm put it
+        assert "One row, per-call-cio: nothing here to compare it with" in report, report[:2000]
+        assert "nginx on its node of the swarm, reached over the stack's overlay network" in report
         # every part on the one node, two workers, one node-stats task; the node's CPU in the figures
-        placement = result["placement"]
+        backend = results["backend"]
+        assert backend["kind"] == "swarm" and backend["stack"] == name, backend
+        placement = {s: where.split(", ") for s, where in backend["placement"].items()}
         assert set(placement) == set(swarm.SERVICES) - {"grafana"}, placement
         assert {n for where in placement.values() for n in where} == {one_node_swarm}
         assert len(placement["locust-worker"]) == 2 and len(placement["node-stats"]) == 1
-        (node,) = result["nodes"]
-        assert node["hostname"] == one_node_swarm and sorted(node["roles"]) == sorted(swarm.ROLES)
+        ((hostname, node),) = backend["nodes"].items()
+        assert hostname == one_node_swarm and sorted(node["roles"].split(", ")) == sorted(swarm.ROLES)
         assert 0 < node["cpu_busy"] <= 1 and node["memory_available_bytes"] > 0, node
-        # the services' own CPU beside the node's: the proxy's cores, and each Locust process's peak
-        assert 0 < result["proxy_cpu_cores"] <= node["cpu_busy"] * os.cpu_count() + 0.5, result
-        assert len(result["locust_cpu_peak_percent"]) == 3, result  # the master and two workers
+        # the proxy's own CPU is part of its node's
+        cores = sum(r["proxy"]["cpu_seconds"] for r in runs) / sum(r["window"]["seconds"] for r in runs)
+        assert 0 < cores <= node["cpu_busy"] * os.cpu_count() + 0.5, (cores, node)
 
         # what a user opens, with the login: Locust's UI, Prometheus (its gate) with every target up
         locust = local_url(ports["locust"])
@@ -127,13 +152,14 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         assert tasks == {s: (one_node_swarm, len(w)) for s, w in placement.items()}, tasks
         (info,) = query(prometheus, "lab_proxy_info", auth=login)
         assert info["metric"]["case"] == "per-call-cio"
-        # every panel of the dashboard has data for the run's span, the hosts' row included (as
+        # every panel of the dashboard has data for the last window, the hosts' row included (as
         # Grafana shows it with the run in its range; a 6 s load is out of a 20 s rate soon after)
-        assert result["started"] < result["ended"] <= time.time(), result
+        ended = runs[-1]["window"]["end"]
+        assert runs[0]["window"]["start"] < ended <= time.time(), runs[-1]["window"]
         absent = grafana.not_exposed(info["metric"])
         values = {"engine": "cio", "lifetime": "per-call"}
         assert not grafana.panels_without_data(
-            prometheus, values, "20s", at=result["ended"], absent=absent, swarm=True, auth=login
+            prometheus, values, "20s", at=ended, absent=absent, swarm=True, auth=login
         )
 
         # without the login: Locust's UI and API, Prometheus' query API refuse; /metrics stays open
@@ -145,14 +171,20 @@ def test_lab_swarm_run_on_one_node_serves_through_the_proxy_and_leaves_nothing(o
         anonymous = requests.get(f"{prometheus}/api/v1/query", params={"query": "up"}, timeout=5)
         assert anonymous.status_code == 401 and "Basic" in anonymous.headers["WWW-Authenticate"]
         assert requests.get(f"{prometheus}/graph", auth=("lab", "not-it"), timeout=5).status_code == 401
-        # with it, a start aimed at another host is refused, in words, and nothing runs
+        assert requests.get(f"{locust}/lab/proxy-metrics", timeout=5).status_code == 401
+        # with it, the proxy's /metrics as the master reads them on the overlay (lab swarm run's edges)
+        read = requests.get(f"{locust}/lab/proxy-metrics", auth=login, timeout=35)
+        assert read.ok and 'case="per-call-cio"' in read.text, read.text[:300]
+        # and a start aimed at another host is refused, in words, and nothing runs
+        before = requests.get(f"{locust}/lab/stats", auth=login, timeout=5).json()
         elsewhere = {**start, "host": "http://example.com"}
         refused = requests.post(f"{locust}/swarm", data=elsewhere, auth=login, timeout=5).json()
         assert (
             refused["success"] is False and "http://example.com is not the lab's proxy" in refused["message"]
         )
+        time.sleep(1)
         stats = requests.get(f"{locust}/lab/stats", auth=login, timeout=5).json()
-        assert stats["state"] != "running" and stats["requests"] == result["requests"], stats
+        assert stats["state"] != "running" and stats["requests"] == before["requests"], (before, stats)
         # Grafana (no stand-in here: --no-grafana) is deployed with its own login and no anonymous access
         grafana_env = service_spec(name, "grafana")["TaskTemplate"]["ContainerSpec"]["Env"]
         assert {"GF_AUTH_ANONYMOUS_ENABLED=false", "GF_SECURITY_ADMIN_USER=lab"} <= set(grafana_env)

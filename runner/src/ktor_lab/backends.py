@@ -11,18 +11,20 @@ argument in compose) and what it refuses. `BACKENDS` names them for `lab run --b
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from . import versions
+from . import metrics, versions
 from .cases import Case
 from .errors import LabError
 from .network import Network, read
 from .parts import compose, nginx, swarm, toxiproxy
 from .parts.faults import FaultServer
+from .parts.loadgen import LocustWeb
 from .plan import Plan
-from .processes import free_port, local_url
+from .processes import free_port, local_url, wait_until
 from .results import NetworkRecord
 from .stack import Ports, Stack, grafana_binary, missing, require
 
@@ -56,6 +58,12 @@ class Backend(Protocol):
     @property
     def prometheus_url(self) -> str: ...
 
+    @property
+    def auth(self) -> tuple[str, str] | None: ...  # the login Locust and Prometheus ask for (Swarm's)
+
+    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
+        """`proxy`'s /metrics now; requests.RequestException when it does not answer in `timeout`."""
+
     def check(self, plan: Plan, machine: bool = True) -> None:
         """LabError (one line) when the plan cannot run here; nothing has started yet. Without
         `machine` (a dry run), only what the plan asks of the backend, not what is installed."""
@@ -86,8 +94,9 @@ class Backend(Protocol):
     def network_record(self, network: Network) -> NetworkRecord:
         """What lies between the proxy and nginx now: `network`, and Toxiproxy's toxics as it reports them."""
 
-    def connections(self, since: float, until: float) -> list[nginx.Connection]:
-        """The new connections nginx logged between `since` and `until` (seconds since the epoch)."""
+    def connections(self, since: float, until: float) -> list[nginx.Connection] | None:
+        """The new connections nginx logged between `since` and `until` (seconds since the epoch);
+        None where its log cannot be read (Swarm: it stays on nginx's node)."""
 
     def proxy_log(self, proxy: ProxyHandle) -> str | None:
         """What `proxy` has logged since it started (None: it cannot be read)."""
@@ -156,6 +165,11 @@ class NativeBackend:
     @property
     def prometheus_url(self) -> str:
         return self._stack.prometheus_url
+
+    auth = None  # every part on loopback, no login
+
+    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
+        return metrics.scrape(proxy.url, timeout)
 
     def check(self, plan: Plan, machine: bool = True) -> None:
         if not machine:
@@ -373,6 +387,11 @@ class ComposeBackend(ContainerParts):
     def prometheus_url(self) -> str:
         return self._project.url("prometheus")
 
+    auth = None  # its ports on loopback; the UIs' login is for a LAN (docs/security.md)
+
+    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
+        return metrics.scrape(proxy.url, timeout)
+
     def check(self, plan: Plan, machine: bool = True) -> None:
         if plan.dims.get("java") or any(c.java for c in plan.cases):
             raise LabError(
@@ -520,12 +539,18 @@ class SwarmBackend(ContainerParts):
     at a time: `open` labels the nodes and builds and pushes the images of the plan's release to
     `registry` (one started on this machine when None); `start_case` deploys the case's stack from
     `Case.proxy_env()` and waits until every service is healthy; `close` removes it. Every UI
-    asks for a login (`login`). Not a `lab run --backend`: its nginx and proxy run on nodes
-    whose logs this process cannot read as a run's checks need (docs/swarm.md)."""
+    asks for a login (`login`), which the measurement's calls give (`auth`).
+
+    `lab swarm run` measures through `measure.run_plan` as `lab run` does, on the stack's one proxy,
+    kept up and warmed once. What differs: the proxy's /metrics are read through Locust's master
+    (the proxy answers on the overlay only); nginx's connection log stays on its node (no
+    connection figures); the JIT is watched only when the proxy's task runs on this machine's
+    engine, and the machine's CPU figures are this machine's (each node's are in results.json's
+    `backend.nodes`). Not a `lab run --backend`: one case, one JVM, no A/A pair (docs/swarm.md)."""
 
     kind = "swarm"
     scrape_seconds = 5  # prometheus/swarm.yml
-    keeps_proxies = False  # one stack, one proxy service
+    keeps_proxies = True  # one stack, one proxy service: kept up between its windows
 
     def __init__(
         self,
@@ -552,6 +577,9 @@ class SwarmBackend(ContainerParts):
         self.login: swarm.Login | None = None
         self.env: dict[str, str] = {}  # what the stack was deployed with
         self.counts: dict[str, tuple[int, int]] = {}  # each service's tasks when it became healthy
+        self.proxy: ProxyHandle | None = None  # the one deployed, until stop_case
+        # Called with the case once its stack is healthy (lab swarm prints where each part runs).
+        self.deployed: Callable[[Case], None] | None = None
 
     @property
     def locust_url(self) -> str:
@@ -569,7 +597,15 @@ class SwarmBackend(ContainerParts):
         assert self.login is not None, "open() first"
         return self.login.auth
 
+    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
+        """Read by Locust's master on the overlay at the moment asked (locust/lab_export.py)."""
+        return metrics.Samples(LocustWeb(self.locust_url, self.auth).proxy_metrics(timeout))
+
     def check(self, plan: Plan, machine: bool = True) -> None:
+        if len(plan.proxies()) > 1:
+            raise LabError(
+                f"the swarm stack runs one proxy, not {len(plan.proxies())}: one case, one JVM, no A/A pair"
+            )
         for case in plan.cases_to_run():
             if case.tls or case.rtt_ms or case.java or plan.network_for(case).on:
                 raise LabError(
@@ -638,8 +674,9 @@ class SwarmBackend(ContainerParts):
         upstream_url: str | None = None,
     ) -> ProxyHandle:
         """The stack deployed for `case` (its proxy's variables from `Case.proxy_env()`, `env`
-        over .env, the shell and --set) and healthy; the proxy is `proxy:8080` on the overlay."""
-        if keep or upstream_url or network.on:
+        over .env, the shell and --set) and healthy; the proxy is `proxy:8080` on the overlay, with
+        its host PID when its task runs on this machine's engine."""
+        if (keep and self.proxy is not None) or upstream_url or network.on:
             raise LabError("the swarm stack runs one proxy, to its own nginx, with no network between")
         assert self.registry is not None and self.login is not None, "open() first"
         base = {**compose.dotenv(), **os.environ, **self.settings, **env}
@@ -648,28 +685,53 @@ class SwarmBackend(ContainerParts):
         swarm.deploy(self.name, self.env)
         print(f"lab swarm: {self.name} deployed ({case.id}); waiting for every service to be healthy")
         self.counts = swarm.wait_healthy(self.name, self.timeout)
+        self.wait_ready()
+        if self.deployed is not None:
+            self.deployed(case)
         published = swarm.publishes_proxy(self.env)
         url = swarm.url(self.name, "proxy", self.env) if published else "http://proxy:8080"
-        return ProxyHandle(url, None, "proxy:8080", network)
+        pid = next(filter(None, map(swarm.local_pid, swarm.local_containers(self.name, "proxy"))), None)
+        self.proxy = ProxyHandle(url, pid, "proxy:8080", network)
+        return self.proxy
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until Locust's workers have joined its master (LabError when they have not in `timeout`),
+        and Prometheus has every active node's figures (it finds them by DNS every 5 s; said when not)."""
+        web = LocustWeb(self.locust_url, self.auth)
+        if not wait_until(lambda: web.stats().workers >= self.workers, timeout=timeout, interval=1):
+            have = web.stats().workers
+            raise LabError(
+                f"only {have} of {self.workers} Locust workers joined the master in {timeout:.0f} s", code=1
+            )
+        count = len([n for n in swarm.nodes() if n.state == "ready" and n.availability == "active"])
+
+        def seen() -> int:
+            return len(metrics.query(self.prometheus_url, "lab_node_cpus", auth=self.auth))
+
+        if not wait_until(lambda: seen() >= count, timeout=timeout, interval=1):
+            print(f"lab swarm: Prometheus has {seen()} of {count} nodes' figures; the others' are null")
 
     def use(self, proxy: ProxyHandle) -> None:
         pass  # the stack's only proxy
 
     def stop_case(self, proxy: ProxyHandle) -> None:
-        swarm.remove_stack(self.name)
+        """Nothing until `close`: the stack stays up for `lab swarm run --keep` and its report."""
+        self.proxy = None
 
     def network_record(self, network: Network) -> NetworkRecord:
         return NetworkRecord(via="none")
 
-    def connections(self, since: float, until: float) -> list[nginx.Connection]:
-        raise LabError("nginx's connection log stays on its node in the swarm stack: not read")
+    def connections(self, since: float, until: float) -> list[nginx.Connection] | None:
+        return None  # nginx's connection log stays on its node
 
     def proxy_log(self, proxy: ProxyHandle) -> str | None:
         r = swarm.docker("service", "logs", "--raw", "--no-task-ids", f"{self.name}_proxy", check=False)
         return r or None
 
     def container_ids(self) -> tuple[str, ...]:
-        return ()  # the nodes' own figures (locust/lab_node.py) stand for them
+        """The stack's containers on this machine's engine (a one-node swarm: all of them): their
+        CPU is the lab's, not other work's. Each node's own figures are in `nodes` (lab swarm run)."""
+        return swarm.local_containers(self.name)
 
     def close(self) -> None:
         """The stack, its secret's password file, the registry lab swarm started, the labels."""

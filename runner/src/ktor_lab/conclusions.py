@@ -509,6 +509,12 @@ class Screen:
         cs += [c for _, c in self.engines.leaders + self.engines.behind if c is not None]
         return max((c.family for c in cs), default=1)
 
+    @property
+    def tests(self) -> int:
+        """How many comparisons the screen made (0: a row alone, nothing to compare it with)."""
+        lives = [c for *_, c in self.lifetimes if c is not None]
+        return len(lives) + len([c for _, c in self.engines.leaders + self.engines.behind if c is not None])
+
     def claims(self) -> list[str]:
         """Every difference the first screen names: `lifetime cio`, `engines okhttp < cio`."""
         out = [f"lifetime {s.case.engine}" for s, _, c in self.lifetimes if c is not None and c.clear]
@@ -740,7 +746,13 @@ def not_this(results: Results) -> str:
     protocols = sorted(
         {r.dim("protocol") for r in results.runs}, key=lambda p: PROTOCOLS.index(p) if p in PROTOCOLS else 9
     )
-    if rtts == [0]:
+    swarm = results.backend.get("kind") == "swarm"
+    if swarm:
+        where = (
+            "The upstream is nginx on its node of the swarm, reached over the stack's overlay network "
+            "(docs/swarm.md): on one node as near as loopback, where a new connection costs almost nothing."
+        )
+    elif rtts == [0]:
         where = (
             "The upstream is nginx on this machine's loopback, 0 ms away: a new connection costs almost "
             "nothing here, so per-call clients and a connection per request look cheaper than they are "
@@ -752,12 +764,12 @@ def not_this(results: Results) -> str:
     http1 = [e for e in HTTP1_ONLY if any(r.engine == e for r in results.runs)]
     if "h2" in protocols and http1:
         over += f" {', '.join(http1)} speak HTTP/1.1 only: their h2 rows are skipped."
-    return (
-        where
-        + over
-        + " Locust, the proxy and nginx share this machine's CPUs; the figures compare engines on it, "
-        "they are not a server's capacity."
+    shared = (
+        " Each part shares the CPUs of its node with what else runs there (results.json's backend.nodes); "
+        if swarm
+        else " Locust, the proxy and nginx share this machine's CPUs; "
     )
+    return where + over + shared + "the figures compare engines on it, they are not a server's capacity."
 
 
 def aa_check(group: Group) -> str:

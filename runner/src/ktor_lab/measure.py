@@ -171,12 +171,12 @@ class WindowEdges:
 class ProxyScraper:
     """The proxy's /metrics, or None (and the run flagged) when a collapsed proxy does not answer."""
 
-    def __init__(self, url: str, run: Run):
-        self.url, self.run = url, run
+    def __init__(self, backend: Backend, proxy: ProxyHandle, run: Run):
+        self.backend, self.proxy, self.run = backend, proxy, run
 
     def __call__(self, when: str) -> metrics.Samples | None:
         try:
-            return metrics.scrape(self.url, PROXY_SCRAPE_S)
+            return self.backend.proxy_metrics(self.proxy, PROXY_SCRAPE_S)
         except requests.RequestException as e:
             self.run.unanswered.append(f"{when}: {type(e).__name__} after up to {PROXY_SCRAPE_S} s")
             return None
@@ -202,7 +202,7 @@ class Live:
 def start_live(backend: Backend, p: ProxySpec, plan: Plan, keep: bool) -> Live:
     """A proxy for `p`, and its /metrics idle (it has just answered its health check)."""
     proxy = backend.start_case(p.case, plan.proxy_env, plan.network_for(p.case), keep=keep)
-    return Live(p, proxy, metrics.scrape(proxy.url))
+    return Live(p, proxy, backend.proxy_metrics(proxy))
 
 
 def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[Live] = ()) -> Run:
@@ -218,19 +218,18 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     run.dimensions = plan.has_dimensions
     run.dims = {d.field: d.of(case) for d in DIMENSIONS if not d.reported}
     run.network = backend.network_record(live.proxy.network)
-    scrape_proxy = ProxyScraper(live.proxy.url, run)
+    scrape_proxy = ProxyScraper(backend, live.proxy, run)
     edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)
     record_window(run, edges, live.idle)
     last_scrape(backend, live.proxy.instance, edges.ended)
-    run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges)
+    run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges, backend.auth)
     if edges.time_wait is not None:
         # The proxy's own gauge counts every socket to the upstream's port that closed since it
         # started; the other proxies up (natively they share the host's table) close theirs in
         # their windows. Those the window added are this proxy's: the others idle meanwhile.
         run.prometheus.time_wait_max = edges.time_wait
-    run.connections = connection_figures(
-        backend.connections(edges.started, edges.ended), run.proxy.upstream_requests, over_tls=case.tls
-    )
+    if (new := backend.connections(edges.started, edges.ended)) is not None:  # None: not readable
+        run.connections = connection_figures(new, run.proxy.upstream_requests, over_tls=case.tls)
     explain_connections(run, live.idle.get("lab_threads_active_unparked"))
     run.verdict = verdict.judge(run)
     live.pending, live.stopped = run, edges.stopped
@@ -244,7 +243,7 @@ def last_scrape(backend: Backend, instance: str, ended: float) -> None:
     window were stored by their own scrapes, each done before this one. A proxy that does not
     answer its scrape is waited for about two scrape intervals (its run is flagged elsewhere)."""
     wait_until(
-        lambda: metrics.scraped_since(backend.prometheus_url, instance, ended),
+        lambda: metrics.scraped_since(backend.prometheus_url, instance, ended, backend.auth),
         timeout=2 * backend.scrape_seconds + 1,
         interval=0.25,
     )
@@ -259,7 +258,7 @@ def finish_leak_check(backend: Backend, live: Live) -> None:
     if run is None:
         return
     time.sleep(max(0.0, LEAK_SETTLE_S - (time.monotonic() - live.stopped)))
-    settled = ProxyScraper(live.proxy.url, run)("leak check")
+    settled = ProxyScraper(backend, live.proxy, run)("leak check")
     run.leak = leak_check(live.idle, settled, time.monotonic() - live.stopped)
     text = backend.proxy_log(live.proxy)
     run.proxy_log = proxy_log(text[live.log_seen :] if text is not None else None)
@@ -280,7 +279,7 @@ def load_and_measure(
     """Locust's load on the proxy: the warm-up or settle (recorded in `run`), a reset, the window;
     the load is stopped whatever happens. The window starts once Prometheus has scraped this proxy
     since `switched` (when it was made the one scraped), so its figures cover the whole window."""
-    web = LocustWeb(backend.locust_url)
+    web = LocustWeb(backend.locust_url, backend.auth)
     load = spec.load
     pid = live.proxy.pid
     idle_pids = [o.proxy.pid for o in others if o.proxy.pid]
@@ -301,7 +300,9 @@ def load_and_measure(
         run.warmup = live.warmups[cell]
         waited = time.monotonic()
         seen = wait_until(
-            lambda: metrics.scraped_since(backend.prometheus_url, live.proxy.instance, switched),
+            lambda: metrics.scraped_since(
+                backend.prometheus_url, live.proxy.instance, switched, backend.auth
+            ),
             timeout=SCRAPE_WAIT_S,
             interval=0.5,
         )
@@ -425,11 +426,13 @@ def record_window(run: Run, edges: WindowEdges, idle: metrics.Samples) -> None:
     run.machine = machine_figures(edges.cpu_before, edges.cpu_after, edges.cpu_span_s)
 
 
-def prometheus_figures(prometheus_url: str, instance: str, edges: WindowEdges) -> PrometheusFigures:
+def prometheus_figures(
+    prometheus_url: str, instance: str, edges: WindowEdges, auth: tuple[str, str] | None = None
+) -> PrometheusFigures:
     window_s = max(1, round(edges.ended - edges.started))
     return PrometheusFigures(
         **{
-            name: metrics.scalar(prometheus_url, q, edges.ended)
+            name: metrics.scalar(prometheus_url, q, edges.ended, auth)
             for name, q in window_queries(instance, window_s).items()
         }
     )

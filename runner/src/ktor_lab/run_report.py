@@ -98,12 +98,18 @@ def answer(g: Group) -> list[str]:
     """The first screen of one scenario and load: which lifetime, which engines, on the primary
     figure with the interval of every difference (conclusions.screen)."""
     s = screen(g)
-    return [line for line in (lifetime_answer(s), engines_answer(s)) if line]
+    lines = [line for line in (lifetime_answer(s), engines_answer(s)) if line]
+    if not lines and len(alone := [r for r in g.rows if r.copy <= 1]) == 1:
+        lines = [
+            f"One row, {alone[0].name}: nothing here to compare it with; its figures are in the table below."
+        ]
+    return lines
 
 
 def details(results: Results, g: Group) -> list[str]:
     """Below the answer: how it was tested, the A/A check, the other figures, the risks."""
-    return [family_line(screen(g)), aa_check(g), *other_figures(g), *risks(results, g)]
+    s = screen(g)
+    return [*([family_line(s)] if s.tests else []), aa_check(g), *other_figures(g), *risks(results, g)]
 
 
 def primary_chart(g: Group) -> str:

@@ -286,6 +286,8 @@ def test_a_secret_whose_password_the_lab_lost_is_replaced_by_a_new_one(secrets):
         ("singleton-okhttp protocol https", [], "runs a case over HTTP/1.1 without distance"),
         ("per-call-cio rtt 20", [], "runs a case over HTTP/1.1 without distance"),
         ("per-call-cio jdk 25", [], "set that with --set PROXY_RUN_IMAGE"),
+        ("per-call-cio", ["--loads", "rate/0/10"], "rate"),  # lab run's own rules of a load
+        ("per-call-cio", ["--windows", "0"], "windows and duration must be at least 1"),
         (
             "singleton-apache",
             ["--set", "KTOR_VERSION=3.5.2"],
@@ -308,6 +310,20 @@ def test_a_case_the_swarm_stack_cannot_run_is_refused_by_its_backend_before_dock
     assert cli.main(["swarm", "run", case, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_swarm_backend_measures_one_proxy_of_a_plan_and_refuses_more():
+    from ktor_lab.backends import SwarmBackend
+    from ktor_lab.plan import Plan, parse_load
+
+    load = [parse_load("rate/100/10")]
+    SwarmBackend().check(Plan(["per-call-cio"], ["static-small"], load), machine=False)
+    for plan in (
+        Plan(["per-call-cio"], ["static-small"], load, forks=2),
+        Plan(["per-call-cio", "singleton-cio"], ["static-small"], load),
+    ):
+        with pytest.raises(LabError, match="the swarm stack runs one proxy, not 2: one case, one JVM"):
+            SwarmBackend().check(plan, machine=False)
 
 
 @pytest.mark.parametrize(

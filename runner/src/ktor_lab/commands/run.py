@@ -40,14 +40,29 @@ def add_parser(sub) -> None:
         "proxies (A B C A B C); writes results.json, results.csv, report.md and report.html, whose "
         "verdict names a difference only when a test over the JVMs says so, each with its interval.",
     )
-    add_what(p)
-    add_how_many(p)
-    add_warming(p)
+    add_measuring(p)
     add_where(p)
 
 
+def add_measuring(p: argparse.ArgumentParser) -> None:
+    """Every option of `lab run` but where the parts run (--backend, --grafana): a study's too."""
+    p.add_argument(
+        "--cases",
+        default=",".join(DEFAULT_CASES),
+        help="comma-separated cases, each <lifetime>-<engine> and optionally its dimensions, e.g. "
+        f"'per-call-okhttp ktor 3.5.1'; 'all' for {all_of(CASES, 'cases')} (default: the "
+        f"{len(DEFAULT_CASES)} of the engines Ktor still publishes; {', '.join(DEPRECATED_ENGINES)}, "
+        "deprecated, by name or with 'all')",
+    )
+    add_what(p)
+    add_windows(p)
+    add_how_many(p)
+    add_warming(p)
+
+
 def add_what(p: argparse.ArgumentParser) -> None:
-    """What is measured: the cases, scenarios and loads, and what fails the run."""
+    """What is measured beside the cases: the scenarios and loads, and what fails the run (`lab
+    swarm run` takes these too)."""
     p.add_argument(
         "--fail-on",
         default="none",
@@ -56,14 +71,6 @@ def add_what(p: argparse.ArgumentParser) -> None:
         help="comma-separated flags: exit 1 when any window carries one, after the report is written, "
         "for a CI job, e.g. errors (default: none: the default matrix's per-call Java fails requests "
         f"by design; known: {', '.join(verdict.FLAGS)})",
-    )
-    p.add_argument(
-        "--cases",
-        default=",".join(DEFAULT_CASES),
-        help="comma-separated cases, each <lifetime>-<engine> and optionally its dimensions, e.g. "
-        f"'per-call-okhttp ktor 3.5.1'; 'all' for {all_of(CASES, 'cases')} (default: the "
-        f"{len(DEFAULT_CASES)} of the engines Ktor still publishes; {', '.join(DEPRECATED_ENGINES)}, "
-        "deprecated, by name or with 'all')",
     )
     p.add_argument(
         "--scenarios",
@@ -78,8 +85,8 @@ def add_what(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_how_many(p: argparse.ArgumentParser) -> None:
-    """How many JVMs and windows a row gets, the spares, and the A/A pair."""
+def add_windows(p: argparse.ArgumentParser) -> None:
+    """How many windows a JVM gets, and its spares (`lab swarm run` takes these too)."""
     p.add_argument(
         "--windows",
         "--repeats",
@@ -89,19 +96,23 @@ def add_how_many(p: argparse.ArgumentParser) -> None:
         help="measured windows per proxy (fork), interleaved across the proxies (default: %(default)s)",
     )
     p.add_argument(
-        "--forks",
-        type=int,
-        default=confidence.FORKS,
-        help="proxies (JVMs) per row, each warmed once: the unit the tests sample, as JMH's forks "
-        "(default: %(default)s; 1: the intervals are of one JVM, not of the engine)",
-    )
-    p.add_argument(
         "--spare",
         type=int,
         default=confidence.SPARE,
         help="at most this many more windows per JVM, measured one round at a time only while fewer "
         "than --windows of its windows would be kept (left out: not warm, a busy machine, missed "
         "scrapes), so that each row keeps its windows (default: %(default)s; 0: none)",
+    )
+
+
+def add_how_many(p: argparse.ArgumentParser) -> None:
+    """How many JVMs a row gets, and the A/A pair."""
+    p.add_argument(
+        "--forks",
+        type=int,
+        default=confidence.FORKS,
+        help="proxies (JVMs) per row, each warmed once: the unit the tests sample, as JMH's forks "
+        "(default: %(default)s; 1: the intervals are of one JVM, not of the engine)",
     )
     p.add_argument(
         "--aa",
@@ -249,20 +260,26 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         backend.close()
+    return finish(results, out, args.fail_on)
+
+
+def finish(results, out: Path, fail_on: tuple[str, ...], who: str = "lab run") -> int:
+    """The report of `results` (in `out`), its verdict printed, and the exit code: 130 when
+    interrupted, else 1 when a window carries a flag of `fail_on` (failed_checks)."""
     if results.runs:
         md, page = run_report.write_report(out)
         print(
-            f"lab run: {len(results.runs)} runs in {measure.format_seconds(results.wall_seconds)}; "
+            f"{who}: {len(results.runs)} runs in {measure.format_seconds(results.wall_seconds)}; "
             f"report: {md} and {page}"
         )
         print()
         print(run_report.summary(md.read_text()))
     if results.interrupted:
         return 130
-    return failed_checks(results.runs, args.fail_on)
+    return failed_checks(results.runs, fail_on)
 
 
-def announce(plan: Plan, keeps_proxies: bool, out: object) -> str:
+def announce(plan: Plan, keeps_proxies: bool, out: object, who: str = "lab run") -> str:
     """The plan in one line: its windows and what multiplies them, its proxies, its most time (the
     spare windows' apart: they are measured only where windows are left out), where it writes."""
     dims = "".join(
@@ -283,7 +300,7 @@ def announce(plan: Plan, keeps_proxies: bool, out: object) -> str:
             "in all, only where windows are left out)"
         )
     return (
-        f"lab run: {len(plan.runs())} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
+        f"{who}: {len(plan.runs())} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
         f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
         f"warm-up <= {plan.warmup_s} s, "
         f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}; "

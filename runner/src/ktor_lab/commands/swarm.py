@@ -4,34 +4,33 @@
 registry the nodes share (one it starts on this machine unless --registry names another),
 deploys the stack for a case and waits until every service is healthy. Every UI of the stack asks
 for a login, user lab: the password is LAB_PASSWORD from the shell, else one made at the first
-deploy and printed once (parts/swarm.py keeps it). `run` does the same,
-then one headless Locust run through the Locust master's web API, and writes its figures with
-where each part ran and every node's CPU and memory to results/. `down` removes it all.
+deploy and printed once (parts/swarm.py keeps it). `run` does the same, then measures the
+case as `lab run` does (measure.run_plan: a warm-up, windows, the verdict's checks) through the
+Locust master's web API, and writes results.json with where each part ran and every node's CPU
+and memory, and the report, to results/. `down` removes it all.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
-from .. import metrics, versions
-from ..backends import ProxyHandle, SwarmBackend
+from .. import measure, metrics, versions
+from ..backends import SwarmBackend
 from ..cases import CASES, SCENARIOS, Case
 from ..errors import LabError
 from ..network import Network
 from ..parts import compose, swarm
-from ..parts.loadgen import LocustWeb
 from ..paths import REPO
-from ..plan import Load, Plan, parse_load
-from ..processes import wait_until
-from ..rundirs import stamp
+from ..plan import Plan, parse_load, parse_warm_first
+from ..results import Results
+from ..rundirs import results_dir
 from . import options
+from . import run as lab_run
 
 VARIABLE = re.compile(r"\$\{(\w+)")
 # Variables lab swarm sets from its own options.
@@ -50,11 +49,6 @@ REGISTRY = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:\d{1,5})?")
 BUILD_VARIABLES = {"PROXY_RUN_IMAGE", "LOCUST_IMAGE"}
 # What lab swarm itself reads: 1 publishes the proxy and nginx (docker-stack.publish-proxy.yml).
 LAB_VARIABLES = {"LAB_PUBLISH_PROXY"}
-# The proxy's count of its exchanges with nginx, read before and after the run, as Prometheus
-# scrapes it (prometheus/swarm.yml's target).
-SERVED = "lab_upstream_requests_seconds_count"
-PROXY_TARGET = "proxy:8080"
-LOCUST_TARGET = "locust:8089"
 # Each node's idle CPU time, all cores (locust/lab_node.py): 1 - its rate per core is how busy it was.
 IDLE = 'lab_node_cpu_seconds_total{mode="idle"}'
 
@@ -64,7 +58,7 @@ def add_parser(sub) -> None:
     verbs = p.add_subparsers(dest="verb", required=True)
     for verb, text in (
         ("up", "deploy the stack for a case and wait until every service is healthy"),
-        ("run", "deploy, one headless Locust run, its figures and each node's in results/"),
+        ("run", "deploy, measure the case as lab run does, its report and each node's figures in results/"),
     ):
         v = verbs.add_parser(verb, help=text)
         v.add_argument("case", help=f"one of: {', '.join(CASES)}")
@@ -82,13 +76,12 @@ def add_parser(sub) -> None:
         options.add_settings(v, " of docker-stack.yml, e.g. LOCUST_HOST_PORT=18089")
         add_name(v)
         if verb == "run":
-            v.add_argument("--users", type=int, default=50, help="Locust users (default 50)")
-            v.add_argument("--rate", type=float, default=0, help="requests a second (default: closed loop)")
-            v.add_argument("--seconds", type=int, default=60, help="length of the run (default 60)")
+            # lab run's own options of what is measured, how many windows and how each is warmed
+            lab_run.add_what(v)
+            lab_run.add_windows(v)
+            lab_run.add_warming(v)
             v.add_argument("--keep", action="store_true", help="leave the stack up after the run")
-            v.add_argument(
-                "--run-dir", type=Path, help="where to write (default results/swarm-<time>-<case>)"
-            )
+            v.add_argument("--out", type=Path, help="results folder (default results/<timestamp>)")
     push = verbs.add_parser(
         "push", help="build the proxy's and Locust's images and push them (for docker stack deploy)"
     )
@@ -151,12 +144,18 @@ def run(args: argparse.Namespace) -> int:
             return down(args.name)
         show_placement(args.name)
         return 0
+    return deploy(args)
+
+
+def deploy(args: argparse.Namespace) -> int:
+    """`up`: the case's stack deployed and healthy, left up; `run`: then measured as `lab run`
+    measures, and removed unless --keep."""
     try:
         case = Case.parse(args.case)
     except ValueError as e:
         raise LabError(str(e)) from None
-    for option, low in (("workers", 1), ("timeout", 1), *((("users", 1), ("seconds", 1), ("rate", 0)))):
-        if getattr(args, option, low) < low:
+    for option, low in (("workers", 1), ("timeout", 1)):
+        if getattr(args, option) < low:
             raise LabError(f"--{option} must be {low} or more")
     if args.no_push and not args.registry:
         raise LabError("--no-push needs --registry: the registry the images are in")
@@ -170,21 +169,30 @@ def run(args: argparse.Namespace) -> int:
         grafana=not args.no_grafana,
         timeout=args.timeout,
     )
-    # What the Locust UI first offers, as lab up's: the case, its first scenario, 50 users.
-    plan = Plan([case], [SCENARIOS[0]], [parse_load("closed/50/0")], workers=args.workers)
+    plan = plan_of(args, case)
     backend.check(plan, machine=not args.dry_run)
     if args.dry_run:
         release = backend.release_of(case)
         print(f"lab swarm: dry run; would {args.verb} {case.id} (Ktor {release}) as the stack {args.name}")
+        if args.verb == "run":
+            print(
+                lab_run.announce(plan, backend.keeps_proxies, args.out or "results/<time>", "lab swarm run")
+            )
         return 0
     options.handle_signals()
+    backend.deployed = lambda deployed: announce(args, deployed, backend)
     try:
-        backend.open(plan, REPO / "results")  # it keeps no logs of its own
-        proxy = backend.start_case(case, {}, Network())
-        announce(args, case, backend)
         if args.verb == "up":
+            backend.open(plan, REPO / "results")  # it keeps no logs of its own
+            backend.start_case(case, {}, Network())
             return 0
-        return headless(args, case, backend, proxy)
+        out = results_dir(args.out)
+        print(lab_run.announce(plan, backend.keeps_proxies, out, "lab swarm run"), flush=True)
+        backend.open(plan, out)
+        results = measure.run_plan(plan, backend, out)
+        if results.runs:
+            record_nodes(results, backend, out)
+        return lab_run.finish(results, out, args.fail_on, "lab swarm run")
     except BaseException:
         if args.verb == "run" and not args.keep:
             print(f"lab swarm: removing {args.name} after the failure", file=sys.stderr)
@@ -221,64 +229,40 @@ def show_placement(name: str) -> None:
         print(f"  node {node.hostname} ({node.addr}, {node.state}): {roles}")
 
 
-def scraped(prometheus: str, auth: tuple[str, str], target: str, after: float) -> None:
-    """Wait until Prometheus has scraped `target` (a service on the overlay) after `after`."""
-    if not wait_until(lambda: metrics.scraped_since(prometheus, target, after, auth), timeout=30):
-        raise LabError(f"Prometheus did not scrape {target} within 30 s", code=1)
+def plan_of(args: argparse.Namespace, case: Case) -> Plan:
+    """`up`: what the Locust UI first offers, as lab up's (the case, its first scenario, 50 users);
+    `run`: lab run's plan of the one case, on one JVM, without an A/A pair."""
+    if args.verb == "up":
+        return Plan([case], [SCENARIOS[0]], [parse_load("closed/50/0")], workers=args.workers)
+    try:
+        return Plan(
+            [case],
+            [s.strip() for s in args.scenarios.split(",") if s.strip()],
+            [parse_load(x) for x in args.loads.split(",") if x.strip()],
+            repeats=args.repeats,
+            spare=args.spare,
+            settle_s=args.settle,
+            warm_first=parse_warm_first(args.warm_first),
+            warmup_s=args.warmup,
+            duration_s=args.duration,
+            workers=args.workers,
+        )
+    except ValueError as e:
+        raise LabError(str(e)) from None
 
 
-def proxy_served(prometheus: str, auth: tuple[str, str], after: float) -> float:
-    """The proxy's count of its exchanges with nginx, from a scrape Prometheus made after `after`
-    (the proxy's own port is not published: Prometheus reads it on the overlay)."""
-    scraped(prometheus, auth, PROXY_TARGET, after)
-    return metrics.scalar(prometheus, f"sum({SERVED})", auth=auth) or 0.0
-
-
-def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy: ProxyHandle) -> int:
-    """One run through the Locust master's web API, as its UI starts one; its figures, the
-    proxy's count of the same requests, where each part ran and each node's CPU and memory."""
-    d = args.run_dir or REPO / "results" / f"swarm-{stamp()}-{case.id}"
-    d.mkdir(parents=True, exist_ok=True)
-    auth = backend.auth
-    env = backend.env
-    web = LocustWeb(backend.locust_url, auth=auth)
-    prometheus = backend.prometheus_url
-    deadline = time.monotonic() + 60
-    while web.stats().workers < args.workers and time.monotonic() < deadline:
-        time.sleep(1)
-    if (have := web.stats().workers) < args.workers:
-        raise LabError(f"only {have} of {args.workers} Locust workers joined the master in 60 s", code=1)
-    # Prometheus finds each node's exporter by DNS (every 5 s): every node in it before the run.
-    count = len([n for n in swarm.nodes() if n.state == "ready" and n.availability == "active"])
-    while (
-        len(metrics.query(prometheus, "lab_node_cpus", auth=auth)) < count
-        and time.monotonic() < deadline + 60
-    ):
-        time.sleep(1)
-    if (seen := len(metrics.query(prometheus, "lab_node_cpus", auth=auth))) < count:
-        print(f"lab swarm run: Prometheus has {seen} of {count} nodes' figures; the others' are null")
-    custom = {"scenario": "static-small", "lab_case": case.id}
-    load = Load("closed", args.users)
-    if args.rate:
-        custom |= {"load_model": "rate", "target_rps": args.rate}
-        load = Load("rate", args.users, target_rps=args.rate)
-    before = proxy_served(prometheus, auth, time.time())
-    # Locust's figures of the whole load in Prometheus (and so in Grafana's panels for its span):
-    # Locust scraped before the load starts and after its last workers' report.
-    scraped(prometheus, auth, LOCUST_TARGET, time.time())
-    start = time.time()
-    web.swarm(backend.locust_host(proxy), args.users, args.users / load.ramp_s, **custom)  # Load.ramp_s
-    time.sleep(args.seconds)
-    web.stop()
-    time.sleep(4)  # workers send their last requests' stats with their next 3 s report
-    stats = web.stats()
-    end = time.time()
-    window = f"{max(int(end - start), 15)}s"  # 3 scrapes at least
-    nodes = {
+def record_nodes(results: Results, backend: SwarmBackend, out: Path) -> None:
+    """Into results.json's `backend`: where each service ran, each node's roles, how busy its CPU
+    was from the first window's start to the last one's end and its memory available at the end,
+    and the settings the stack was deployed with (and the images built with)."""
+    start = min(r.window.start for r in results.runs)
+    end = max(r.window.end for r in results.runs)
+    span, auth, prometheus = f"{max(int(end - start), 15)}s", backend.auth, backend.prometheus_url
+    busy = {
         r["metric"]["node"]: r["value"][1]
         for r in metrics.query(
             prometheus,
-            f"1 - sum by (node) (rate({IDLE}[{window}])) / sum by (node) (lab_node_cpus)",
+            f"1 - sum by (node) (rate({IDLE}[{span}])) / sum by (node) (lab_node_cpus)",
             at=end,
             auth=auth,
         )
@@ -287,58 +271,25 @@ def headless(args: argparse.Namespace, case: Case, backend: SwarmBackend, proxy:
         r["metric"]["node"]: r["value"][1]
         for r in metrics.query(prometheus, 'lab_node_memory_bytes{kind="available"}', at=end, auth=auth)
     }
-    proxy_cores = metrics.query(
-        prometheus, f"sum(rate(process_cpu_time_ns_total[{window}])) / 1e9", at=end, auth=auth
-    )
-    # The last exchanges are counted as their bodies end: a scrape half a second later has them.
-    served = proxy_served(prometheus, auth, time.time() + 0.5) - before
-    scraped(prometheus, auth, LOCUST_TARGET, end)
-    in_prometheus = time.time()
     stack_text = swarm.STACK_FILE.read_text() + swarm.PUBLISH_FILE.read_text()
-    result = {
-        "case": case.id,
-        "users": args.users,
-        "target_rps": args.rate or None,
-        "seconds": args.seconds,
-        # the load's span (Unix seconds): from its start until Prometheus had scraped Locust and the
-        # proxy after the last workers' report, so a range to `ended` holds the whole run's figures
-        "started": round(start, 3),
-        "ended": round(in_prometheus, 3),
-        "workers": stats.workers,
-        "requests": stats.requests,
-        "failures": stats.failures,
-        "errors": stats.errors,
-        "proxy_upstream_requests": round(served),
-        # the services' own CPU beside their nodes': the proxy's in cores, each Locust process's peak
-        "proxy_cpu_cores": float(proxy_cores[0]["value"][1]) if proxy_cores else None,
-        "locust_cpu_peak_percent": stats.cpu_peak_percent,
-        "placement": swarm.placement(args.name),
-        "nodes": [
-            {
-                "hostname": n.hostname,
+    known = set(VARIABLE.findall(stack_text)) | BUILD_VARIABLES | LAB_VARIABLES
+    results.backend |= {
+        "placement": {service: ", ".join(where) for service, where in swarm.placement(backend.name).items()},
+        "nodes": {
+            n.hostname: {
                 "address": n.addr,
-                "roles": n.roles(),
-                "cpu_busy": _number(nodes.get(n.hostname)),
+                "roles": ", ".join(n.roles()),
+                "cpu_busy": _number(busy.get(n.hostname)),
                 "memory_available_bytes": _number(memory.get(n.hostname)),
             }
             for n in swarm.nodes()
-        ],
-        # what the stack was deployed with, and what the images were built with
-        "settings": {
-            k: env[k]
-            for k in sorted(set(VARIABLE.findall(stack_text)) | BUILD_VARIABLES | LAB_VARIABLES)
-            if k in env
         },
+        "settings": {k: backend.env[k] for k in sorted(known) if k in backend.env},
     }
-    (d / "swarm-run.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"lab swarm run: {stats.requests} requests, {stats.failures} failed; the proxy: {round(served)}")
-    for n in result["nodes"]:
-        busy = "no figure" if n["cpu_busy"] is None else f"{n['cpu_busy']:.0%} busy"
-        print(f"  node {n['hostname']}: CPU {busy}, roles {', '.join(n['roles'])}")
-    if result["proxy_cpu_cores"] is not None:
-        print(f"  the proxy used {result['proxy_cpu_cores']:.2f} cores")
-    print(f"lab swarm run: {d / 'swarm-run.json'}")
-    return 0 if stats.failures == 0 else 1
+    results.write(out)
+    for name, n in results.backend["nodes"].items():
+        shown = "no figure" if n["cpu_busy"] is None else f"{n['cpu_busy']:.0%} busy"
+        print(f"  node {name}: CPU {shown} over the windows, roles {n['roles']}")
 
 
 def _number(value: str | None) -> float | None:

@@ -307,6 +307,27 @@ def placement(stack: str) -> dict[str, list[str]]:
     return {s: sorted(n) for s, n in sorted(where.items())}
 
 
+def local_containers(stack: str, service: str | None = None) -> tuple[str, ...]:
+    """Full IDs of the stack's containers running on this engine's own node (`service`'s alone
+    when given): on a one-node swarm on this machine, what the lab's processes are."""
+    label = f"com.docker.swarm.service.name={stack}_{service}" if service else f"{NAMESPACE}={stack}"
+    return tuple(docker("ps", "-q", "--no-trunc", "--filter", f"label={label}", check=False).split())
+
+
+def local_pid(container: str) -> int | None:
+    """The host PID of the container's main process: None unless its engine runs on this kernel and
+    in this PID namespace (the process's cgroup names the container; an engine in a namespace of its
+    own, as runner/tests/hosts.py makes, reports PIDs of that namespace)."""
+    pid = docker("inspect", "-f", "{{.State.Pid}}", container, check=False).strip()
+    if not pid.isdigit() or int(pid) <= 0:
+        return None
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    return int(pid) if container in cgroup else None
+
+
 def leftovers(stack: str, registry: bool = True) -> list[str]:
     """Services, containers, networks, configs and volumes still labelled with the stack's name,
     and the lab's registry and password secret of it, on this engine (a manager): services,

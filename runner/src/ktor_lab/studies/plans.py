@@ -93,9 +93,7 @@ class PlanStudy:
 
 def add_lab_run(p: argparse.ArgumentParser) -> None:
     """`lab run`'s options but --backend and --grafana (a study runs natively)."""
-    lab_run.add_what(p)
-    lab_run.add_how_many(p)
-    lab_run.add_warming(p)
+    lab_run.add_measuring(p)
     lab_run.add_shared(p)
 
 
