@@ -134,27 +134,39 @@ def install(environment, settings: dict, target: dict) -> None:
         return proxy_metrics(environment)
 
 
-# Seconds the proxy has to answer its /metrics through /lab/proxy-metrics (lab run's own limit).
+# Seconds the proxy has to answer its /metrics through /lab/proxy-metrics, unless asked (1-60).
 PROXY_METRICS_TIMEOUT_S = 30
 
 
 def proxy_metrics(environment):
-    """The run's target's /metrics, read from this process, for `lab swarm run`: on a swarm the
-    proxy answers on the stack's overlay only, where Locust reaches it, so the window's edges are
-    read here at the moment they are asked for. Only the host the guard admits (the lab's proxy),
-    only its /metrics; behind the UI's login like every route but /metrics."""
+    """The /metrics of the host Locust was started with (--host: the lab's proxy), read from this
+    process, for `lab swarm run`: on a swarm the proxy answers on the stack's overlay only, so the
+    window's edges are read here at the moment they are asked for. Only that host's scheme, host
+    and port with the path /metrics, whatever a run's form named since; no redirect followed and
+    no forward proxy of the environment used; behind the UI's login like every route but /metrics."""
     import requests
+    from flask import request
 
-    host = environment.host or ""
-    guard = getattr(environment, "lab_guard", None)
-    if guard is not None and (why := guard.refusal(host)):
-        return f"refused: {why}\n", 403, {"Content-Type": "text/plain"}
+    from lab_guard import origin
+
+    own = origin(getattr(environment.parsed_options, "host", None) or "")
+    if own is None:
+        return "refused: Locust was started without a host (--host): no proxy to read\n", 403, {}
     try:
-        r = requests.get(f"{host.rstrip('/')}/metrics", timeout=PROXY_METRICS_TIMEOUT_S)
+        timeout = min(max(float(request.args.get("timeout", PROXY_METRICS_TIMEOUT_S)), 1.0), 60.0)
+    except ValueError:
+        timeout = PROXY_METRICS_TIMEOUT_S
+    session = requests.Session()
+    session.trust_env = False  # never through HTTP(S)_PROXY
+    url = f"{own}/metrics"
+    try:
+        r = session.get(url, timeout=timeout, allow_redirects=False)
     except requests.RequestException as e:
-        return f"{host}/metrics did not answer: {type(e).__name__}\n", 502, {"Content-Type": "text/plain"}
+        return f"{url} did not answer: {type(e).__name__}\n", 502, {"Content-Type": "text/plain"}
+    finally:
+        session.close()
     kind = r.headers.get("Content-Type", "text/plain")
-    return r.content, 200 if r.ok else 502, {"Content-Type": kind}
+    return r.content, 200 if r.status_code == 200 else 502, {"Content-Type": kind}
 
 
 def refuse_other_origins(app) -> None:

@@ -137,10 +137,12 @@ class LocustWeb:
         return (after.requests - before.requests) / max(after.now - before.now, 1e-3)
 
     def proxy_metrics(self, timeout: float = 30) -> str:
-        """The run's target's /metrics as Locust reads it (locust/lab_export.py): the proxy of a
-        swarm stack answers on its overlay only. requests.RequestException when it does not answer
-        within `timeout` (Locust's own read waits as long)."""
-        r = requests.get(f"{self.base}/lab/proxy-metrics", timeout=timeout + 5, auth=self.auth)
+        """The /metrics of the host Locust was started with, as Locust reads them (locust/lab_export.py):
+        the proxy of a swarm stack answers on its overlay only. requests.RequestException when it
+        does not answer within `timeout` (Locust's own read waits as long)."""
+        r = requests.get(
+            f"{self.base}/lab/proxy-metrics", params={"timeout": timeout}, timeout=timeout + 5, auth=self.auth
+        )
         r.raise_for_status()
         return r.text
 
