@@ -8,8 +8,9 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   so the rate is users / (wait + latency) by construction (Little's law). When the wait
   is at least half of that cycle, the rate says more about the users and their wait than
   about the engine (the earlier compose lab: 1000 users, 1-2 s wait).
-- `target`: the rate model reached its target (within 5%). The engine kept up; its
-  capacity is higher than the rate shown. Latency, CPU and threads at that rate still count.
+- `target`: the rate model reached its target (within 5%, and the pacing's grain:
+  `pacing_grain`). The engine kept up; its capacity is higher than the rate shown.
+  Latency, CPU and threads at that rate still count.
 - `errors`: more than 1% of the requests failed.
 - `not-warm`: the JIT compiler threads used more than JIT_WINDOW_SHARE of a core during the
   window itself, or the warm-up ended before the rate was stable and the JIT quiet and the
@@ -132,15 +133,25 @@ Flags = list[tuple[str, str]]  # (flag, its reason)
 
 def reached_target(run: Run) -> bool:
     """At a fixed rate: whether the window's rate (Locust's requests over its own span) reached its
-    target, but for TARGET_TOLERANCE and for the pacing's grain. Each of the users starts a request
-    every users/target seconds, so a window holds the whole or the whole plus one of each user's
-    share; with the users' phases spread, the count's spread is up to sqrt(users)/2 requests, and
-    two of those are allowed too. At 5 rps with 20 users a window of 10 s holds 50 requests give or
-    take 2: 45 is not short of 5 rps; at 400 rps with 40 users the grain (6 of 4,000) is nothing
-    beside the 5%."""
+    target, but for TARGET_TOLERANCE and for the pacing's grain (`pacing_grain`)."""
     rps, requests = run.locust.rps or 0.0, run.locust.requests
-    grain = math.sqrt(run.load.users) * rps / requests if requests and rps else 0.0  # as a rate
+    span = requests / rps if requests and rps else 0.0
+    grain = pacing_grain(run.load.users, run.load.target_rps, span) / span if span else 0.0  # as a rate
     return rps >= (1 - TARGET_TOLERANCE) * run.load.target_rps - grain
+
+
+def pacing_grain(users: int, target_rps: float, span: float) -> float:
+    """Two standard deviations, in requests, of a window's count under Locust's rate model when the
+    proxy keeps the rate: each of the users starts a request every users/target seconds from a
+    phase of its own, so a window of `span` seconds holds the whole of each user's share or one
+    more (the fraction f of the share: a user's count varies by f(1-f)). At 5 rps with 20 users a
+    10 s window holds 50 requests give or take 2 (4.5 allowed); with 400 users, each 0 or 1
+    (13 allowed); at 400 rps with 40 users, 6 of 4,000."""
+    if users <= 0 or target_rps <= 0 or span <= 0:
+        return 0.0
+    share = target_rps * span / users
+    f = share - math.floor(share)
+    return 2 * math.sqrt(users * f * (1 - f))
 
 
 def rate_flags(run: Run) -> Flags:
