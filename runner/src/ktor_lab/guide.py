@@ -136,6 +136,7 @@ class Answer:
                 if short and g.load.model == "rate"
                 else []
             ),
+            *(f"- Not run: {case.name}: {why.split('; ')[0]}." for case, why in plan.skipped()),
             f"- {family_line(s)}",
             f"- {aa_check(g)}",
             *(f"- Risk: {line}" for line in risks(self.results, g)),
