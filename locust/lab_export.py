@@ -102,6 +102,7 @@ def install(environment, settings: dict, target: dict) -> None:
         else "local"
     )
     watch = CpuWatch(node)
+    flush = Flush(runner)
     if runner is not None:
         gevent.spawn(_sample_cpu, environment, watch)
         if isinstance(runner, MasterRunner):
@@ -109,6 +110,9 @@ def install(environment, settings: dict, target: dict) -> None:
                 "lab_cpu",
                 lambda msg, **_: watch.record(f"worker-{msg.data['id']}", msg.data["cpu"]),
             )
+            runner.register_message("lab_flushed", flush.answered)
+        if isinstance(runner, WorkerRunner):
+            runner.register_message("lab_flush", _send_stats_now)
     environment.events.test_start.add_listener(lambda **_: watch.reset_peaks())
     # Locust's "reset stats" (web UI or /stats/reset) starts a new window for the peaks too.
     environment.events.reset_stats.add_listener(lambda **_: watch.reset_peaks())
@@ -127,7 +131,17 @@ def install(environment, settings: dict, target: dict) -> None:
 
     @environment.web_ui.app.route("/lab/stats")
     def lab_stats():
+        flush()
         return window_stats(environment, settings, target, watch)
+
+    @environment.web_ui.app.route("/lab/reset", methods=["POST"])
+    def lab_reset():
+        """Locust's reset (/stats/reset) once every worker has sent what it counted before it."""
+        flush()
+        environment.events.reset_stats.fire()
+        environment.runner.stats.reset_all()
+        environment.runner.exceptions = {}
+        return "ok"
 
     @environment.web_ui.app.route("/lab/proxy-metrics")
     def lab_proxy_metrics():
@@ -167,6 +181,55 @@ def proxy_metrics(environment):
         session.close()
     kind = r.headers.get("Content-Type", "text/plain")
     return r.content, 200 if r.status_code == 200 else 502, {"Content-Type": kind}
+
+
+# Seconds the master waits for every worker's stats when a window's edge asks for them.
+FLUSH_TIMEOUT_S = 2.0
+
+
+class Flush:
+    """A window's edge on a master: every worker sends its stats now and the master has merged
+    them before the edge is read or reset. Locust's workers report every 3 s and its reset does not
+    reach them, so without this a window's counts would take in up to 3 s before its start and miss
+    up to 3 s before its end. A worker answers after its stats (one connection keeps the order)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.token = 0
+        self.answers: set[str] = set()
+
+    def answered(self, environment, msg, **_) -> None:
+        if msg.data.get("token") == self.token:
+            self.answers.add(msg.node_id)
+
+    def __call__(self) -> bool:
+        """True once every worker has answered (at once with none, or on a single process)."""
+        if not isinstance(self.runner, MasterRunner):
+            return True
+        workers = {
+            c.id
+            for c in self.runner.clients.ready + self.runner.clients.spawning + self.runner.clients.running
+        }
+        if not workers:
+            return True
+        self.token += 1
+        self.answers = set()
+        self.runner.send_message("lab_flush", {"token": self.token})
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        while not workers <= self.answers and time.monotonic() < deadline:
+            gevent.sleep(0.01)
+        if not workers <= self.answers:
+            log.warning(
+                "lab: %d of %d workers sent their stats for a window's edge", len(self.answers), len(workers)
+            )
+            return False
+        return True
+
+
+def _send_stats_now(environment, msg, **_) -> None:
+    """Worker: its stats to the master now, then the answer (lab_export.Flush)."""
+    environment.runner._send_stats()
+    environment.runner.send_message("lab_flushed", {"token": msg.data["token"]})
 
 
 def refuse_other_origins(app) -> None:

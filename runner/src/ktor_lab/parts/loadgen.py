@@ -127,7 +127,8 @@ class LocustWeb:
         wait_until(lambda: self.stats().state in ("stopped", "ready"), timeout=30)
 
     def reset(self) -> None:
-        requests.post(f"{self.base}/stats/reset", timeout=10, auth=self.auth).raise_for_status()
+        """Locust's reset, once its workers have sent what they counted before it (lab_export.Flush)."""
+        requests.post(f"{self.base}/lab/reset", timeout=10, auth=self.auth).raise_for_status()
 
     def rate_over(self, seconds: float) -> float:
         """Requests per second over the next `seconds` (the load keeps running)."""
