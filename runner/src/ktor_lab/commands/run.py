@@ -194,18 +194,10 @@ def plan_of(args: argparse.Namespace) -> Plan:
         first_plan = Plan(cases, ["static-small"], [parse_load("closed/1/0")], dims=dims)  # what runs
         return Plan(
             cases=cases,
-            scenarios=[s.strip() for s in args.scenarios.split(",") if s.strip()],
-            loads=[parse_load(x) for x in args.loads.split(",") if x.strip()],
-            repeats=args.repeats,
+            **measured(args),
             forks=args.forks,
-            spare=args.spare,
             aa=aa_case(args.aa, cases, first_plan.cases_to_run()),
             fresh=args.fresh,
-            settle_s=args.settle,
-            warm_first=parse_warm_first(args.warm_first),
-            warmup_s=args.warmup,
-            duration_s=args.duration,
-            workers=args.workers,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
             dims=dims,
@@ -214,6 +206,22 @@ def plan_of(args: argparse.Namespace) -> Plan:
         )
     except ValueError as e:
         raise LabError(str(e)) from None
+
+
+def measured(args: argparse.Namespace) -> dict:
+    """The Plan's fields from the options add_what, add_windows and add_warming give (and
+    --workers): what `lab run` and `lab swarm run` share. ValueError naming a bad load."""
+    return {
+        "scenarios": [s.strip() for s in args.scenarios.split(",") if s.strip()],
+        "loads": [parse_load(x) for x in args.loads.split(",") if x.strip()],
+        "repeats": args.repeats,
+        "spare": args.spare,
+        "settle_s": args.settle,
+        "warm_first": parse_warm_first(args.warm_first),
+        "warmup_s": args.warmup,
+        "duration_s": args.duration,
+        "workers": args.workers,
+    }
 
 
 def fail_on(text: str) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from ..errors import LabError
 from ..network import Network
 from ..parts import compose, swarm
 from ..paths import REPO
-from ..plan import Plan, parse_load, parse_warm_first
+from ..plan import Plan, parse_load
 from ..results import Results
 from ..rundirs import results_dir
 from . import options
@@ -240,18 +240,7 @@ def plan_of(args: argparse.Namespace, case: Case) -> Plan:
     if args.verb == "up":
         return Plan([case], [SCENARIOS[0]], [parse_load("closed/50/0")], workers=args.workers)
     try:
-        return Plan(
-            [case],
-            [s.strip() for s in args.scenarios.split(",") if s.strip()],
-            [parse_load(x) for x in args.loads.split(",") if x.strip()],
-            repeats=args.repeats,
-            spare=args.spare,
-            settle_s=args.settle,
-            warm_first=parse_warm_first(args.warm_first),
-            warmup_s=args.warmup,
-            duration_s=args.duration,
-            workers=args.workers,
-        )
+        return Plan([case], **lab_run.measured(args))
     except ValueError as e:
         raise LabError(str(e)) from None
 
