@@ -61,14 +61,14 @@ build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## t
 
 # Every test, 35-47 min on 2 cores (docs/testing.md): what it needs is installed first.
 test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
-	$(VENV)/bin/pytest runner/tests/unit
+	$(VENV)/bin/pytest -n auto runner/tests/unit
 	$(MVN) package
 	touch $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit --durations=40
 
 test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
-	$(VENV)/bin/pytest runner/tests/unit
+	$(VENV)/bin/pytest -n auto runner/tests/unit
 
 test-fast: deps-test setup $(PROXY_JAR)  ## the suite without the slow tests and containers
 	$(VENV)/bin/pytest runner/tests -m "not slow and not compose"
