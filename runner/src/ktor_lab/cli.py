@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             return studies.run(args, argv)
         if args.command == "report" and studies.plans.is_study(args.dir):
             return studies.report_again(args)
+        if args.command == "guide":  # docs/guide.md, then the pages of the studies kept in docs/
+            return max(guide.run(args), studies.publish(args))
         return COMMANDS[args.command].run(args)
     except LabError as e:
         print(f"lab: {e}", file=sys.stderr)

@@ -281,3 +281,51 @@ def test_a_change_that_doubles_the_cpu_of_one_case_is_named_for_it():
         said = names(noisy(rng, {("singleton-cio", "https"): 2.0}))
         hit += any("CPU per request" in x and "higher for singleton-cio (+" in x for x in said)
     assert hit >= 29, hit
+
+
+# --- the pages kept in docs/studies/, written by `lab guide` --------------------------------------
+
+
+def test_each_study_kept_in_docs_has_the_page_lab_guide_writes_and_its_links_resolve():
+    from ktor_lab import studies
+
+    for study, folder in studies.published():
+        path = studies.page_path(study)
+        text = path.read_text()
+        assert text == plans.page_of(folder, study, base=f"{study.name}/"), (
+            f"{path} is not what `lab guide` writes from {folder}/: run `.venv/bin/lab guide`"
+        )
+        head = text.split("\n## Verdict")[0]
+        assert "--out" not in head, "the page gives the command as run, but not where it wrote"
+        for link in re.findall(r"\]\(([^)#]+\.md)\)", text):
+            assert (path.parent / link).exists(), f"{path}: {link} is not there"
+
+
+def test_lab_guide_writes_a_kept_study_s_page_beside_its_folder_and_check_holds_it(
+    tmp_path, monkeypatch, capsys
+):
+    from ktor_lab import guide, studies
+
+    docs = tmp_path / "studies"
+    folder = docs / "protocols"
+    (folder / "rate").mkdir(parents=True)
+    results = tls_results({("singleton-cio", p): 3.0 for p in ("http", "https")}
+                          | {("singleton-okhttp", p): 3.0 for p in ("http", "https")})  # fmt: skip
+    (folder / "rate" / "results.json").write_text(json.dumps(results.to_json()))
+    said = {"study": "protocols", "command": "lab study protocols --out /tmp/x --forks 2", "parts": ["rate"]}
+    (folder / plans.STUDY_FILE).write_text(json.dumps(said))
+    monkeypatch.setattr(studies, "DOCS", docs)
+    monkeypatch.setattr(studies, "REPO", tmp_path)
+    monkeypatch.setattr(guide, "GUIDE", tmp_path / "guide.md")
+    monkeypatch.setattr(guide, "WORKLOADS", ())
+    monkeypatch.setattr(guide, "REPO", tmp_path)
+    assert cli.main(["guide", "--check"]) == 1  # the page is not there yet
+    assert cli.main(["guide"]) == 0
+    page = (docs / "protocols.md").read_text()
+    assert "`lab study protocols --forks 2`" in page  # the command as run, but where it wrote
+    assert "[protocols/rate/report.md](protocols/rate/report.md)" in page
+    assert (folder / "rate" / "report.md").exists()
+    assert cli.main(["guide", "--check"]) == 0
+    (docs / "protocols.md").write_text(page.replace("no clear difference", "no difference"))
+    assert cli.main(["guide", "--check"]) == 1
+    assert "studies/protocols.md differs from what lab guide writes" in capsys.readouterr().out

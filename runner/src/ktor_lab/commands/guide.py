@@ -1,5 +1,6 @@
 """`lab guide`: docs/guide.md, which engine and lifetime for each workload, from the results of
-`lab run` under docs/guide/ (guide.py)."""
+`lab run` under docs/guide/ (guide.py); cli.py then has studies/ write the pages of the studies
+whose runs are kept under docs/studies/."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from ..errors import LabError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "guide",
-        help="docs/guide.md: which engine and lifetime for each workload, from the runs under docs/guide/",
+        help="docs/guide.md and the study pages, from the runs kept under docs/guide/ and docs/studies/",
         description="Writes docs/guide.md from the results of `lab run` kept under docs/guide/<workload>/ "
         "(and each one's report.md again, so that the two agree); a workload without results gets the "
-        "command that measures it.",
+        "command that measures it. Then docs/studies/NAME.md of each study whose run is kept under "
+        "docs/studies/NAME/ (`lab study NAME --out docs/studies/NAME`), from its results alone.",
     )
     p.add_argument(
         "--check",
         action="store_true",
-        help="write nothing: exit 1 when docs/guide.md is not what `lab guide` would write",
+        help="write nothing: exit 1 when docs/guide.md or a study page is not what `lab guide` would write",
     )
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from .. import measure, run_report, stack
 from ..commands import options
 from ..commands import run as lab_run
 from ..errors import LabError
+from ..paths import REPO
 from . import (
     dispatchers,
     distance,
@@ -128,4 +130,53 @@ def report_again(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         raise LabError(str(e)) from None
     print(f"lab report: {page}")
+    return 0
+
+
+# Where a study's published run is kept (docs/studies/<name>/, as `lab study NAME --out` wrote it)
+# and its page (docs/studies/<name>.md), which `lab guide` writes from it.
+DOCS = REPO / "docs" / "studies"
+
+
+def published() -> list[tuple[plans.PlanStudy, Path]]:
+    """The studies of `lab run` parts whose run is kept under DOCS, with its folder."""
+    return [
+        (s, DOCS / s.name)
+        for s in STUDIES.values()
+        if isinstance(s, plans.PlanStudy) and plans.is_study(DOCS / s.name)
+    ]
+
+
+def page_path(study: plans.PlanStudy) -> Path:
+    return DOCS / f"{study.name}.md"
+
+
+def publish(args: argparse.Namespace) -> int:
+    """`lab guide`'s second half: docs/studies/<name>.md of every study whose run is kept under
+    docs/studies/<name>/, from its results alone (and each part's report.md again). With --check,
+    writes nothing: 1 when a page is not what it would write."""
+    kept = published()
+    if args.dry_run:
+        names = ", ".join(s.name for s, _ in kept) or "none"
+        print(f"lab guide: dry run; would write the pages of the studies kept under docs/studies/: {names}")
+        return 0
+    stale = []
+    for study, d in kept:
+        try:
+            text = plans.page_of(d, study, base=f"{study.name}/")
+        except (FileNotFoundError, ValueError) as e:
+            raise LabError(f"{d}: {e}") from None
+        path = page_path(study)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path.relative_to(REPO)))
+            continue
+        for part in plans.results_in(d):
+            (d / part / "report.md").write_text(run_report.markdown(run_report.load(d / part)))
+        path.write_text(text)
+        print(f"lab guide: {path.relative_to(REPO)}, from {d.relative_to(REPO)}/")
+    if stale:
+        verb = "differs" if len(stale) == 1 else "differ"
+        print(f"lab guide: {', '.join(stale)} {verb} from what lab guide writes: run lab guide", flush=True)
+        return 1
     return 0

@@ -225,12 +225,29 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
 
 def write_page(d: Path, study: PlanStudy) -> Path:
     """report.md of `study`'s folder `d` (study.json and its parts' results.json)."""
-    said = json.loads((d / STUDY_FILE).read_text())
-    results = results_in(d)
-    argv = {name: tuple(a) for name, a in said.get("argv", {}).items()}
     path = d / "report.md"
-    path.write_text(page(study, said["command"], results, said["parts"], argv))
+    path.write_text(page_of(d, study))
     return path
+
+
+def page_of(d: Path, study: PlanStudy, base: str = "") -> str:
+    """The page of `study`'s folder `d`, its links to the parts' reports under `base` (a page kept
+    beside the folder: `replay/`), and its command as run but for --out (where it wrote)."""
+    said = json.loads((d / STUDY_FILE).read_text())
+    argv = {name: tuple(a) for name, a in said.get("argv", {}).items()}
+    command = said["command"] if not base else without_out(said["command"])
+    return page(study, command, results_in(d), said["parts"], argv, base)
+
+
+def without_out(command: str) -> str:
+    """`lab study replay --loads X --out /tmp/r` -> `lab study replay --loads X`."""
+    words = shlex.split(command)
+    kept = []
+    for i, w in enumerate(words):
+        if w == "--out" or w.startswith("--out=") or (i > 0 and words[i - 1] == "--out"):
+            continue
+        kept.append(w)
+    return shlex.join(kept)
 
 
 def is_study(d: Path) -> bool:
@@ -256,10 +273,12 @@ def page(
     results: dict[str, Results],
     planned: Sequence[str] = (),
     argv: dict[str, tuple[str, ...]] | None = None,
+    base: str = "",
 ) -> str:
     """The study's page: its question, the verdict in words, then per part its command, design and
     every change of a compared dimension with its interval. `planned`: the parts the command ran
-    (one without results is named); `argv`: each part's options as they ran (study.json)."""
+    (one without results is named); `argv`: each part's options as they ran (study.json); `base`:
+    where the parts' folders are, from the page."""
     parts = {p.name: p for p in study.all_parts()}
     argv = argv or {}
     lines = [f"# {study.title}", "", study.question, "", f"`{command}`", "", "## Verdict", ""]
@@ -273,7 +292,7 @@ def page(
         lines += [f"## {name}: {heading(part, r)}", ""]
         if options := argv.get(name) or (part.argv if part else ()):
             lines += [f"`lab run {shlex.join(options)}`, then the options of the command above.", ""]
-        lines += [design(r) + f" Its lab report: [{name}/report.md]({name}/report.md).", ""]
+        lines += [design(r) + f" Its lab report: [{base}{name}/report.md]({base}{name}/report.md).", ""]
         for g in conclusions.groups(r):
             if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
                 lines += [f"{g.heading}:", "", changes_table(study, rows), ""]
