@@ -30,7 +30,8 @@ static-small at {DEFAULT_LOAD}, {confidence.FORKS} JVMs a row x {confidence.WIND
   lab run --cases singleton-cio,per-call-cio --loads closed/1000/1-2,rate/500 --repeats 3
   lab report results/20261122-101500    report.md and report.html from a run's results.json (or a study's)
   lab compare results/before results/after   two runs of one plan: each change with its interval, ~ if none
-  lab guide                             docs/guide.md: which engine and lifetime, per workload
+  lab guide                             docs/guide.md (which engine and lifetime, per workload) and the
+                                        pages of the studies kept under docs/studies/
   lab bench                             wrk against nginx, nginx proxy_pass and every case
   lab bench-locust --workers 2          Locust's own ceiling against nginx directly
   lab swarm up per-call-okhttp          the stack on Docker Swarm (docs/swarm.md); lab swarm down removes it

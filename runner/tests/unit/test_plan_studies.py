@@ -289,7 +289,9 @@ def test_a_change_that_doubles_the_cpu_of_one_case_is_named_for_it():
 def test_each_study_kept_in_docs_has_the_page_lab_guide_writes_and_its_links_resolve():
     from ktor_lab import studies
 
-    for study, folder in studies.published():
+    kept = studies.published()
+    assert {s.name for s, _ in kept} >= {"replay"}, "docs/studies/replay/ holds the replay study's run"
+    for study, folder in kept:
         path = studies.page_path(study)
         text = path.read_text()
         assert text == plans.page_of(folder, study, base=f"{study.name}/"), (
@@ -319,13 +321,39 @@ def test_lab_guide_writes_a_kept_study_s_page_beside_its_folder_and_check_holds_
     monkeypatch.setattr(guide, "GUIDE", tmp_path / "guide.md")
     monkeypatch.setattr(guide, "WORKLOADS", ())
     monkeypatch.setattr(guide, "REPO", tmp_path)
-    assert cli.main(["guide", "--check"]) == 1  # the page is not there yet
+    monkeypatch.setattr(guide, "page", lambda: "the guide\n")
     assert cli.main(["guide"]) == 0
     page = (docs / "protocols.md").read_text()
     assert "`lab study protocols --forks 2`" in page  # the command as run, but where it wrote
     assert "[protocols/rate/report.md](protocols/rate/report.md)" in page
     assert (folder / "rate" / "report.md").exists()
     assert cli.main(["guide", "--check"]) == 0
+    capsys.readouterr()
     (docs / "protocols.md").write_text(page.replace("no clear difference", "no difference"))
     assert cli.main(["guide", "--check"]) == 1
     assert "studies/protocols.md differs from what lab guide writes" in capsys.readouterr().out
+    (docs / "protocols.md").unlink()
+    assert cli.main(["guide", "--check"]) == 1  # a kept run without its page
+    # a run of another study kept under this one's name is not this study's page
+    (folder / plans.STUDY_FILE).write_text(json.dumps(said | {"study": "distance"}))
+    assert studies.published() == []
+
+
+def test_the_page_gives_the_command_without_where_it_wrote():
+    for command in (
+        "lab study replay --loads rate/500 --out /tmp/r",
+        "lab study replay --out=/tmp/r --loads rate/500",
+        "lab study replay --ou /tmp/r --loads rate/500",
+    ):
+        assert plans.without_out(command) == "lab study replay --loads rate/500", command
+    assert plans.without_out("lab study replay --cases 'singleton-cio rtt 20'") == (
+        "lab study replay --cases 'singleton-cio rtt 20'"
+    )
+
+
+def test_a_study_writes_only_into_a_new_or_empty_folder(tmp_path, capsys):
+    (tmp_path / "old.svg").write_text("<svg/>")
+    assert cli.main(["study", "replay", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "files are there already; give a new or empty folder" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["old.svg"]

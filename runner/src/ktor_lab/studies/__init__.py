@@ -105,6 +105,7 @@ def run_plans(study: plans.PlanStudy, args: argparse.Namespace, command: str) ->
         for line in plans.dry_run(study, planned, args.out or f"results/study-{study.name}-<time>"):
             print(f"lab study {study.name}: {line}")
         return 0
+    plans.check_out(args.out)
     stack.require(stack.missing(prometheus_too=True))
     options.handle_signals()
     page, runs = plans.run(study, args, command)
@@ -143,8 +144,16 @@ def published() -> list[tuple[plans.PlanStudy, Path]]:
     return [
         (s, DOCS / s.name)
         for s in STUDIES.values()
-        if isinstance(s, plans.PlanStudy) and plans.is_study(DOCS / s.name)
+        if isinstance(s, plans.PlanStudy) and plans.is_study(DOCS / s.name) and written_by(s, DOCS / s.name)
     ]
+
+
+def written_by(study: plans.PlanStudy, d: Path) -> bool:
+    """Whether the study folder `d` is `study`'s (a run of another study kept under its name is not)."""
+    try:
+        return plans.study_in(d) == study.name
+    except (ValueError, KeyError):
+        return False
 
 
 def page_path(study: plans.PlanStudy) -> Path:
@@ -164,8 +173,8 @@ def publish(args: argparse.Namespace) -> int:
     for study, d in kept:
         try:
             text = plans.page_of(d, study, base=f"{study.name}/")
-        except (FileNotFoundError, ValueError) as e:
-            raise LabError(f"{d}: {e}") from None
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            raise LabError(f"{d}: cannot read its results ({e!r})") from None
         path = page_path(study)
         if args.check:
             if not path.exists() or path.read_text() != text:

@@ -184,8 +184,7 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
     planned = plans(study, args)
     for _, plan in planned:
         NativeBackend().check(plan)
-    if args.out is not None and is_study(args.out):
-        raise LabError(f"--out {args.out}: a study's results are there already; give another folder")
+    check_out(args.out)
     d = results_dir(args.out, study.name)
     started = time.time()
     said = {
@@ -220,6 +219,13 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
     return d / "report.md", runs
 
 
+def check_out(out: Path | None) -> None:
+    """A study writes into a new or empty folder: its page is made from what is there."""
+    if out is not None and out.is_dir() and any(out.iterdir()):
+        what = "a study's results are" if is_study(out) else "files are"
+        raise LabError(f"--out {out}: {what} there already; give a new or empty folder")
+
+
 # --- the page, from the parts' results --------------------------------------------------------
 
 
@@ -240,11 +246,17 @@ def page_of(d: Path, study: PlanStudy, base: str = "") -> str:
 
 
 def without_out(command: str) -> str:
-    """`lab study replay --loads X --out /tmp/r` -> `lab study replay --loads X`."""
+    """`lab study replay --loads X --out /tmp/r` -> `lab study replay --loads X` (also `--out=X`
+    and the prefixes argparse takes for it, `--ou X`)."""
+
+    def is_out(word: str) -> bool:
+        name = word.split("=", 1)[0]
+        return len(name) >= 3 and "--out".startswith(name)
+
     words = shlex.split(command)
     kept = []
     for i, w in enumerate(words):
-        if w == "--out" or w.startswith("--out=") or (i > 0 and words[i - 1] == "--out"):
+        if is_out(w) or (i > 0 and is_out(words[i - 1]) and "=" not in words[i - 1]):
             continue
         kept.append(w)
     return shlex.join(kept)
@@ -429,7 +441,8 @@ def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
         for g in conclusions.groups(r):
             if study.screens or not study.compares:
                 for label, sub in subgroups(study, g):
-                    out.append(f"{name}, {g.heading}{label}: " + " ".join(run_report.answer(sub)))
+                    said = [*run_report.answer(sub), screen_power(sub)]
+                    out.append(f"{name}, {g.heading}{label}: " + " ".join(x for x in said if x))
             found = [c for c in conclusions.changes(g) if compared(study, c)]
             tested = family(study, found)
             for (dim, a, b), cs in by_step(found).items():
@@ -452,6 +465,19 @@ def power(g: Group, tested: dict[tuple[int, str], Comparison | None]) -> str:
         f"this run finds a change in CPU per request of {max(found):.0%} or more "
         f"{confidence.POWER:.0%} of the time (its {cpu[0].family} comparisons adjusted together); "
         "a smaller one may be there and not named."
+    )
+
+
+def screen_power(g: Group) -> str:
+    """What a first screen could have missed: the smallest difference between two engines on its
+    figure that it finds POWER of the time (as the run's own report says it); "" when none."""
+    s = conclusions.screen(g)
+    if s.engines.detectable is None:
+        return ""
+    return (
+        f"Between two engines this run finds a difference in {s.figure.words or s.figure.heading} of "
+        f"{s.engines.detectable:.0%} or more {confidence.POWER:.0%} of the time; a smaller one may be "
+        "there and not named."
     )
 
 

@@ -4,8 +4,8 @@ The setup ran 1000 Locust users with a 1-2 s wait against singleton and per-call
 and read the rps as the engines' speed. This runs that load (flagged `load-model` by the verdict
 rules: the users' wait sets the rate) beside the same four cases at fixed rates (equal work, so
 latency, CPU and threads compare) and in a closed loop without wait (what each case can do), as
-one `lab run`. Its words put the published figures beside the replayed ones, and name the
-highest fixed rate each case held.
+one `lab run`. Its words put the published figures beside the replayed ones, rank the cases by
+their capacity, and name the highest fixed rate each case held.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def replayed(g: conclusions.Group) -> bool:
 
 
 def words(results: dict[str, Results]) -> list[str]:
-    """The published figures beside the replayed ones; the highest fixed rate each case held."""
+    """The published figures beside the replayed ones; the cases by capacity (a closed loop without
+    wait); the highest fixed rate each case held."""
     out = []
     for r in results.values():
         gs = conclusions.groups(r)
@@ -70,6 +71,14 @@ def words(results: dict[str, Results]) -> list[str]:
                 for row in g.rows:
                     if row.copy <= 1 and held(row):
                         best[row.case.id] = max(best.get(row.case.id, 0.0), g.load.target_rps or 0.0)
+        for g in gs:
+            if g.load.model == "closed" and g.load.wait_max == 0:
+                rows = [row for row in g.rows if row.copy <= 1]
+                ranked = conclusions.standing(g, conclusions.BY_KEY["rps"], rows)
+                out.append(
+                    f"Capacity ({g.load.label}: a closed loop without wait, each case as fast as it "
+                    f"answers): {conclusions.sentence(ranked)}"
+                )
         cases = dict.fromkeys(run.case for run in r.runs)
         if any(g.load.model == "rate" for g in gs):
             out.append(
