@@ -343,17 +343,35 @@ def results_owned_by():
             subprocess.run(["rm", "-rf", str(made)], check=False)
 
 
-def test_readme_headless_command_exits_0_with_its_files_owned_by_results_owner(
+def test_readme_headless_command_exits_0_with_its_files_owned_by_results_owner_and_1_on_failures(
     compose_engine, results_owned_by
 ):
+    """One project, two headless runs, as a user runs the README's command again with other
+    settings: the second recreates only the proxy and Locust."""
     project = new_project("headless", env={"LOCUST_RUN_TIME": "10s", "LOCUST_USERS": "10"})
     try:
-        r = headless(project, "per-call-okhttp")
+        passed = headless(project, "per-call-okhttp")
+        # The proxy gives up after 300 ms on an upstream that answers after 1 s: every request a 504.
+        project.env.update(
+            {
+                "LOCUST_RUN_TIME": "5s",
+                "LOCUST_USERS": "5",
+                "LOCUST_SCENARIO": "slow",
+                "LOCUST_DELAY_MS": "1000",
+                "CLIENT_REQUEST_TIMEOUT_MS": "300",
+            }
+        )
+        failed = headless(project, "singleton-cio")
     finally:
         project.down()
     assert not compose.wait_gone(project)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    [folder] = [p for p in (REPO / "results").iterdir() if p.name.startswith("compose-")]
+    assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-2000:]
+    folders = {
+        p.name.rsplit("Z-", 1)[-1]: p for p in (REPO / "results").iterdir() if p.name.startswith("compose-")
+    }
+    assert set(folders) == {"per-call-okhttp", "singleton-cio"}, folders
+    folder = folders["per-call-okhttp"]
     assert re.fullmatch(r"compose-\d{8}T\d{6}Z-per-call-okhttp", folder.name)
     files = [folder, *folder.iterdir()]
     assert {"locust_stats.csv", "locust.html"} <= {f.name for f in files}
@@ -361,26 +379,9 @@ def test_readme_headless_command_exits_0_with_its_files_owned_by_results_owner(
     rows = {row["Name"]: row for row in csv.DictReader((folder / "locust_stats.csv").open())}
     assert int(rows["static-small"]["Request Count"]) >= 20  # 10 users with a 1-2 s wait, 10 s
     assert rows["static-small"]["Failure Count"] == "0"
-
-
-def test_headless_run_with_failures_exits_non_zero(compose_engine, results_owned_by):
-    # The proxy gives up after 300 ms on an upstream that answers after 1 s: every request is a 504.
-    env = {
-        "LOCUST_RUN_TIME": "5s",
-        "LOCUST_USERS": "5",
-        "LOCUST_SCENARIO": "slow",
-        "LOCUST_DELAY_MS": "1000",
-        "CLIENT_REQUEST_TIMEOUT_MS": "300",
+    rows = {
+        row["Name"]: row for row in csv.DictReader((folders["singleton-cio"] / "locust_stats.csv").open())
     }
-    project = new_project("headless-fail", env=env)
-    try:
-        r = headless(project, "singleton-cio")
-    finally:
-        project.down()
-    assert not compose.wait_gone(project)
-    assert r.returncode == 1, r.stdout[-3000:]
-    [folder] = [p for p in (REPO / "results").iterdir() if p.name.startswith("compose-")]
-    rows = {row["Name"]: row for row in csv.DictReader((folder / "locust_stats.csv").open())}
     assert int(rows["slow"]["Failure Count"]) == int(rows["slow"]["Request Count"]) > 0
 
 
