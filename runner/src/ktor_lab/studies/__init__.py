@@ -188,4 +188,7 @@ def publish(args: argparse.Namespace) -> int:
         verb = "differs" if len(stale) == 1 else "differ"
         print(f"lab guide: {', '.join(stale)} {verb} from what lab guide writes: run lab guide", flush=True)
         return 1
+    if args.check and kept:
+        pages = ", ".join(str(page_path(s).relative_to(REPO)) for s, _ in kept)
+        print(f"lab guide: {pages}: what lab guide writes")
     return 0
