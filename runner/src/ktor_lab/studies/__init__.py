@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
         "study",
         help="one of the public engine studies, replayed; writes results/study-<name>-<time>/",
         description="Each study writes results.json, report.md and SVG charts; docs/studies/<name>.md "
-        "shows a full-size run and what it means.",
+        "shows a run of it (its command at its top) and what it means.",
     )
     studies = p.add_subparsers(dest="study", required=True)
     for study in STUDIES.values():
