@@ -243,6 +243,15 @@ class Comparison:
         x = (t_quantile(1 - alpha / 2, self.df) + t_quantile(POWER, self.df)) * self.se
         return math.exp(x) - 1 if self.log else x / abs(self.a.mean) if self.a.mean else None
 
+    def units_span(self) -> str:
+        """`-10.7 to +11.7`, the interval of the difference in the figure's own units: for a figure
+        on the linear scale (some window at 0, as counts are), where a share of a centre near 0
+        would read -2142% to +2342%."""
+        if self.d is None or self.se is None or self.df is None:
+            return ""
+        half = t_quantile(0.5 + self.level / 2, self.df) * self.se
+        return f"{self.d - half:+,.1f} to {self.d + half:+,.1f}"
+
     def span(self) -> str:
         """`-3.1% to +8.0%`, the interval of the difference."""
         if self.low is None or self.high is None:

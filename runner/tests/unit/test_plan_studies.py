@@ -357,3 +357,20 @@ def test_a_study_writes_only_into_a_new_or_empty_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "files are there already; give a new or empty folder" in err, err
     assert [p.name for p in tmp_path.iterdir()] == ["old.svg"]
+
+
+def test_a_count_near_0_is_given_its_difference_in_its_own_units_not_a_share_of_0():
+    from ktor_lab.confidence import Estimate, compare, pool_of
+
+    # new connections per 1,000 requests: a singleton opens about none (some windows 0), another
+    # about one per request; a share of a centre near 0 would read thousands of percent
+    few = Estimate.of([0.0, 0.5, 0.0, 1.0, 0.0, 0.5], forks=[1, 1, 1, 2, 2, 2])
+    same = Estimate.of([0.5, 0.0, 0.0, 0.0, 1.0, 0.0], forks=[1, 1, 1, 2, 2, 2])
+    many = Estimate.of([998.0, 1001.0, 999.0, 1003.0, 997.0, 1000.0], forks=[1, 1, 1, 2, 2, 2])
+    pool = pool_of([few, same, many])
+    assert pool is not None and not pool.log
+    few, same, many = (e.with_pool(pool) for e in (few, same, many))
+    tie = plans.short(compare(few, same))
+    assert re.fullmatch(r"~ \(-\d+\.\d to \+\d+\.\d\)", tie), tie
+    up = plans.short(compare(few, many))
+    assert re.fullmatch(r"\+99\d\.\d \(\+9\d\d\.\d to \+1,0\d\d\.\d\)", up), up

@@ -398,11 +398,17 @@ def family(study: PlanStudy, cs: Sequence[Change]) -> dict[tuple[int, str], Comp
 
 def short(c: Comparison | None) -> str:
     """`+12.0% (+5.1% to +20.3%)`, `~ (-3.0% to +8.2%)` when the test names no difference, `not
-    compared`, or `+4.0% (untested)`."""
+    compared`, or `+4.0% (untested)`; for a figure on the linear scale (a count that may be 0) the
+    difference in its own units, `+998.1 (+990.2 to +1,006.0)`."""
     if c is None:
         return "not compared"
     if c.difference is None:
         return "-"
+    if not c.log and c.d is not None:  # a count that may be 0: its difference in its own units
+        span = f" ({c.units_span()})" if c.units_span() else ""
+        if c.p is None:
+            return f"{c.d:+,.1f} (untested)"
+        return f"{c.d:+,.1f}{span}" if c.clear else f"~{span}"
     if c.p is None:
         return f"{c.difference:+.1%} (untested)"
     span = f" ({c.span()})" if c.span() else ""
