@@ -226,8 +226,12 @@ class Comparison:
     def interval_at(self, level: float) -> Comparison:
         if self.se is None or self.d is None or self.df is None:
             return replace(self, level=level)
-        half = t_quantile(0.5 + level / 2, self.df) * self.se
+        half = self._half(level)
         return replace(self, low=self._back(self.d - half), high=self._back(self.d + half), level=level)
+
+    def _half(self, level: float) -> float:
+        """Half the interval of the difference at `level`, on the test's scale."""
+        return t_quantile(0.5 + level / 2, self.df) * self.se
 
     def _back(self, x: float) -> float:
         if self.log:
@@ -249,7 +253,7 @@ class Comparison:
         would read -2142% to +2342%."""
         if self.d is None or self.se is None or self.df is None:
             return ""
-        half = t_quantile(0.5 + self.level / 2, self.df) * self.se
+        half = self._half(self.level)
         return f"{self.d - half:+,.1f} to {self.d + half:+,.1f}"
 
     def span(self) -> str:

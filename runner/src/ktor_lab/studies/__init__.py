@@ -144,15 +144,15 @@ def published() -> list[tuple[plans.PlanStudy, Path]]:
     return [
         (s, DOCS / s.name)
         for s in STUDIES.values()
-        if isinstance(s, plans.PlanStudy) and plans.is_study(DOCS / s.name) and written_by(s, DOCS / s.name)
+        if isinstance(s, plans.PlanStudy) and written_by(s, DOCS / s.name)
     ]
 
 
 def written_by(study: plans.PlanStudy, d: Path) -> bool:
-    """Whether the study folder `d` is `study`'s (a run of another study kept under its name is not)."""
+    """Whether `d` holds a run of `study` (none there, or another study's under its name: not)."""
     try:
         return plans.study_in(d) == study.name
-    except (ValueError, KeyError):
+    except (OSError, ValueError, KeyError):
         return False
 
 

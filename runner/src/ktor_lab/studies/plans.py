@@ -184,7 +184,6 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
     planned = plans(study, args)
     for _, plan in planned:
         NativeBackend().check(plan)
-    check_out(args.out)
     d = results_dir(args.out, study.name)
     started = time.time()
     said = {
@@ -220,7 +219,8 @@ def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path,
 
 
 def check_out(out: Path | None) -> None:
-    """A study writes into a new or empty folder: its page is made from what is there."""
+    """A study writes into a new or empty folder: its page is made from what is there (checked by
+    `lab study` before anything starts)."""
     if out is not None and out.is_dir() and any(out.iterdir()):
         what = "a study's results are" if is_study(out) else "files are"
         raise LabError(f"--out {out}: {what} there already; give a new or empty folder")
@@ -405,7 +405,7 @@ def short(c: Comparison | None) -> str:
     if c.difference is None:
         return "-"
     if not c.log and c.d is not None:  # a count that may be 0: its difference in its own units
-        span = f" ({c.units_span()})" if c.units_span() else ""
+        span = f" ({units})" if (units := c.units_span()) else ""
         if c.p is None:
             return f"{c.d:+,.1f} (untested)"
         return f"{c.d:+,.1f}{span}" if c.clear else f"~{span}"
@@ -447,7 +447,7 @@ def verdict(study: PlanStudy, results: dict[str, Results]) -> list[str]:
         for g in conclusions.groups(r):
             if study.screens or not study.compares:
                 for label, sub in subgroups(study, g):
-                    said = [*run_report.answer(sub), screen_power(sub)]
+                    said = [*run_report.answer(sub), conclusions.engines_power(conclusions.screen(sub))]
                     out.append(f"{name}, {g.heading}{label}: " + " ".join(x for x in said if x))
             found = [c for c in conclusions.changes(g) if compared(study, c)]
             tested = family(study, found)
@@ -471,19 +471,6 @@ def power(g: Group, tested: dict[tuple[int, str], Comparison | None]) -> str:
         f"this run finds a change in CPU per request of {max(found):.0%} or more "
         f"{confidence.POWER:.0%} of the time (its {cpu[0].family} comparisons adjusted together); "
         "a smaller one may be there and not named."
-    )
-
-
-def screen_power(g: Group) -> str:
-    """What a first screen could have missed: the smallest difference between two engines on its
-    figure that it finds POWER of the time (as the run's own report says it); "" when none."""
-    s = conclusions.screen(g)
-    if s.engines.detectable is None:
-        return ""
-    return (
-        f"Between two engines this run finds a difference in {s.figure.words or s.figure.heading} of "
-        f"{s.engines.detectable:.0%} or more {confidence.POWER:.0%} of the time; a smaller one may be "
-        "there and not named."
     )
 
 
