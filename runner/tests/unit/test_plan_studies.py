@@ -301,6 +301,8 @@ def test_each_study_kept_in_docs_has_the_page_lab_guide_writes_and_its_links_res
         assert "--out" not in head, "the page gives the command as run, but not where it wrote"
         for link in re.findall(r"\]\(([^)#]+\.md)\)", text):
             assert (path.parent / link).exists(), f"{path}: {link} is not there"
+        sentences = re.findall(r"Among singleton clients[^\n]*?\.(?= |\n)", text)
+        assert len(sentences) == len(set(sentences)), f"{path} says a first screen twice"
 
 
 def test_lab_guide_writes_a_kept_study_s_page_beside_its_folder_and_check_holds_it(

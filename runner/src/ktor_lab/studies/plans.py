@@ -305,11 +305,10 @@ def page(
         if options := argv.get(name) or (part.argv if part else ()):
             lines += [f"`lab run {shlex.join(options)}`, then the options of the command above.", ""]
         lines += [design(r) + f" Its lab report: [{base}{name}/report.md]({base}{name}/report.md).", ""]
+        # A study that compares no dimension has said each group's first screen in the verdict.
         for g in conclusions.groups(r):
             if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
                 lines += [f"{g.heading}:", "", changes_table(study, rows), ""]
-            elif not study.compares:
-                lines += [f"{g.heading}: " + " ".join(run_report.answer(g)), ""]
     return "\n".join(lines) + "\n"
 
 
