@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 
 from ktor_lab.paths import REPO
 
@@ -78,3 +80,47 @@ def test_the_warm_up_trial_on_the_matrix_page_gives_its_runs_figures():
             f"{change:+.1%} ({low:+.1%} to {high:+.1%})" in paragraph
         ), folder
         assert f"{results.wall_seconds / 60:.1f}" in paragraph, folder
+
+
+# A figure in prose: 1,234 or 12.5 (of 12.5%, 1.32x, 4,619 ms), not a part of a name or a version
+# (Apache5, HTTP/2, 3.5.2). Single digits are left out: they count JVMs, windows and the like.
+FIGURE = re.compile(r"(?<![\w.,/])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\.?\d)")
+
+
+def figures(text: str) -> list[Decimal]:
+    found = [Decimal(m.group(0).replace(",", "")) for m in FIGURE.finditer(text)]
+    return [f for f in found if f >= 10 or f != f.to_integral_value()]
+
+
+def quoted(figure: Decimal, values: set[Decimal]) -> bool:
+    """The figure is one of `values` as it reads, or rounded to its own decimals."""
+    step = Decimal(1).scaleb(figure.as_tuple().exponent)
+    return any(abs(v - figure) <= step and v.quantize(step, ROUND_HALF_UP) == figure for v in values)
+
+
+def summary_lines() -> list[tuple[Path, str]]:
+    """The lines whose role is to sum up another page: findings.md's bullets and the studies
+    index's rows (the last column, a dry run's time, aside)."""
+    findings = REPO / "docs" / "findings.md"
+    index = REPO / "docs" / "studies" / "README.md"
+    lines = [(findings, x) for x in re.split(r"\n(?=- |#)", findings.read_text())]
+    rows = [x for x in index.read_text().splitlines() if x.startswith("| [")]
+    return lines + [(index, x.rsplit("|", 2)[0]) for x in rows]
+
+
+def test_a_summary_line_gives_only_figures_the_page_it_links_gives():
+    """What findings.md and the studies index say of a measurement is what the page they link to
+    says (a generated page, a run's report, or a study page): every figure of such a line is on
+    one of its linked pages, as it reads there or rounded. A line cannot drift from its evidence."""
+    bad = []
+    for page, line in summary_lines():
+        links = [x.split("#")[0] for x in re.findall(r"\]\(([^)]+)\)", line)]
+        evidence = [page.parent / x for x in links if x.endswith(".md")]
+        if not evidence:
+            continue
+        values = {v for p in evidence for v in figures(p.read_text())}
+        prose = re.sub(r"`[^`]*`", "", re.sub(r"\]\([^)]*\)", "]", line))
+        for f in figures(prose):
+            if not quoted(f, values):
+                bad.append(f"{page.name}: {f} is on none of {links}: {' '.join(prose.split())[:90]}...")
+    assert not bad, "\n".join(bad)
