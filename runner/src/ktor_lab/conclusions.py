@@ -416,16 +416,22 @@ def standing(
 
 def value(row: Row, figure: Figure) -> str:
     """`3,412 ±1.2%` (the centre and half its 95% interval, as a share: the interval is made on
-    the logarithms), `0.1 ±2.0` (in the figure's units: made on the values themselves, where a
-    window is 0, as counts of new connections are for a singleton), or `3,412` without one."""
+    the logarithms; its ends where it is wider than the centre: `1.95 (0.0041 to 930.00)`),
+    `0.1 ±2.0` (in the figure's units: made on the values themselves, where a window is 0, as
+    counts of new connections are for a singleton), or `3,412` without one."""
     e = row.figures[figure.key]
     if e.mean is None:
         return "-"
     text = f"{e.mean:,.{figure.digits}f}"
+    if not float(text.replace(",", "")):
+        text = text.lstrip("-")  # a centre of 0 less a rounding error (a count no window saw) is 0
     if e.low is None or e.high is None:
         return text
     if e.pool is not None and not e.pool.log:
         return text + f" ±{(e.high - e.low) / 2:,.{figure.digits}f}"
+    if e.half_width is not None and e.half_width > 1:  # wider than the centre: its ends say more
+        low = f"{e.low:,.{figure.digits}f}" if e.low >= 10**-figure.digits else f"{e.low:.2g}"
+        return f"{text} ({low} to {e.high:,.{figure.digits}f})"
     return text + (f" ±{e.half_width:.1%}" if e.half_width is not None else "")
 
 
