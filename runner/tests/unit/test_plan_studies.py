@@ -404,3 +404,19 @@ def test_an_interval_wider_than_its_centre_is_given_by_its_ends_not_as_a_share_o
     assert re.fullmatch(r"[\d.]+ \([\d.e-]+ to [\d,.]+\)", text) and "%" not in text, text
     low, high = (float(x.replace(",", "")) for x in text.split("(")[1].rstrip(")").split(" to "))
     assert low < wild.mean < high
+
+
+def test_a_run_smaller_than_its_part_says_what_it_left_out_and_the_command_that_measures_it():
+    cases = ("singleton-cio", "singleton-okhttp")
+    results = tls_results({(c, p): 3.0 for c in cases for p in ("http", "https")})
+    study = STUDIES["protocols"]
+    (part,) = study.all_parts()
+    verdict = plans.page(study, "lab study protocols", {part.name: results}).split("\n## ")[1]
+    (line,) = [x for x in verdict.splitlines() if "a smaller run than the part's own" in x]
+    full = plans.part_plan(part, {})
+    for case in full.cases:
+        assert (case.id in line) == (case.id not in cases), case.id
+    assert "protocol h2" in line  # the run had http and https, the part h2 too
+    assert f"`lab study protocols --parts {part.name}`" in line
+    whole = replace(results, plan=replace(results.plan, cases=full.cases, dims=full.dims))
+    assert plans.smaller(study, part, whole) == ""

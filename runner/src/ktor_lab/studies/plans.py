@@ -297,6 +297,8 @@ def page(
     lines += [f"- {w}" for w in verdict(study, results)] or ["- No part was measured."]
     lines += [f"- Part {n}: not measured (stopped or failed before its first window)." for n in planned
               if n not in results]  # fmt: skip
+    for name, r in results.items():
+        lines += [f"- {name}: {said}"] if (said := smaller(study, parts.get(name), r)) else []
     lines += [f"- {n}" for n in study.notes]
     lines += ["", ADJUSTED, ""]
     for name, r in results.items():
@@ -310,6 +312,37 @@ def page(
             if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
                 lines += [f"{g.heading}:", "", changes_table(study, rows), ""]
     return "\n".join(lines) + "\n"
+
+
+def smaller(study: PlanStudy, part: Part | None, r: Results) -> str:
+    """What the part's own design measures and this run did not (cases, dimension values, JVMs,
+    windows), and the command that measures it all; "" when the run measured all of it."""
+    if part is None:
+        return ""
+    full = part_plan(part, {})
+    missing = []
+    ran_cases = {c.id for c in r.plan.cases}
+    if cases := [c.id for c in full.cases if c.id not in ran_cases]:
+        missing.append(f"{', '.join(cases)} (cases)")
+    ran_loads = {x.label for x in r.plan.loads}
+    if loads := [x.label for x in full.loads if x.label not in ran_loads]:
+        missing.append(f"loads {', '.join(loads)}")
+    if scenarios := [x for x in full.scenarios if x not in r.plan.scenarios]:
+        missing.append(f"scenarios {', '.join(scenarios)}")
+    for k, values in full.dims.items():
+        d = BY_FIELD[k]
+        ran = r.plan.dims.get(k, [d.default])
+        if left := [d.show(v) for v in values if v not in ran]:
+            missing.append(f"{d.title} {', '.join(left)}")
+    if r.plan.forks < full.forks or r.plan.repeats < full.repeats:
+        missing.append(f"{full.forks} JVMs x {full.repeats} windows a row")
+    if not missing:
+        return ""
+    return (
+        f"measured without {'; '.join(missing)}, a smaller run than the part's own "
+        f"(`lab study {study.name} --parts {part.name}` measures all of it: at most about "
+        f"{measure.format_seconds(measure.planned_seconds(full))})."
+    )
 
 
 def heading(part: Part | None, r: Results) -> str:
