@@ -418,5 +418,9 @@ def test_a_run_smaller_than_its_part_says_what_it_left_out_and_the_command_that_
         assert (case.id in line) == (case.id not in cases), case.id
     assert "protocol h2" in line  # the run had http and https, the part h2 too
     assert f"`lab study protocols --parts {part.name}`" in line
+    dispatchers = STUDIES["dispatchers"]
+    one = plans.page(dispatchers, "lab study dispatchers --parts slow", {"slow": results}, planned=["slow"])
+    assert "- Part distance (100 requests a second to an upstream 80 ms away): not in this run " in one
+    assert "`lab study dispatchers --parts distance`" in one and "Part slow" not in one
     whole = replace(results, plan=replace(results.plan, cases=full.cases, dims=full.dims))
     assert plans.smaller(study, part, whole) == ""

@@ -299,6 +299,8 @@ def page(
               if n not in results]  # fmt: skip
     for name, r in results.items():
         lines += [f"- {name}: {said}"] if (said := smaller(study, parts.get(name), r)) else []
+    lines += [f"- Part {p.name} ({p.what}): not in this run (`lab study {study.name} --parts {p.name}`)."
+              for p in study.all_parts() if p.name not in results and p.name not in planned]  # fmt: skip
     lines += [f"- {n}" for n in study.notes]
     lines += ["", ADJUSTED, ""]
     for name, r in results.items():
