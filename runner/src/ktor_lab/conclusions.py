@@ -594,6 +594,8 @@ def lifetime_answer(s: Screen) -> str | None:
         else "Lifetime: per call was cheaper for some engines"
         if cheaper
         else "Lifetime: no clear difference between one client and a client per call"
+        if untold
+        else "Lifetime"  # no pair compared: the parts say so
     )
     return f"{head}: {'; '.join(parts)}."
 

@@ -325,6 +325,23 @@ def test_the_lifetime_names_the_engines_it_could_not_compare_and_why():
     assert "not compared: java (per-call-java (errors))" in lifetime
 
 
+def test_a_lifetime_no_pair_of_which_was_compared_is_said_not_compared_not_alike():
+    # every per-call row failed requests: no pair is compared, and the answer must not read as if
+    # one client and a client per call had been found alike
+    results = results_of(
+        {
+            "singleton-okhttp": list(zip(jittered(4000, 0.01, 1), jittered(0.25, 0.01, 2), strict=True)),
+            "per-call-okhttp": list(zip(jittered(2000, 0.01, 3), jittered(0.65, 0.01, 4), strict=True)),
+        }
+    )
+    for run in results.runs:
+        if run.case == "per-call-okhttp":
+            run.locust.failures = run.locust.requests // 2
+    (group,) = conclusions.groups(results)
+    lifetime = conclusions.lifetime_answer(conclusions.screen(group))
+    assert lifetime == "Lifetime: not compared: okhttp (per-call-okhttp (errors))."
+
+
 def test_an_aa_pair_is_said_to_differ_about_as_often_as_alpha_over_all_its_figures():
     """Two proxies drawn alike on the first screen's figures: whether the pair differs is one
     question over five tests, adjusted over the five (Benjamini-Hochberg): said in about 5% of draws."""

@@ -407,15 +407,26 @@ def judged(c: Change, key: str) -> Comparison | None:
     return c.comparison(key)
 
 
-def why_not(c: Change, key: str) -> str:
-    """`singleton-cio (not-warm)`: the case of a change not judged on `key`, and why."""
+def why_not(c: Change, key: str, name: str = "") -> str:
+    """`singleton-cio (not-warm)`: the case of a change not judged on `key` (or `name`), and why."""
     f = BY_KEY[key]
     flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in f.not_comparable})
     if not flags and key == "rps":
         flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in RATE_FLAGS})
     if not flags and not all(r.kept_rate(c.group.load) for r in (c.before, c.after)):
         flags = ["short of its rate"]
-    return f"{c.case} ({', '.join(flags) or 'not measured'})"
+    return f"{name or c.case} ({', '.join(flags) or 'not measured'})"
+
+
+def case_names(cs: Sequence[Change]) -> dict[int, str]:
+    """Each change's case, with what it holds that the step's other changes do not (`per-call-cio
+    with pipelining on`), so that two changes of one case at two settings read apart."""
+    held = [c.same.split(", ") if c.same else [] for c in cs]
+    common = set.intersection(*map(set, held)) if held else set()
+    return {
+        id(c): c.case + (f" with {', '.join(own)}" if (own := [h for h in hs if h not in common]) else "")
+        for c, hs in zip(cs, held, strict=True)
+    }
 
 
 def family(study: PlanStudy, cs: Sequence[Change]) -> dict[tuple[int, str], Comparison | None]:
@@ -517,21 +528,29 @@ def subgroups(study: PlanStudy, g: Group) -> list[tuple[str, Group]]:
     if not study.compares:
         return [("", g)]
     out: dict[str, list] = {}
+    place: dict[str, tuple] = {}
     for row in g.rows:
         run = row.runs[0]
-        label = "".join(f", {BY_FIELD[f].title} {BY_FIELD[f].show(run.dim(f))}" for f in study.compares)
+        shown = [(BY_FIELD[f], BY_FIELD[f].show(run.dim(f))) for f in study.compares]
+        label = "".join(f", {d.title} {text}" for d, text in shown)
+        place[label] = tuple(d.order(text) for d, text in shown)
         out.setdefault(label, []).append(row)
-    return [(label, replace(g, rows=rows)) for label, rows in out.items()]
+    return [(label, replace(g, rows=out[label])) for label in sorted(out, key=place.__getitem__)]
 
 
 def summed(
     study: PlanStudy, g: Group, cs: list[Change], tested: dict[tuple[int, str], Comparison | None]
 ) -> str:
     """Per figure: for which of the cases it is clearly higher or lower (`tested`: the group's family),
-    for how many there is no clear difference, and which are not compared or untested."""
+    for how many there is no clear difference, and which are not compared or untested; a change not
+    compared on any figure is named once, at the end."""
+    ks = keys(study, g)
+    named = case_names(cs)
+    never = [c for c in cs if all(tested[(id(c), k)] is None for k in ks)]
+    rest = [c for c in cs if c not in never]
     said = []
-    for k in keys(study, g):
-        comps = [(c.case, tested[(id(c), k)]) for c in cs]
+    for k in ks if rest else ():
+        comps = [(named[id(c)], tested[(id(c), k)]) for c in rest]
         judgeable = [(n, x) for n, x in comps if x is not None and x.difference is not None]
         if not judgeable and all(x is not None for _, x in comps):
             continue  # measured for none of the cases
@@ -542,15 +561,27 @@ def summed(
         for what, names in (
             ("no clear difference", same),
             ("untested", [n for n, x in judgeable if x.p is None]),
-            ("not compared", [why_not(c, k) for c, (_, x) in zip(cs, comps, strict=True) if x is None]),
+            (
+                "not compared",
+                [why_not(c, k, named[id(c)]) for c, (_, x) in zip(rest, comps, strict=True) if x is None],
+            ),
         ):
             if names:
                 bits.append(f"{what} for {', '.join(names) if len(names) <= FEW else len(names)}")
         said.append(f"{BY_KEY[k].words or BY_KEY[k].heading} {', '.join(bits)}")
+    if never:
+        said.append("not compared on any figure: " + ", ".join(why_never(c, ks, named[id(c)]) for c in never))
     n = len(cs)
     if not said:
         return f"of {n} case{'s' if n != 1 else ''}, nothing measured to compare."
     return f"of {n} case{'s' if n != 1 else ''}, " + "; ".join(said) + "."
+
+
+def why_never(c: Change, ks: Sequence[str], name: str) -> str:
+    """`singleton-cio with RTT 80 ms (errors, not-warm)`: a change judged on none of `ks`, and every
+    reason any figure gave."""
+    reasons = {r for k in ks for r in why_not(c, k, name)[len(name) + 2 : -1].split(", ")}
+    return f"{name} ({', '.join(sorted(reasons))})"
 
 
 # Up to this many cases are named in a summed-up line; more are counted.
