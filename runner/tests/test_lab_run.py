@@ -283,7 +283,7 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
         )
     md = (out / "report.md").read_text()
     verdict = md.split("## Verdict")[1].split("\n## ")[0]
-    assert "A/A check: two proxies of singleton-java (singleton-java #1, singleton-java #2)" in verdict
+    assert "A/A check: two proxies of singleton-java (#1, #2)" in verdict
     assert "Lifetime: " in verdict and "What these figures are not" in verdict
     assert "Unlimited connections: the JDK's client" in verdict
     assert "| singleton-java #2 | 2 | none |" in md

@@ -157,6 +157,13 @@ class Row:
     reasons: list[str] = field(default_factory=list)
     # Windows left out of `runs` and the figures (LEFT_OUT).
     left: list[Run] = field(default_factory=list)
+    # How sentences name it: the case and only the dimensions its group's rows differ in (set by
+    # groups(); the table's case column keeps `name`, every dimension).
+    said: str = ""
+
+    @property
+    def called(self) -> str:
+        return self.said or self.name
 
     @property
     def windows(self) -> int:
@@ -193,7 +200,7 @@ class Row:
         flags = [f for f in self.flags if f in figure.not_comparable]
         if not flags and self.runs and not self.kept_rate(load := self.runs[0].load):
             flags = [f"short of its {load.target_rps:g} rps"]
-        return f"{self.name} ({', '.join(flags) or 'not measured'})"
+        return f"{self.called} ({', '.join(flags) or 'not measured'})"
 
     def kept_rate(self, load: Load) -> bool:
         """At a fixed rate: whether every window reached it (the equal work the rows are compared at)."""
@@ -272,8 +279,20 @@ def groups(results: Results) -> list[Group]:
                     # A flagged row is in no test: its centre alone (two JVMs, one of them
                     # collapsed, give an interval that says nothing).
                     r.figures[f.key] = r.figures[f.key].with_pool(None)
+        name_briefly(made)
         out.append(Group(scenario, load_level, made))
     return out
+
+
+def name_briefly(rows: list[Row]) -> None:
+    """Each row's `said`: its case with the dimensions not every row of the group shares, and its
+    copy (`singleton-cio #1` where every row ran Ktor 3.5.2 on JDK 17 at RTT 80 ms: the group's
+    heading says those once)."""
+    dims = [r.case.dimensions() for r in rows]
+    common = set.intersection(*(set(d.items()) for d in dims)) if dims else set()
+    for r, d in zip(rows, dims, strict=True):
+        own = [f"{word} {value}" for word, value in d.items() if (word, value) not in common]
+        r.said = " ".join([r.case.id, *own]) + (f" #{r.copy}" if r.copy else "")
 
 
 def kept(runs: list[Run]) -> tuple[list[Run], list[Run]]:
@@ -449,19 +468,19 @@ def sentence(s: Standing) -> str:
     best = s.best
     if len(s.leaders) + len(s.behind) == 1:
         return (
-            f"{head}: only {best.name} ({value(best, f)}) could be ranked; nothing to compare it with.{out}"
+            f"{head}: only {best.called} ({value(best, f)}) could be ranked; nothing to compare it with.{out}"
         )
     if len(s.leaders) == 1:
-        text = f"{head}: {best.name} leads with {value(best, f)}"
+        text = f"{head}: {best.called} leads with {value(best, f)}"
     else:
-        ties = "; ".join(f"{r.name} {value(r, f)}: {c.words()}" for r, c in s.leaders[1:] if c is not None)
+        ties = "; ".join(f"{r.called} {value(r, f)}: {c.words()}" for r, c in s.leaders[1:] if c is not None)
         text = (
-            f"{head}: {best.name} {value(best, f)} and {len(s.leaders) - 1} more lead, no clear difference "
-            f"among them (against {best.name}: {ties})"
+            f"{head}: {best.called} {value(best, f)} and {len(s.leaders) - 1} more lead, no clear difference "
+            f"among them (against {best.called}: {ties})"
         )
     if s.behind:
-        text += f"; clearly behind {best.name}: " + "; ".join(
-            f"{r.name} {value(r, f)} ({c.words()})" for r, c in s.behind
+        text += f"; clearly behind {best.called}: " + "; ".join(
+            f"{r.called} {value(r, f)} ({c.words()})" for r, c in s.behind
         )
     text += "."
     if s.detectable is not None:
@@ -669,7 +688,7 @@ def other_figures(group: Group) -> list[str]:
         if key == group.cpu_key:
             continue
         if key == "rps" and group.load.model == "rate":
-            short = [r.name for r in group.rows if not r.kept_rate(group.load)]
+            short = listed([r for r in group.rows if not r.kept_rate(group.load)])
             out.append(
                 f"rps: every row was given {group.load.target_rps:g} rps, the same work, so rps ranks nothing"
                 + (
@@ -683,12 +702,24 @@ def other_figures(group: Group) -> list[str]:
     return out
 
 
+def listed(rows: list[Row]) -> list[str]:
+    """The rows' names for a sentence, an A/A pair named once (`singleton-cio`) where both its
+    copies are among them."""
+    out: list[str] = []
+    for r in rows:
+        both = r.copy and sum(x.case == r.case for x in rows) > 1
+        name = r.called.removesuffix(f" #{r.copy}") if both else r.called
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def risks(results: Results, group: Group) -> list[str]:
     """What a user must know before choosing, by name."""
     out = []
-    if leaks := [r.name for r in group.rows if "leak" in r.flags]:
+    if leaks := listed([r for r in group.rows if "leak" in r.flags]):
         out.append(f"Leak: kept threads or open files after the load: {', '.join(leaks)}.")
-    if logged := [r.name for r in group.rows if "proxy-exceptions" in r.flags]:
+    if logged := listed([r for r in group.rows if "proxy-exceptions" in r.flags]):
         out.append(
             f"Exceptions: the proxy logged exceptions with a stack trace (proxy-exceptions, named in the "
             f"notes below the table): {', '.join(logged)}."
@@ -702,11 +733,9 @@ def risks(results: Results, group: Group) -> list[str]:
             + (f" ({'; '.join(sorted(notes))})" if notes else "")
             + "."
         )
-    per_request = [
-        r.name
-        for r in group.rows
-        if (c := r.figures["conns"].mean) is not None and c >= CONNECTION_PER_REQUEST
-    ]
+    per_request = listed(
+        [r for r in group.rows if (c := r.figures["conns"].mean) is not None and c >= CONNECTION_PER_REQUEST]
+    )
     if per_request:
         out.append(
             f"A connection per request: {', '.join(per_request)} opened one for (nearly) every request "
@@ -736,16 +765,16 @@ def measurement_risks(group: Group) -> list[str]:
     if not_capacity := [r for r in group.rows if rate_flags(r)]:
         out.append(
             "Rate not the engine's: "
-            + "; ".join(f"{r.name} ({', '.join(rate_flags(r))})" for r in not_capacity)
+            + "; ".join(f"{r.called} ({', '.join(rate_flags(r))})" for r in not_capacity)
             + "."
         )
-    if missed := [r.name for r in group.rows if "scrapes-missed" in r.flags]:
+    if missed := listed([r for r in group.rows if "scrapes-missed" in r.flags]):
         out.append(
             "Scrapes missed: Prometheus did not get every scrape of the proxy in time (its /metrics "
             f"slow under the load): {', '.join(missed)}; their threads, heap and files highs are at "
             "least those shown."
         )
-    if slow := [r.name for r in group.rows if "generator-latency" in r.flags]:
+    if slow := listed([r for r in group.rows if "generator-latency" in r.flags]):
         out.append(
             "Latency mostly the generator's (Locust's p50 well above the proxy's own): "
             + ", ".join(slow)
@@ -805,7 +834,10 @@ def aa_check(group: Group) -> str:
             for k, c in zip(keys, tests, strict=True)
         ]
         clear = [BY_KEY[k].words or k for k, c in zip(keys, tests, strict=True) if c.clear]
-        text = f"A/A check: two proxies of {a.case.name} ({a.name}, {b.name}) differed by {', '.join(parts)}"
+        text = (
+            f"A/A check: two proxies of {a.called.removesuffix(f' #{a.copy}')} (#{a.copy}, #{b.copy}) "
+            f"differed by {', '.join(parts)}"
+        )
         if clear:
             text += (
                 f"; on {', '.join(clear)} the interval excludes 0: two JVMs of one case differed more than "

@@ -27,6 +27,7 @@ from .conclusions import (
     family_line,
     groups,
     lifetime_answer,
+    listed,
     risks,
     screen,
 )
@@ -125,7 +126,7 @@ class Answer:
         s, g = self.screen, self.group
         engines = sorted({row.case.engine for row, _ in s.engines.leaders})
         plan = self.results.plan
-        short = [r.name for r in g.rows if not r.kept_rate(g.load)]
+        short = listed([r for r in g.rows if not r.kept_rate(g.load)])
         return [
             *(f"{line}\n" for line in (lifetime_answer(s), engines_answer(s)) if line),
             f"- Measured with `{self.workload.command}` on {self.measured_on}: "

@@ -101,7 +101,8 @@ def answer(g: Group) -> list[str]:
     lines = [line for line in (lifetime_answer(s), engines_answer(s)) if line]
     if not lines and len(alone := [r for r in g.rows if r.copy <= 1]) == 1:
         lines = [
-            f"One row, {alone[0].name}: nothing here to compare it with; its figures are in the table below."
+            f"One row, {alone[0].called}: nothing here to compare it with; its figures are in the table "
+            "below."
         ]
     return lines
 

@@ -123,9 +123,7 @@ def test_the_standing_names_leaders_and_those_clearly_behind_never_the_aa_copy()
     )
     assert "This run finds a difference of" in text
     line = conclusions.aa_check(group)
-    assert line.startswith(
-        "A/A check: two proxies of singleton-okhttp (singleton-okhttp #1, singleton-okhttp #2)"
-    )
+    assert line.startswith("A/A check: two proxies of singleton-okhttp (#1, #2)")
 
 
 def test_a_family_s_p_values_and_intervals_are_adjusted_together():
@@ -363,3 +361,24 @@ def test_an_aa_pair_is_said_to_differ_about_as_often_as_alpha_over_all_its_figur
         line = conclusions.aa_check(group)
         said += "the interval excludes 0" in line
     assert said <= draws * 0.09, f"{said} of {draws} draws called the pair different"
+
+
+def test_sentences_name_a_row_by_what_sets_it_apart_in_its_group_and_an_aa_pair_once():
+    # every row at RTT 80 ms, one of them over HTTPS too: the group's heading says the distance,
+    # so sentences name only the protocol; the table keeps every dimension
+    results = results_of(
+        {name: [(200.0, 1.0)] * 5 for name in ("singleton-cio #1", "singleton-cio #2", "per-call-okhttp")}
+    )
+    for run in results.runs:
+        run.dims = {"rtt_ms": 80} | ({"protocol": "https"} if run.case == "per-call-okhttp" else {})
+    (group,) = conclusions.groups(results)
+    assert [r.name for r in group.rows] == [
+        "singleton-cio rtt 80 #1", "singleton-cio rtt 80 #2", "per-call-okhttp protocol https rtt 80"
+    ]  # fmt: skip
+    assert [r.called for r in group.rows] == [
+        "singleton-cio #1",
+        "singleton-cio #2",
+        "per-call-okhttp protocol https",
+    ]
+    assert conclusions.listed(group.rows) == ["singleton-cio", "per-call-okhttp protocol https"]
+    assert conclusions.listed(group.rows[1:]) == ["singleton-cio #2", "per-call-okhttp protocol https"]
