@@ -459,3 +459,18 @@ def test_a_change_held_at_two_settings_is_named_with_its_setting_and_once_where_
     lines = page.splitlines()
     http, https = (next(i for i, x in enumerate(lines) if f", protocol {p}: " in x) for p in PROTOCOLS)
     assert http < https
+
+
+def test_replay_ranks_capacity_with_one_row_a_case_named_as_its_case():
+    from ktor_lab.studies import replay
+
+    results = tls_results(
+        {(c, p): 3.0 for c in ("singleton-cio", "singleton-okhttp") for p in ("http", "https")}
+    )
+    for r in results.runs:  # singleton-cio as an A/A pair, at a closed loop without wait
+        r.load = parse_load("closed/50/0")
+        if r.case == "singleton-cio":
+            r.copy = 1 if r.dims["protocol"] == "http" else 2
+            r.dims = {"protocol": "http"}
+    (line,) = [w for w in replay.words({"loads": results}) if w.startswith("Capacity")]
+    assert "singleton-cio " in line and "#" not in line, line

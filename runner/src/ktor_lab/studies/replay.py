@@ -10,6 +10,8 @@ their capacity, and name the highest fixed rate each case held.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import conclusions
 from ..results import Results
 from .plans import Part, PlanStudy
@@ -73,7 +75,8 @@ def words(results: dict[str, Results]) -> list[str]:
                         best[row.case.id] = max(best.get(row.case.id, 0.0), g.load.target_rps or 0.0)
         for g in gs:
             if g.load.model == "closed" and g.load.wait_max == 0:
-                rows = [row for row in g.rows if row.copy <= 1]
+                # one row a case: the A/A pair's first copy, named as its case
+                rows = [replace(row, said=row.called.removesuffix(" #1")) for row in g.rows if row.copy <= 1]
                 ranked = conclusions.standing(g, conclusions.BY_KEY["rps"], rows)
                 out.append(
                     f"Capacity ({g.load.label}: a closed loop without wait, each case as fast as it "
