@@ -474,3 +474,17 @@ def test_replay_ranks_capacity_with_one_row_a_case_named_as_its_case():
             r.dims = {"protocol": "http"}
     (line,) = [w for w in replay.words({"loads": results}) if w.startswith("Capacity")]
     assert "singleton-cio " in line and "#" not in line, line
+
+
+def test_a_figure_measured_on_one_side_of_every_change_is_left_out_of_the_verdict_not_listed():
+    # carrier threads exist only where the proxy ran on virtual threads: here only over https, so
+    # no change http -> https can compare them, and the verdict says nothing of them
+    results = tls_results(
+        {(c, p): 3.0 for c in ("singleton-cio", "singleton-okhttp") for p in ("http", "https")}
+    )
+    for r in results.runs:
+        r.prometheus.carriers_max = 2.0 if r.dims["protocol"] == "https" else None
+    study = replace(STUDIES["protocols"], figures=("cpu_no_jit", "carriers"))
+    page = plans.page(study, "lab study protocols", {"rate": results})
+    line = next(x for x in page.splitlines() if "protocol http -> https: of 2 cases" in x)
+    assert "CPU per request" in line and "carrier" not in line, line

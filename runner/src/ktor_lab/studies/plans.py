@@ -552,8 +552,9 @@ def summed(
     for k in ks if rest else ():
         comps = [(named[id(c)], tested[(id(c), k)]) for c in rest]
         judgeable = [(n, x) for n, x in comps if x is not None and x.difference is not None]
-        if not judgeable and all(x is not None for _, x in comps):
-            continue  # measured for none of the cases
+        unjudged = [why_not(c, k, named[id(c)]) for c, (_, x) in zip(rest, comps, strict=True) if x is None]
+        if not judgeable and all(w.endswith("(not measured)") for w in unjudged):
+            continue  # measured for none of the cases (or on one side only: carriers before virtual)
         up = [(n, x.difference) for n, x in judgeable if x.clear and x.difference > 0]
         down = [(n, x.difference) for n, x in judgeable if x.clear and x.difference < 0]
         same = [n for n, x in judgeable if x.p is not None and not x.clear]
@@ -561,10 +562,7 @@ def summed(
         for what, names in (
             ("no clear difference", same),
             ("untested", [n for n, x in judgeable if x.p is None]),
-            (
-                "not compared",
-                [why_not(c, k, named[id(c)]) for c, (_, x) in zip(rest, comps, strict=True) if x is None],
-            ),
+            ("not compared", unjudged),
         ):
             if names:
                 bits.append(f"{what} for {', '.join(names) if len(names) <= FEW else len(names)}")
