@@ -160,7 +160,8 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     results.plan.loads = [parse_load("rate/100/40")]
     other = plans.page(STUDIES["protocols"], "lab study protocols --loads rate/100/40", {"rate": results})
     assert (
-        "## rate: every case over each protocol at 200 requests a second; measured at rate/100/40 " in other
+        "## rate: every case over each protocol at 200 requests a second; also at rate/100/40 (--loads)\n"
+        in other
     )
 
 
@@ -488,3 +489,15 @@ def test_a_figure_measured_on_one_side_of_every_change_is_left_out_of_the_verdic
     page = plans.page(study, "lab study protocols", {"rate": results})
     line = next(x for x in page.splitlines() if "protocol http -> https: of 2 cases" in x)
     assert "CPU per request" in line and "carrier" not in line, line
+
+
+def test_a_part_s_heading_names_only_the_loads_the_command_added_to_its_own():
+    results = tls_results(
+        {(c, p): 3.0 for c in ("singleton-cio", "singleton-okhttp") for p in ("http", "https")}
+    )
+    (part,) = STUDIES["protocols"].all_parts()  # its own load: rate/200/40, as the results ran
+    assert plans.heading(part, results) == part.what
+    for r in results.runs:
+        r.load = parse_load("rate/300/40")
+    results.plan = replace(results.plan, loads=[parse_load("rate/300/40")])
+    assert plans.heading(part, results) == f"{part.what}; also at rate/300/40 (--loads)"

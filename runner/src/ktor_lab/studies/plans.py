@@ -309,7 +309,7 @@ def page(
         if options := argv.get(name) or (part.argv if part else ()):
             lines += [f"`lab run {shlex.join(options)}`, then the options of the command above.", ""]
         lines += [design(r) + f" Its lab report: [{base}{name}/report.md]({base}{name}/report.md).", ""]
-        # A study that compares no dimension has said each group's first screen in the verdict.
+        # Per group, its compared changes (its first screen is said in the verdict, once).
         for g in conclusions.groups(r):
             if rows := [c for c in conclusions.changes(g) if compared(study, c)]:
                 lines += [f"{g.heading}:", "", changes_table(study, rows), ""]
@@ -351,14 +351,16 @@ def smaller(study: PlanStudy, part: Part | None, r: Results) -> str:
 
 
 def heading(part: Part | None, r: Results) -> str:
-    """What a part measures, as it says; and the loads it ran at where the command's --loads replaced
-    the part's own (its words name those)."""
+    """What a part measures, as it says; and the loads it ran at beyond its own, where the command's
+    --loads added them (those it left out are said under the verdict, by smaller())."""
     if part is None:
         return ""
-    argv = list(part.argv)
-    own = argv[argv.index("--loads") + 1] if "--loads" in argv[:-1] else None
-    ran = ",".join(x.label for x in r.plan.loads)
-    return part.what if own is None or own == ran else f"{part.what}; measured at {ran} instead (--loads)"
+    try:
+        own = {x.label for x in part_plan(part, {}).loads}
+    except LabError:
+        return part.what
+    extra = [x.label for x in r.plan.loads if x.label not in own]
+    return f"{part.what}; also at {', '.join(extra)} (--loads)" if extra else part.what
 
 
 # How the page's changes are tested, said once under the verdict.
