@@ -875,27 +875,37 @@ class Change:
     def comparison(self, key: str) -> Comparison:
         return self.group.compare(self.before, self.after, key)
 
-    def figure(self, key: str) -> tuple[str, bool | None]:
-        """`rps 1,200 -> 1,320 (+10.0%, p=0.008)` and whether the change is clear (None: not judged)."""
+    def judged(self, key: str) -> bool:
+        """Whether the change on `key` is one to test: both centres measured, and not a rate that a
+        target or a flag set (no change of capacity to judge)."""
+        if self.before.figures[key].mean is None or self.after.figures[key].mean is None:
+            return False
+        return not (key == "rps" and set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS))
+
+    def figure(self, key: str, c: Comparison | None = None) -> tuple[str, bool | None]:
+        """`rps 1,200 -> 1,320 (+10.0%, p=0.008)` and whether the change is clear (None: not judged);
+        `c`: its comparison as its family adjusted it (else tested alone)."""
         f = BY_KEY[key]
         a, b = self.before.figures[key], self.after.figures[key]
         if a.mean is None or b.mean is None:
             return f"{f.heading}: not measured", None
-        c = self.comparison(key)
-        text = f"{f.heading} {a.mean:,.{f.digits}f} -> {b.mean:,.{f.digits}f} ({c.words()})"
-        if key == "rps" and set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS):
-            return text, None  # a rate set by a target or a flag: no change of capacity to judge
-        return text, c.clear if c.p is not None else None
+        centres = f"{f.heading} {a.mean:,.{f.digits}f} -> {b.mean:,.{f.digits}f}"
+        if not self.judged(key):  # a rate set by a target or a flag: no change of capacity to judge
+            return f"{centres} (not tested)", None
+        c = c or self.comparison(key)
+        return f"{centres} ({c.words()})", c.clear if c.p is not None else None
 
     @property
     def keys(self) -> tuple[str, ...]:
         keys = CHANGE_FIGURES_BY_DIMENSION.get(self.dimension, CHANGE_FIGURES)
         return keys if self.group.cpu_key == "cpu_no_jit" else tuple(k for k in keys if k != "cpu_no_jit")
 
-    def sentence(self) -> str:
+    def sentence(self, tested: dict[str, Comparison] | None = None) -> str:
+        """The change on each of its figures; `tested`: their comparisons as the family adjusted them
+        (changes_said)."""
         parts, clear, judged = [], [], False
         for key in self.keys:
-            text, is_clear = self.figure(key)
+            text, is_clear = self.figure(key, (tested or {}).get(key))
             parts.append(text)
             judged = judged or is_clear is not None
             if is_clear:
@@ -928,6 +938,19 @@ def _dim_order(name: str, value: str) -> tuple:
 def version_key(text: str | None) -> tuple:
     """3.10.0 after 3.5.1: numbers compared as numbers."""
     return tuple(int(p) if p.isdigit() else 0 for p in (text or "").split("."))
+
+
+def changes_said(group: Group) -> list[str]:
+    """The group's changes in words, every figure of every change one family: p values adjusted
+    together (Benjamini-Hochberg) and each interval with them, as a study's page adjusts its own, so
+    that 8 cases x 5 figures do not name a change by chance about twice."""
+    cs = changes(group)
+    pairs = [(c, k) for c in cs for k in c.keys if c.judged(k)]
+    adjusted = confidence.adjust([c.comparison(k) for c, k in pairs])
+    tested: dict[int, dict[str, Comparison]] = {}
+    for (c, k), x in zip(pairs, adjusted, strict=True):
+        tested.setdefault(id(c), {})[k] = x
+    return [c.sentence(tested.get(id(c))) for c in cs]
 
 
 def changes(group: Group) -> list[Change]:

@@ -24,6 +24,7 @@ from .conclusions import (
     Row,
     aa_check,
     changes,
+    changes_said,
     engines_answer,
     family_line,
     groups,
@@ -158,7 +159,8 @@ CHANGES_INTRO = (
     "Each line holds the case, the scenario, the load and all but one of Ktor release, JDK, protocol, "
     "round trip (RTT) and dispatcher, and changes that one: centres before -> after, with the change and its "
     "test (the verdict's: its JVMs, the spread pooled over the group's rows). A change is named only when "
-    "the test says so (p < 0.05)."
+    "the test says so, its p value adjusted over every line and figure of the group (Benjamini-Hochberg) and "
+    "each interval with it."
 )
 
 
@@ -385,8 +387,8 @@ def markdown(results: Results) -> str:
     if any(changes(g) for g in gs):
         lines += ["## One dimension changed", "", CHANGES_INTRO, ""]
         for g in gs:
-            if cs := changes(g):
-                lines += [f"{g.heading}:", "", *[f"- {c.sentence()}" for c in cs], ""]
+            if said := changes_said(g):
+                lines += [f"{g.heading}:", "", *[f"- {x}" for x in said], ""]
     for g in gs:
         lines += [f"## {g.heading}", "", directions(g), "", table(g).markdown()]
         if reasons := [f"- {r.name}: {why}" for r in g.rows for why in r.reasons]:
@@ -437,8 +439,8 @@ def page(results: Results) -> str:
     if any(changes(g) for g in gs):
         body.append(f"<h2>One dimension changed</h2><p>{html.escape(CHANGES_INTRO)}</p>")
         for g in gs:
-            if cs := changes(g):
-                body.append(f"<h3>{html.escape(g.heading)}</h3>{ul([c.sentence() for c in cs])}")
+            if said := changes_said(g):
+                body.append(f"<h3>{html.escape(g.heading)}</h3>{ul(said)}")
     for g in gs:
         body.append(f"<h2>{html.escape(g.heading)}</h2><p>{html.escape(directions(g))}</p>")
         body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))

@@ -382,3 +382,31 @@ def test_sentences_name_a_row_by_what_sets_it_apart_in_its_group_and_an_aa_pair_
     ]
     assert conclusions.listed(group.rows) == ["singleton-cio", "per-call-okhttp protocol https"]
     assert conclusions.listed(group.rows[1:]) == ["singleton-cio #2", "per-call-okhttp protocol https"]
+
+
+def test_the_report_s_changes_are_one_family_so_null_changes_are_named_less_than_tested_alone():
+    # 8 cases on two releases that do not differ, 5 figures a change: tested alone, 40 tests at
+    # p < 0.05 name about two changes a run; adjusted together, about one run in twenty names one
+    cases = ["singleton-cio", "singleton-okhttp", "singleton-apache5", "singleton-java"]
+    cases += [c.replace("singleton", "per-call") for c in cases]
+    alone = together = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        runs = []
+        for n in range(1, 6):
+            for name in cases:
+                for release in ("3.4.0", "3.5.2"):
+                    run = window(name, n, 500 * (1 + rng.gauss(0, 0.05)), 1.0 * (1 + rng.gauss(0, 0.1)))
+                    run.locust.p99_ms = 30 * (1 + rng.gauss(0, 0.2))
+                    run.ktor, run.java, run.dimensions = release, "17.0.15", True
+                    runs.append(run)
+        plan = Plan([Case.parse(c) for c in cases], ["static-small"], [LOAD], repeats=5,
+                    dims={"ktor": ["3.4.0", "3.5.2"]})  # fmt: skip
+        env = {"commit": "0" * 16, "dirty": False, "machine": {"cpus": 2, "cpu_model": "x", "memory_gib": 1},
+               "versions": {}}  # fmt: skip
+        (group,) = conclusions.groups(Results(plan=plan, backend={"kind": "native"}, environment=env,
+                                              started="", runs=runs))  # fmt: skip
+        assert len(conclusions.changes(group)) == 8
+        alone += sum("A difference on" in c.sentence() for c in conclusions.changes(group))
+        together += sum("A difference on" in x for x in conclusions.changes_said(group))
+    assert together < alone and together <= 2, (together, alone)
