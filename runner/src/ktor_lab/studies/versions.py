@@ -44,6 +44,7 @@ STUDY = PlanStudy(
     parts=parts,
     compares=("ktor", "java"),
     notes=(
-        "Ktor's own socket and file I/O per release, against plain JVM I/O: `lab study io --ktor RELEASE`.",
+        "Ktor's own socket and file I/O per release, against plain JVM I/O: "
+        f"`lab study io --ktor {releases()[0]}`, then each other release.",
     ),
 )
