@@ -166,6 +166,12 @@ class Row:
         return self.said or self.name
 
     @property
+    def engine(self) -> str:
+        """`cio`, or `cio ktor 3.4.0` where its group's rows differ in the release: how an answer
+        that has said the lifetime names the row (an A/A pair's copies alike)."""
+        return self.called.removesuffix(f" #{self.copy}").replace(self.case.id, self.case.engine, 1)
+
+    @property
     def windows(self) -> int:
         return len(self.runs)
 
@@ -590,22 +596,17 @@ def lifetime_answer(s: Screen) -> str | None:
     if dearer:
         parts.append(
             "a client per call cost "
-            + ", ".join(f"{a.case.engine} {ratio(c)}" for a, _, c in dearer)
+            + ", ".join(f"{a.engine} {ratio(c)}" for a, _, c in dearer)
             + f" the {s.figure.words or s.figure.heading} of one client for the process"
         )
     if cheaper:
-        parts.append(
-            "per call cost less for " + ", ".join(f"{a.case.engine} {ratio(c)}" for a, _, c in cheaper)
-        )
+        parts.append("per call cost less for " + ", ".join(f"{a.engine} {ratio(c)}" for a, _, c in cheaper))
     if untold:
-        parts.append(
-            "no clear difference for " + ", ".join(f"{a.case.engine} ({c.span()})" for a, _, c in untold)
-        )
+        parts.append("no clear difference for " + ", ".join(f"{a.engine} ({c.span()})" for a, _, c in untold))
     if out:
         whys = [", ".join(r.why_not(f) for r in (a, b) if not ranked(g, f, [r])[0]) for a, b in out]
         parts.append(
-            "not compared: "
-            + ", ".join(f"{a.case.engine} ({why})" for (a, _), why in zip(out, whys, strict=True))
+            "not compared: " + ", ".join(f"{a.engine} ({why})" for (a, _), why in zip(out, whys, strict=True))
         )
     head = (
         "Lifetime: keep one HttpClient for the process (singleton)"
@@ -629,23 +630,23 @@ def engines_answer(s: Screen) -> str | None:
     out = f" Left out: {', '.join(r.why_not(f) for r in st.left_out)}." if st.left_out else ""
     if len(st.leaders) + len(st.behind) < 2:
         return f"{among}, no engine can be ranked on {f.words or f.heading}.{out}"
-    lead = [r.case.engine for r, _ in st.leaders]
+    lead = [r.engine for r, _ in st.leaders]
     if not st.behind:
-        ties = ", ".join(f"{r.case.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+        ties = ", ".join(f"{r.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
         return (
             f"{among}, no engine is clearly ahead on {f.words or f.heading} at this load "
-            f"(against {st.best.case.engine}: {ties}).{out}"
+            f"(against {st.best.engine}: {ties}).{out}"
         )
     verb = "uses" if len(lead) == 1 else "use"
     text = f"{among}, {' and '.join(lead)} {verb} the least {f.words or f.heading}"
     if len(st.leaders) > 1:
         text += (
             " (no clear difference: "
-            + ", ".join(f"{r.case.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
-            + f" against {st.best.case.engine})"
+            + ", ".join(f"{r.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+            + f" against {st.best.engine})"
         )
     text += "; clearly more: " + ", ".join(
-        f"{r.case.engine} {c.difference:+.0%} ({c.span()})" for r, c in st.behind
+        f"{r.engine} {c.difference:+.0%} ({c.span()})" for r, c in st.behind
     )
     return text + "." + out
 

@@ -410,3 +410,6 @@ def test_the_report_s_changes_are_one_family_so_null_changes_are_named_less_than
         alone += sum("A difference on" in c.sentence() for c in conclusions.changes(group))
         together += sum("A difference on" in x for x in conclusions.changes_said(group))
     assert together < alone and together <= 2, (together, alone)
+    # the first screen names each row by what sets it apart: its release
+    answer = conclusions.lifetime_answer(conclusions.screen(group))
+    assert "cio ktor 3.4.0 (" in answer and "cio ktor 3.5.2 (" in answer, answer

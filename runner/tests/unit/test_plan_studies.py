@@ -460,6 +460,8 @@ def test_a_change_held_at_two_settings_is_named_with_its_setting_and_once_where_
     lines = page.splitlines()
     http, https = (next(i for i, x in enumerate(lines) if f", protocol {p}: " in x) for p in PROTOCOLS)
     assert http < https
+    # each screen names its rows by what sets them apart within it: the distance, not the protocol
+    assert "cio rtt 80 " in lines[http] and "protocol" not in lines[http].split(": ", 1)[1], lines[http]
 
 
 def test_replay_ranks_capacity_with_one_row_a_case_named_as_its_case():

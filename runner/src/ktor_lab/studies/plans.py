@@ -537,7 +537,14 @@ def subgroups(study: PlanStudy, g: Group) -> list[tuple[str, Group]]:
         label = "".join(f", {d.title} {text}" for d, text in shown)
         place[label] = tuple(d.order(text) for d, text in shown)
         out.setdefault(label, []).append(row)
-    return [(label, replace(g, rows=out[label])) for label in sorted(out, key=place.__getitem__)]
+    return [(label, replace(g, rows=briefly(out[label]))) for label in sorted(out, key=place.__getitem__)]
+
+
+def briefly(rows: list) -> list:
+    """Copies of `rows` named by what sets them apart among themselves (the label says the rest)."""
+    copies = [replace(r) for r in rows]
+    conclusions.name_briefly(copies)
+    return copies
 
 
 def summed(
