@@ -564,6 +564,8 @@ def summed(
         unjudged = [why_not(c, k, named[id(c)]) for c, (_, x) in zip(rest, comps, strict=True) if x is None]
         if not judgeable and all(w.endswith("(not measured)") for w in unjudged):
             continue  # measured for none of the cases (or on one side only: carriers before virtual)
+        if not judgeable and k == "rps" and all(rate_set(c) for c in rest):
+            continue  # every rate was the load's (a fixed rate held): nothing to compare, as ADJUSTED says
         up = [(n, x.difference) for n, x in judgeable if x.clear and x.difference > 0]
         down = [(n, x.difference) for n, x in judgeable if x.clear and x.difference < 0]
         same = [n for n, x in judgeable if x.p is not None and not x.clear]
@@ -582,6 +584,11 @@ def summed(
     if not said:
         return f"of {n} case{'s' if n != 1 else ''}, nothing measured to compare."
     return f"of {n} case{'s' if n != 1 else ''}, " + "; ".join(said) + "."
+
+
+def rate_set(c: Change) -> bool:
+    """Whether a target or the load model set either row's rate (RATE_FLAGS)."""
+    return any(set(r.flags) & set(RATE_FLAGS) for r in (c.before, c.after))
 
 
 def why_never(c: Change, ks: Sequence[str], name: str) -> str:
