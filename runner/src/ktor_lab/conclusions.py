@@ -764,11 +764,13 @@ def measurement_risks(group: Group) -> list[str]:
         ]
 
     if not_capacity := [r for r in group.rows if rate_flags(r)]:
-        out.append(
-            "Rate not the engine's: "
-            + "; ".join(f"{r.called} ({', '.join(rate_flags(r))})" for r in not_capacity)
-            + "."
-        )
+        said: list[str] = []
+        for r in not_capacity:  # an A/A pair once where both copies have the same flags
+            alike = [x for x in not_capacity if x.case == r.case and rate_flags(x) == rate_flags(r)]
+            name = r.called.removesuffix(f" #{r.copy}") if r.copy and len(alike) > 1 else r.called
+            if (entry := f"{name} ({', '.join(rate_flags(r))})") not in said:
+                said.append(entry)
+        out.append("Rate not the engine's: " + "; ".join(said) + ".")
     if missed := listed([r for r in group.rows if "scrapes-missed" in r.flags]):
         out.append(
             "Scrapes missed: Prometheus did not get every scrape of the proxy in time (its /metrics "
@@ -877,11 +879,22 @@ class Change:
         return self.group.compare(self.before, self.after, key)
 
     def judged(self, key: str) -> bool:
-        """Whether the change on `key` is one to test: both centres measured, and not a rate that a
-        target or a flag set (no change of capacity to judge)."""
-        if self.before.figures[key].mean is None or self.after.figures[key].mean is None:
-            return False
-        return not (key == "rps" and set(self.before.flags + self.after.flags) & set(verdict.RATE_FLAGS))
+        """Whether the change on `key` is one to test, as a ranking and a study's page judge it: both
+        centres measured, neither row flagged on the figure, and not a rate that a target or a flag
+        set (no change of capacity to judge), nor, on the other figures, a row short of its rate."""
+        return not self.why_not(key)
+
+    def why_not(self, key: str) -> str:
+        """Why the change on `key` is not tested (`not measured`, `not tested`: a rate its target
+        set, `not compared: errors`), "" when it is."""
+        f, rows = BY_KEY[key], (self.before, self.after)
+        if any(r.figures[key].mean is None for r in rows):
+            return "not measured"
+        if flags := sorted({x for r in rows for x in r.flags if x in f.not_comparable}):
+            return f"not compared: {', '.join(flags)}"
+        if key == "rps":
+            return "not tested" if any(set(r.flags) & set(verdict.RATE_FLAGS) for r in rows) else ""
+        return "" if all(r.kept_rate(self.group.load) for r in rows) else "not compared: short of its rate"
 
     def figure(self, key: str, c: Comparison | None = None) -> tuple[str, bool | None]:
         """`rps 1,200 -> 1,320 (+10.0%, p=0.008)` and whether the change is clear (None: not judged);
@@ -891,8 +904,8 @@ class Change:
         if a.mean is None or b.mean is None:
             return f"{f.heading}: not measured", None
         centres = f"{f.heading} {a.mean:,.{f.digits}f} -> {b.mean:,.{f.digits}f}"
-        if not self.judged(key):  # a rate set by a target or a flag: no change of capacity to judge
-            return f"{centres} (not tested)", None
+        if why := self.why_not(key):
+            return f"{centres} ({why})", None
         c = c or self.comparison(key)
         return f"{centres} ({c.words()})", c.clear if c.p is not None else None
 
@@ -913,7 +926,9 @@ class Change:
                 clear.append(BY_KEY[key].heading)
         head = f"{self.case} on {self.same}, {self.dimension} {self.before_name} -> {self.after_name}: "
         text = head + "; ".join(parts)
-        if not judged:
+        if not judged and not any(self.judged(k) for k in self.keys):
+            text += ". Not compared on any of them."
+        elif not judged:
             text += ". No spread to test with (one window a row): lab run --forks 2 --windows 3."
         elif clear:
             text += f". A difference on {', '.join(clear)}."

@@ -106,9 +106,9 @@ class Answer:
     def use(self) -> str:
         """The summary table's cell: the leading engines among singletons, and the lifetime."""
         s = self.screen
-        leaders = sorted({row.case.engine for row, _ in s.engines.leaders})
+        leaders = sorted({row.engine for row, _ in s.engines.leaders})
         dearer = [c for _, _, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
-        untold = [a.case.engine for a, _, c in s.lifetimes if c is not None and not c.clear]
+        untold = [a.engine for a, _, c in s.lifetimes if c is not None and not c.clear]
         lifetime = "one client for the process" if dearer else "no clear lifetime"
         if dearer and untold:
             lifetime += f" (no clear difference for {', '.join(untold)})"

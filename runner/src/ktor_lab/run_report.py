@@ -101,10 +101,13 @@ def answer(g: Group) -> list[str]:
     s = screen(g)
     lines = [line for line in (lifetime_answer(s), engines_answer(s)) if line]
     if not lines and len(alone := [r for r in g.rows if r.copy <= 1]) == 1:
-        lines = [
-            f"One row, {alone[0].called}: nothing here to compare it with; its figures are in the table "
-            "below."
-        ]
+        one = alone[0]
+        what = (
+            f"One case, {one.called.removesuffix(' #1')}, as an A/A pair"
+            if one.copy
+            else f"One row, {one.called}"
+        )
+        lines = [f"{what}: nothing here to compare it with; its figures are in the table below."]
     return lines
 
 

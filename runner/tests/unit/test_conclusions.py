@@ -413,3 +413,26 @@ def test_the_report_s_changes_are_one_family_so_null_changes_are_named_less_than
     # the first screen names each row by what sets it apart: its release
     answer = conclusions.lifetime_answer(conclusions.screen(group))
     assert "cio ktor 3.4.0 (" in answer and "cio ktor 3.5.2 (" in answer, answer
+    # a row that failed requests is in no test of the family, as a ranking leaves it out
+    for run in runs:
+        if run.case == "per-call-cio" and run.ktor == "3.5.2":
+            run.locust.failures = run.locust.requests // 2
+            run.proxy.cpu_seconds_per_1000_requests *= 1.5
+    (group,) = conclusions.groups(Results(plan=plan, backend={"kind": "native"}, environment=env,
+                                          started="", runs=runs))  # fmt: skip
+    (line,) = [x for x in conclusions.changes_said(group) if x.startswith("per-call-cio ")]
+    assert "(not compared: errors)" in line and "A difference on" not in line, line
+    assert "Not compared on any of them." in line, line
+
+
+def test_a_run_of_one_aa_pair_names_its_case_once_and_as_a_pair():
+    results = results_of({name: [(200.0, 1.0)] * 5 for name in ("singleton-cio #1", "singleton-cio #2")})
+    for run in results.runs:  # both copies failed requests
+        run.locust.failures = run.locust.requests // 2
+    (group,) = conclusions.groups(results)
+    assert run_report.answer(group) == [
+        "One case, singleton-cio, as an A/A pair: nothing here to compare it with; its figures are in the "
+        "table below."
+    ]
+    (rate,) = [x for x in conclusions.measurement_risks(group) if x.startswith("Rate not the engine's")]
+    assert rate.startswith("Rate not the engine's: singleton-cio (errors") and "#" not in rate, rate

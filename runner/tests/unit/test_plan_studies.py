@@ -160,8 +160,8 @@ def test_the_page_opens_with_the_verdict_in_words_and_gives_each_change_its_inte
     results.plan.loads = [parse_load("rate/100/40")]
     other = plans.page(STUDIES["protocols"], "lab study protocols --loads rate/100/40", {"rate": results})
     assert (
-        "## rate: every case over each protocol at 200 requests a second; also at rate/100/40 (--loads)\n"
-        in other
+        "## rate: every case over each protocol at 200 requests a second; measured at rate/100/40 instead "
+        "(--loads)\n" in other
     )
 
 
@@ -191,7 +191,7 @@ def test_a_rate_set_by_a_target_is_never_called_a_change_and_a_flagged_row_is_no
     line = next(x for x in page.splitlines() if "protocol http -> https: of 2 cases" in x)
     assert "of 2 cases, CPU per request" in line, line  # every rate its target's: no word on rps
     assert "CPU per request (the JIT's included) higher for singleton-cio (+" in line
-    assert line.endswith("not compared on any figure: singleton-okhttp (errors, target).")
+    assert line.endswith("not compared on any figure: singleton-okhttp (errors).")
     okhttp = next(x for x in page.splitlines() if x.startswith("| singleton-okhttp |"))
     assert okhttp.endswith("| not compared | not compared |")
 
@@ -502,4 +502,6 @@ def test_a_part_s_heading_names_only_the_loads_the_command_added_to_its_own():
     for r in results.runs:
         r.load = parse_load("rate/300/40")
     results.plan = replace(results.plan, loads=[parse_load("rate/300/40")])
+    assert plans.heading(part, results) == f"{part.what}; measured at rate/300/40 instead (--loads)"
+    results.plan = replace(results.plan, loads=[parse_load("rate/200/40"), parse_load("rate/300/40")])
     assert plans.heading(part, results) == f"{part.what}; also at rate/300/40 (--loads)"

@@ -359,8 +359,13 @@ def heading(part: Part | None, r: Results) -> str:
         own = {x.label for x in part_plan(part, {}).loads}
     except LabError:
         return part.what
-    extra = [x.label for x in r.plan.loads if x.label not in own]
-    return f"{part.what}; also at {', '.join(extra)} (--loads)" if extra else part.what
+    ran = [x.label for x in r.plan.loads]
+    extra = [x for x in ran if x not in own]
+    if not extra:
+        return part.what
+    if len(extra) == len(ran):  # none of its own: its words name a load that was not run
+        return f"{part.what}; measured at {', '.join(extra)} instead (--loads)"
+    return f"{part.what}; also at {', '.join(extra)} (--loads)"
 
 
 # How the page's changes are tested, said once under the verdict.
@@ -594,7 +599,11 @@ def rate_set(c: Change) -> bool:
 def why_never(c: Change, ks: Sequence[str], name: str) -> str:
     """`singleton-cio with RTT 80 ms (errors, not-warm)`: a change judged on none of `ks`, and every
     reason any figure gave."""
-    reasons = {r for k in ks for r in why_not(c, k, name)[len(name) + 2 : -1].split(", ")}
+    # rps's rate flags (a held target) say why rps is not compared, not why the change is not
+    reasons = {r for k in ks if k != "rps" for r in why_not(c, k, name)[len(name) + 2 : -1].split(", ")}
+    reasons = reasons or {r for r in why_not(c, "rps", name)[len(name) + 2 : -1].split(", ")}
+    if len(reasons) > 1:
+        reasons.discard("not measured")
     return f"{name} ({', '.join(sorted(reasons))})"
 
 

@@ -59,7 +59,8 @@ def words(results: dict[str, Results]) -> list[str]:
                     continue
                 f = row.figures
                 said.append(
-                    f"{row.case.id} published {rps} rps, p50 {p50} ms; here {f['rps'].mean or 0:,.0f} rps, "
+                    f"{row.called.removesuffix(' #1')} published {rps} rps, p50 {p50} ms; "
+                    f"here {f['rps'].mean or 0:,.0f} rps, "
                     f"p50 {f['p50'].mean or 0:,.0f} ms ({', '.join(row.flags) or 'no flag'})"
                 )
             if said:
