@@ -399,19 +399,9 @@ def keys(study: PlanStudy, g: Group) -> tuple[str, ...]:
 
 
 def judged(c: Change, key: str) -> Comparison | None:
-    """The change's comparison on a figure, or None when it is not one to judge: either row flagged
-    on it or short of its fixed rate (as a ranking leaves them out), or rps where a target or the
-    load model set the rate."""
-    f = BY_KEY[key]
-    rows = (c.before, c.after)
-    if not all(r.comparable(f) for r in rows):
-        return None
-    if key == "rps":
-        if any(set(r.flags) & set(RATE_FLAGS) for r in rows):
-            return None
-    elif not all(r.kept_rate(c.group.load) for r in rows):
-        return None
-    return c.comparison(key)
+    """The change's comparison on a figure, or None when it is not one to judge (Change.judged:
+    either row flagged on it or short of its fixed rate, or rps where a target set the rate)."""
+    return c.comparison(key) if c.judged(key) else None
 
 
 def why_not(c: Change, key: str, name: str = "") -> str:
