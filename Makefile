@@ -59,7 +59,7 @@ $(IOBENCH_JAR): $(IOBENCH_SOURCES)
 
 build: deps-run $(PROXY_JAR) $(ENGINEBENCH_JAR) $(LEAN_JAR) $(IOBENCH_JAR)  ## the proxy, the minimal reference proxy and the benchmark jars, when their sources changed
 
-# Every test, 35-47 min on 2 cores (docs/testing.md): what it needs is installed first.
+# Every test, 32-35 min on 2 cores (docs/testing.md): what it needs is installed first.
 test: deps-test setup  ## every test: installs what is missing, the unit tier, Kotlin's tests, then the Python suite with real parts
 	$(VENV)/bin/pytest -n auto runner/tests/unit
 	$(MVN) package
