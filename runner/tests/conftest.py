@@ -103,7 +103,11 @@ class BusyLoops:
     def __init__(self, n: int):
         self.started = time.monotonic()
         self.procs = [
-            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"],
+                start_new_session=True,
+                env={**os.environ, **Guardian.env()},
+            )
             for _ in range(n)
         ]
         for p in self.procs:

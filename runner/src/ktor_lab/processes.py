@@ -6,6 +6,12 @@ groups still running; when this process dies, however it dies (SIGKILL included)
 sees its pipe close and ends those groups: TERM, then KILL after 5 s. A group is ended only
 while its leader is the process that was started (same PID and start time), so a reused PID is
 never touched.
+
+A child also carries the guardian's token in its environment (`STARTED_BY`), set before it is
+started: a death between a child's start and the guardian hearing of it (Popen waits for the
+child's exec) would otherwise leave that child behind, and under load it did, in most tries.
+At its end the guardian also ends every live process carrying its token, looking again for a
+second so that a child still on its way to exec is found once it carries it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -29,19 +36,40 @@ from ktor_lab.errors import LabError
 
 T = TypeVar("T")
 
-# Run by the guardian: reads "+PGID START" and "-PGID" lines; at EOF ends what is left. START is
-# the leader's start time (psutil's create_time), so a reused PID is never taken for it.
+# The variable that names the guardian a child was started under (its token).
+STARTED_BY = "KTOR_LAB_STARTED_BY"
+
+# Run by the guardian (argv: STARTED_BY and its token): reads "+PGID START" and "-PGID" lines;
+# at EOF ends what is left, and every process carrying its token. START is the leader's start
+# time (psutil's create_time), so a reused PID is never taken for it.
 GUARDIAN = r"""
 import os, signal, sys, time
 import psutil
 
-from ktor_lab.errors import LabError
+variable, token = sys.argv[1], sys.argv[2]
 groups = {}
 def start_time(pid):
     try:
         return repr(psutil.Process(pid).create_time())
     except psutil.Error:
         return None
+def carrying_token():
+    found = set()
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(variable) == token and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.Error:
+            continue
+    return found
+def signal_one(pid, sig):
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 for line in sys.stdin:
     sign, rest = line[0], line[1:].split()
     if sign == "+":
@@ -49,16 +77,23 @@ for line in sys.stdin:
     elif sign == "-":
         groups.pop(int(rest[0]), None)
 live = {g for g, t in groups.items() if start_time(g) == t}
-for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
-    for g in list(live):
-        try:
-            os.killpg(g, sig)
-        except ProcessLookupError:
-            live.discard(g)
-    deadline = time.monotonic() + wait
-    while live and time.monotonic() < deadline:
-        live = {g for g in live if start_time(g) == groups[g]}
-        time.sleep(0.1)
+for g in live:
+    signal_one(g, signal.SIGTERM)
+# TERM for 5 s, looking for the token all along (at least 1 s), then KILL what is left.
+ended, started = set(live), time.monotonic()
+while time.monotonic() - started < 5.0:
+    live = {g for g in live if start_time(g) == groups[g]}
+    marked = carrying_token()
+    for pid in marked - ended:
+        signal_one(pid, signal.SIGTERM)
+    ended |= marked
+    if not live and not marked and time.monotonic() - started >= 1.0:
+        break
+    time.sleep(0.1)
+for g in live:
+    signal_one(g, signal.SIGKILL)
+for pid in carrying_token():
+    signal_one(pid, signal.SIGKILL)
 """
 
 
@@ -68,14 +103,20 @@ class Guardian:
     _lock = threading.Lock()
     _proc: subprocess.Popen | None = None
     _owner: int | None = None
+    _token: str = ""
 
     @classmethod
     def _pipe(cls):
         with cls._lock:
             if cls._proc is None or cls._owner != os.getpid() or cls._proc.poll() is not None:
+                cls._token = uuid.uuid4().hex
+                # Not a carrier of the token of a lab that started this one: that lab's guardian
+                # would end this guardian before it ended this lab's children.
+                env = {k: v for k, v in os.environ.items() if k != STARTED_BY}
                 cls._proc = subprocess.Popen(
-                    [sys.executable, "-c", GUARDIAN],
+                    [sys.executable, "-c", GUARDIAN, STARTED_BY, cls._token],
                     stdin=subprocess.PIPE,
+                    env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,  # a Ctrl-C to the terminal's group must not end it first
@@ -83,6 +124,13 @@ class Guardian:
                 )
                 cls._owner = os.getpid()
             return cls._proc.stdin
+
+    @classmethod
+    def env(cls) -> dict[str, str]:
+        """What a child's environment carries so that the guardian ends it even if it never hears
+        of it; given before the child is started (it starts the guardian if need be)."""
+        cls._pipe()
+        return {STARTED_BY: cls._token}
 
     @classmethod
     def watch(cls, pgid: int) -> None:
@@ -181,7 +229,7 @@ class Service:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), **Guardian.env()},
             start_new_session=True,
         )
         Guardian.watch(self.proc.pid)
