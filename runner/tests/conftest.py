@@ -52,13 +52,11 @@ def window_counts_agree(run: dict) -> bool:
     return sent > 0 and abs(sent - counted) <= 0.02 * counted + gap
 
 
-def session_processes() -> list[tuple[int, str]]:
-    """(PID, command) of live processes carrying this session's marker, but this one and its guardian."""
-    mine = {os.getpid(), *([Guardian._proc.pid] if Guardian._proc else [])}
-    key, value = SESSION_MARK.split("=", 1)
+def marked_processes(key: str, value: str, but: set[int] = frozenset()) -> list[tuple[int, str]]:
+    """(PID, command) of live processes, zombies aside, whose environment carries key=value."""
     found = []
     for p in psutil.process_iter():
-        if p.pid in mine:
+        if p.pid in but:
             continue
         try:
             if p.environ().get(key) != value or p.status() == psutil.STATUS_ZOMBIE:
@@ -67,6 +65,12 @@ def session_processes() -> list[tuple[int, str]]:
         except psutil.Error:
             continue  # ended meanwhile, or not ours to read
     return found
+
+
+def session_processes() -> list[tuple[int, str]]:
+    """(PID, command) of live processes carrying this session's marker, but this one and its guardian."""
+    mine = {os.getpid(), *([Guardian._proc.pid] if Guardian._proc else [])}
+    return marked_processes(*SESSION_MARK.split("=", 1), but=mine)
 
 
 def pytest_addoption(parser):

@@ -7,12 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import answers, wait_until
+from conftest import answers, marked_processes, wait_until
 from ktor_lab.processes import free_port
 
 
@@ -100,7 +101,14 @@ def test_a_sigkilled_lab_up_takes_its_whole_stack_with_it(tmp_path: Path):
     argv = [str(lab), "up", "singleton-cio", "--java-opts=-Xmx128m", "--run-dir", str(tmp_path)]
     for name, port in ports.items():
         argv += [f"--{name}-port", str(port)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mark = uuid.uuid4().hex  # on lab up and all it starts, whenever it starts it
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "LAB_TEST_TRY": mark},
+    )
     try:
         locust = f"http://127.0.0.1:{ports['locust']}"
         wait_until(lambda: proc.poll() is not None or answers(f"{locust}/metrics"), timeout=90)
@@ -121,6 +129,10 @@ def test_a_sigkilled_lab_up_takes_its_whole_stack_with_it(tmp_path: Path):
     assert wait_until(lambda: not children_alive(children), timeout=20), children_alive(children)
     # nginx's workers are in its group, not children of lab up.
     assert wait_until(lambda: not any(group_alive(g) for g in groups), timeout=10)
+    # The proxy, started after the shared parts, may have been starting as lab up was killed.
+    assert wait_until(lambda: not marked_processes("LAB_TEST_TRY", mark), timeout=15), marked_processes(
+        "LAB_TEST_TRY", mark
+    )
     for port in ports.values():
         assert not answers(f"http://127.0.0.1:{port}/"), port
 

@@ -10,9 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-import psutil
-
-from conftest import wait_until
+from conftest import marked_processes, wait_until
 from ktor_lab.processes import busy_cores
 
 # Starts Services (each a `sleep`, as lab up starts its parts) one after another, saying each.
@@ -25,18 +23,6 @@ for i in range(200):
     Service(f"part-{i}", ["sleep", "60"], run_dir / f"part-{i}.log")
     print(i, flush=True)
 """
-
-
-def marked(key: str, value: str) -> list[int]:
-    """Live processes (not zombies) whose environment carries key=value."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get(key) == value and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_a_lab_killed_while_it_starts_its_parts_leaves_none_of_them(tmp_path: Path):
@@ -67,9 +53,9 @@ def test_a_lab_killed_while_it_starts_its_parts_leaves_none_of_them(tmp_path: Pa
                     proc.wait(10)
             proc.stdout.close()
             # The guardian ends what it knows of: TERM, then KILL after 5 s.
-            wait_until(lambda m=mark: not marked("LAB_TEST_TRY", m), timeout=15, interval=0.2)
-            survivors = marked("LAB_TEST_TRY", mark)
-            for pid in survivors:
+            wait_until(lambda m=mark: not marked_processes("LAB_TEST_TRY", m), timeout=15, interval=0.2)
+            survivors = marked_processes("LAB_TEST_TRY", mark)
+            for pid, _ in survivors:
                 os.kill(pid, signal.SIGKILL)  # ours: they carry this try's marker
             left += survivors
     assert not left, f"{len(left)} parts outlived their killed lab: {left}"
