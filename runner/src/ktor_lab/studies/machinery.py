@@ -64,6 +64,9 @@ class Study(Generic[Item, Row, Parts]):
     # What must be installed: "upstream" (nginx, java, the proxy jar), "prometheus" (and Prometheus,
     # the exporter), "java" (java and the jars only).
     needs: str = "upstream"
+    # The published claim the study replays, in words (kept in results.json and report.md, so that
+    # its page quotes it from there).
+    claim: str = ""
 
     def add_parser(self, sub) -> None:
         p = sub.add_parser(self.name, help=self.help)
@@ -103,7 +106,7 @@ def run(study: Study, args: argparse.Namespace, command: str, items: list | None
                 rows.append(row)
                 print(f"[{i}/{len(items)}] {study.progress(row)}", flush=True)
     report = study.report(rows, args)
-    return write(d, study.name, command, report, [plain(r) for r in rows], started)
+    return write(d, study.name, command, report, [plain(r) for r in rows], started, study.claim)
 
 
 def plain(row) -> dict:
@@ -117,7 +120,9 @@ def now() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def write(d: Path, name: str, command: str, report: Report, rows: list[dict], started: float) -> Path:
+def write(
+    d: Path, name: str, command: str, report: Report, rows: list[dict], started: float, claim: str = ""
+) -> Path:
     """results.json and report.md (and the charts beside them) in `d`."""
     env = environment()
     results = {
@@ -129,6 +134,7 @@ def write(d: Path, name: str, command: str, report: Report, rows: list[dict], st
         "wall_seconds": round(time.time() - started, 1),
         "environment": env,
         "settings": report.settings,
+        **({"claim": claim} if claim else {}),
         "rows": rows,
     }
     (d / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
@@ -145,6 +151,7 @@ def write(d: Path, name: str, command: str, report: Report, rows: list[dict], st
         "",
         "Settings: " + ", ".join(f"{k} = {v}" for k, v in report.settings.items()) + ".",
         "",
+        *([f"The claim replayed: {claim}", ""] if claim else []),
     ]
     for heading, md in report.tables:
         lines += [f"## {heading}", "", md, ""]

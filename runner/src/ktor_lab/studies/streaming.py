@@ -354,4 +354,6 @@ STUDY = machinery.Study(
     measure=measure,
     report=report,
     progress=progress,
+    claim="An upload study sent 15 MB to S3 and found OkHttp 5x slower than CIO; the time went into reading "
+    "the file in 4 KB chunks, not into the network.",
 )

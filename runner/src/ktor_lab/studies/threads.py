@@ -74,15 +74,19 @@ def waves(done_at: list[float], delay_s: float) -> int:
     return 1 + sum(1 for a, b in zip(ts, ts[1:], strict=False) if b - a > delay_s / 2)
 
 
+# Seconds between the samples of the threads' peak during a burst.
+PEAK_EVERY_S = 0.25
+
+
 async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float) -> dict:
-    """N requests at once; threads sampled at `sample_at` s and every 0.25 s for the peak."""
+    """N requests at once; threads sampled at `sample_at` s and every PEAK_EVERY_S for the peak."""
     host, port = proxy_url.removeprefix("http://").split(":")
     path = f"/delay?ms={delay_ms}"
     t0 = time.monotonic()
     tasks = [asyncio.ensure_future(one_request(host, int(port), path, deadline)) for _ in range(n)]
     at: dict[str, float] = {}
     peak = {"live": 0.0, "unparked": 0.0}
-    next_peak = 0.25
+    next_peak = PEAK_EVERY_S
     while not all(t.done() for t in tasks) and time.monotonic() - t0 < deadline:
         await asyncio.sleep(0.05)
         elapsed = time.monotonic() - t0
@@ -96,7 +100,7 @@ async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, dead
             g = await asyncio.to_thread(thread_gauges, proxy_url)
         else:
             continue
-        next_peak = elapsed + 0.25
+        next_peak = elapsed + PEAK_EVERY_S
         for k in peak:
             peak[k] = max(peak[k], g[k])
     for t in tasks:
@@ -290,9 +294,10 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "delay_ms": args.delay_ms,
         "N": args.n,
         "sampled at s": args.sample_at,
+        "peak sampled every s": PEAK_EVERY_S,
         "fair CLIENT_MAX_CONNECTIONS": args.max_connections,
         "deadline s": args.deadline,
-        "proxy request and connect timeouts ms": f"{request_ms}, {connect_ms}",
+        "proxy request and connect timeouts s": f"{request_ms / 1000:g}, {connect_ms / 1000:g}",
         "proxy JVM options": args.java_opts,
     }
     charts = []
@@ -354,4 +359,7 @@ STUDY = machinery.Study(
     measure=measure,
     report=report,
     progress=progress,
+    claim="The thread-count study sent 500 requests at once to a server answering after 2 s and counted "
+    "threads: OkHttp (and Retrofit, Fuel) blocked a thread per request, Java and CIO used about one, and "
+    "CIO took 11 s.",
 )
