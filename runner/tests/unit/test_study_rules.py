@@ -61,6 +61,18 @@ def test_each_studys_plan_checks_its_options_before_anything_starts():
     assert [(s.case.id, s.settings) for s in setups] == [("singleton-java", "lab"), ("per-call-java", "lab")]
 
 
+def test_a_burst_answered_in_full_is_finished_even_with_errors():
+    """CIO's defaults with a 5 s connect timeout answered 200 of 500 with 504 within 7 s: the burst
+    finished then, with its errors, not "> 120 s (300 of 500 done)"."""
+    from ktor_lab.studies.threads import answers
+
+    full = answers([(200, 2.1)] * 3 + [(504, 5.0)] * 2, 2000)
+    assert (full["finished"], full["completion_s"], full["ok"], full["failed"]) == (True, 5.0, 3, 2)
+    assert full["statuses"] == [200, 504] and full["waves"] == 1
+    cut = answers([(200, 2.1), TimeoutError()], 2000)
+    assert (cut["finished"], cut["unfinished"], cut["completion_s"]) == (False, 1, 2.1)
+
+
 def test_threads_rows_make_one_table_per_kind_of_limits():
     from ktor_lab.studies import machinery
     from ktor_lab.studies.threads import Row
@@ -71,10 +83,18 @@ def test_threads_rows_make_one_table_per_kind_of_limits():
             0.8 if finished else None, 2, 40.0, 20.0, 0.2, 50.0, 25.0, 10.0, 5.0, 52.0, 10.0,
         )  # fmt: skip
 
-    rows = [row("cio", "defaults"), row("okhttp", "defaults", finished=False), row("cio", "fair")]
+    # Every request answered, 6 of them with an error (a 504 from a connect timeout): finished, at
+    # the last answer's time, the errors in their own column; not "4 of 10 done".
+    failing = Row(
+        "apache", "defaults", 10, 4, 6, 0, [200, 504], True, 0.7, 1, 40.0, 20.0, 0.2, 50.0, 25.0,
+        10.0, 5.0, 52.0, 10.0,
+    )  # fmt: skip
+    rows = [row("cio", "defaults"), row("okhttp", "defaults", finished=False), failing, row("cio", "fair")]
     report = STUDIES["threads"].report(rows, options("threads", "--sample-at", "0.2"))
     assert [h for h, _ in report.tables] == ["defaults limits", "fair limits"]
-    assert table_rows_of(report.tables[0][1])[1][6] == "> 10 (4 of 10 done)"
+    defaults = table_rows_of(report.tables[0][1])
+    assert defaults[1][6] == "> 10 (4 of 10 done)"
+    assert (defaults[2][6], defaults[2][8]) == ("0.7", "6")
     assert len(report.charts) == 4 and machinery.plain(rows[0])["proxy_settings"] == {}
 
 
@@ -175,7 +195,7 @@ def test_a_benchmark_s_estimate_follows_its_parameters():
         (run,) = STUDIES["io"].plan(options("io", *argv))
         return run
 
-    one, two = jmh().planned_seconds(), jmh("--forks", "2").planned_seconds()
+    one, two = jmh("--forks", "1").planned_seconds(), jmh("--forks", "2").planned_seconds()
     assert 1.9 < two / one < 2
     assert jmh("--iterations", "10").planned_seconds() > one
     assert jmh("--forks", "100").planned_seconds() == 1800

@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import requests
 
-from .. import metrics, render
+from .. import metrics, render, versions
 from ..backends import Backend
 from ..cases import ENGINES, LIFETIMES, Case, engine_list
 from ..parts import cuts, raw_http
@@ -475,6 +475,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         render.Column("settings", lambda g: g[0]),
     ] + [render.Column(n, lambda g, n=n: cell(next(r for r in by_group[g] if r.fault == n))) for n in names]
     settings = {
+        "Ktor": versions.default_release().name,  # the proxy jar's (the pom's)
         "faults": ", ".join(names),
         "repeats": args.repeats,
         "lab settings": "CLIENT_LIMITS=fair, CLIENT_RETRY_ON_STALE=on",

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import requests
 
-from .. import render
+from .. import render, versions
 from ..backends import Backend
 from ..cases import BY_FIELD, HTTP1_ONLY, Case, engine_list
 from ..commands import options
@@ -316,6 +316,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         for direction in ("download", "upload")
     ]
     settings = {
+        "Ktor": versions.default_release().name,  # the proxy jar's (the pom's)
         "sizes": args.sizes,
         "repeats": args.repeats,
         "unmeasured rounds first": args.warmup,

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import requests
 
-from .. import metrics, render
+from .. import metrics, render, versions
 from ..backends import Backend
 from ..cases import Case, engine_list
 from . import machinery
@@ -106,19 +106,24 @@ async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, dead
     for t in tasks:
         t.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
+    return {**answers(results, delay_ms), "at": at, "peak": peak}
+
+
+def answers(results: list, delay_ms: int) -> dict:
+    """A burst's requests as they ended: (status, seconds) for an answer, an exception for none.
+    Finished when every request was answered, some perhaps with an error (the errors column says
+    so); the completion is then the last answer's time."""
     done = [r for r in results if isinstance(r, tuple)]
     ok = [r for r in done if r[0] == 200]
     return {
-        "sent": n,
+        "sent": len(results),
         "ok": len(ok),
         "failed": len(done) - len(ok),
-        "unfinished": n - len(done),
+        "unfinished": len(results) - len(done),
         "statuses": sorted({r[0] for r in done}),
-        "finished": len(ok) == n,
-        "completion_s": round(max(r[1] for r in ok), 2) if ok else None,
+        "finished": len(done) == len(results),
+        "completion_s": round(max(r[1] for r in done), 2) if done else None,
         "waves": waves([r[1] for r in ok], delay_ms / 1000),
-        "at": at,
-        "peak": peak,
     }
 
 
@@ -273,7 +278,7 @@ def _plus_text(idle, added) -> str:
 def _completion_text(r: Row) -> str:
     if r.finished:
         return f"{r.completion_s:.1f}"
-    return f"> {r.deadline_s:.0f} ({r.ok} of {r.n} done)"
+    return f"> {r.deadline_s:.0f} ({r.ok + r.failed} of {r.n} done)"
 
 
 def progress(r: Row) -> str:
@@ -290,6 +295,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
     ns = list(dict.fromkeys(r.n for r in rows))
     request_ms, connect_ms = timeouts_ms(args)
     settings = {
+        "Ktor": versions.default_release().name,  # the proxy jar's (the pom's)
         "lifetime": "singleton",
         "delay_ms": args.delay_ms,
         "N": args.n,
