@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -124,3 +125,68 @@ def test_a_summary_line_gives_only_figures_the_page_it_links_gives():
             if not quoted(f, values):
                 bad.append(f"{page.name}: {f} is on none of {links}: {' '.join(prose.split())[:90]}...")
     assert not bad, "\n".join(bad)
+
+
+def run_figures(folder: Path) -> set[Decimal]:
+    """Every figure the study runs kept in `folder` (and its subfolders, one run each) give: the
+    numbers of their JSON files (results, settings, the claim replayed, JMH's own), and those of
+    the reports the lab wrote from them."""
+    values: set[Decimal] = set()
+
+    def walk(o) -> None:
+        if isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+        elif isinstance(o, bool) or o is None:
+            return
+        elif isinstance(o, int | float):
+            values.add(Decimal(repr(o)))
+        elif isinstance(o, str):
+            values.update(figures(o))
+
+    for path in sorted(folder.rglob("*.json")):
+        walk(json.loads(path.read_text()))
+    for path in sorted(folder.rglob("report*.md")):
+        values.update(figures(path.read_text()))
+    return values
+
+
+def prose_of(page: str) -> str:
+    """A page as its reader reads figures in it: no code (commands), no link targets, no issue keys
+    (KTOR-9146)."""
+    text = re.sub(r"```.*?```|\b[A-Z]+-\d+\b", "", page, flags=re.S)
+    return re.sub(r"`[^`]*`", "", re.sub(r"\]\([^)]*\)", "]", text))
+
+
+def hand_written_study_pages() -> list[Path]:
+    """Study pages written by hand: those of the studies with a runner of their own (their folder
+    keeps a run's results*.json, not a plan's study.json, whose page `lab guide` writes)."""
+    studies = REPO / "docs" / "studies"
+    runs = {p.parent for p in studies.glob("*/results*.json")}
+    kept = runs - {p.parent for p in studies.glob("*/study.json")}
+    return [page for page in sorted(studies.glob("*.md")) if studies / page.stem in kept]
+
+
+def test_a_hand_written_study_page_gives_only_figures_its_runs_give():
+    """Every figure on the page of a study with a runner of its own (threads, streaming, engines,
+    io, faults), in its prose and tables alike, is one its kept runs give, or those of a study page
+    it links to: in their results (rows, settings, the published claim replayed) or in the reports
+    the lab wrote from them, as it reads there or rounded. A figure typed by hand, or left from an
+    earlier run, fails here."""
+    pages = hand_written_study_pages()
+    assert {p.stem for p in pages} >= {"threads", "streaming", "engines", "io", "faults"}
+    bad = []
+    for page in pages:
+        text = page.read_text()
+        # Its own runs, and those of the study pages it links to (a figure quoted from one).
+        linked = [page.parent / x.split("#")[0] for x in re.findall(r"\]\(([^)]+\.md)(?:#[^)]*)?\)", text)]
+        folders = {page.parent / page.stem}
+        folders |= {x.parent / x.stem for x in linked if (x.parent / x.stem).is_dir()}
+        values = set().union(*(run_figures(folder) for folder in folders))
+        for f in figures(prose_of(text)):
+            if not quoted(f, values):
+                bad.append(f"{page.name}: {f}")
+    assert not bad, f"{len(bad)} figures on no run the page keeps: {', '.join(bad)}"
