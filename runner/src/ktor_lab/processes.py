@@ -62,6 +62,11 @@ def carrying_token():
         except psutil.Error:
             continue
     return found
+def signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 def signal_one(pid, sig):
     try:
         if os.getpgid(pid) == pid:
@@ -78,7 +83,7 @@ for line in sys.stdin:
         groups.pop(int(rest[0]), None)
 live = {g for g, t in groups.items() if start_time(g) == t}
 for g in live:
-    signal_one(g, signal.SIGTERM)
+    signal_group(g, signal.SIGTERM)
 # TERM for 5 s, looking for the token all along (at least 1 s), then KILL what is left.
 ended, started = set(live), time.monotonic()
 while time.monotonic() - started < 5.0:
@@ -91,7 +96,7 @@ while time.monotonic() - started < 5.0:
         break
     time.sleep(0.1)
 for g in live:
-    signal_one(g, signal.SIGKILL)
+    signal_group(g, signal.SIGKILL)
 for pid in carrying_token():
     signal_one(pid, signal.SIGKILL)
 """
