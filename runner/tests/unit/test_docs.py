@@ -170,6 +170,26 @@ def hand_written_study_pages() -> list[Path]:
     return [page for page in sorted(studies.glob("*.md")) if studies / page.stem in kept]
 
 
+def evidence_of(page: Path) -> set[Decimal]:
+    """The figures of the runs a page stands on: those kept in its own folder (a study page's
+    docs/studies/NAME/), in the run folders it links to (a report.md beside its results.json), and
+    those of the study pages it links to (a figure quoted from one)."""
+    text = page.read_text()
+    folders = {page.parent / page.stem}
+    for link in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text):
+        target = page.parent / link
+        if target.name == "report.md" and target.with_name("results.json").exists():
+            folders.add(target.parent)
+        elif (target.parent / target.stem).is_dir():
+            folders.add(target.parent / target.stem)
+    return set().union(*(run_figures(f) for f in folders if f.is_dir()))
+
+
+def unsupported(page: Path) -> list[str]:
+    values = evidence_of(page)
+    return [f"{page.name}: {f}" for f in figures(prose_of(page.read_text())) if not quoted(f, values)]
+
+
 def test_a_hand_written_study_page_gives_only_figures_its_runs_give():
     """Every figure on the page of a study with a runner of its own (threads, streaming, engines,
     io, faults), in its prose and tables alike, is one its kept runs give, or those of a study page
@@ -178,15 +198,13 @@ def test_a_hand_written_study_page_gives_only_figures_its_runs_give():
     earlier run, fails here."""
     pages = hand_written_study_pages()
     assert {p.stem for p in pages} >= {"threads", "streaming", "engines", "io", "faults"}
-    bad = []
-    for page in pages:
-        text = page.read_text()
-        # Its own runs, and those of the study pages it links to (a figure quoted from one).
-        linked = [page.parent / x.split("#")[0] for x in re.findall(r"\]\(([^)]+\.md)(?:#[^)]*)?\)", text)]
-        folders = {page.parent / page.stem}
-        folders |= {x.parent / x.stem for x in linked if (x.parent / x.stem).is_dir()}
-        values = set().union(*(run_figures(folder) for folder in folders))
-        for f in figures(prose_of(text)):
-            if not quoted(f, values):
-                bad.append(f"{page.name}: {f}")
+    bad = [line for page in pages for line in unsupported(page)]
     assert not bad, f"{len(bad)} figures on no run the page keeps: {', '.join(bad)}"
+
+
+def test_the_matrix_page_gives_only_figures_of_the_runs_it_links_to():
+    """docs/matrix.md explains `lab run` and quotes its kept runs (the default matrix twice, the
+    warm-up rule's trial): every figure it gives, settings and measurements alike, is in one of the
+    runs it links to, as it reads there or rounded."""
+    bad = unsupported(REPO / "docs" / "matrix.md")
+    assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
