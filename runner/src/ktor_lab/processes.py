@@ -68,9 +68,10 @@ def signal_group(pgid, sig):
     except ProcessLookupError:
         pass
 def signal_one(pid, sig):
+    # A group's leader with its group (nginx's workers), anything else by its PID.
     try:
         if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
+            signal_group(pid, sig)
         else:
             os.kill(pid, sig)
     except ProcessLookupError:
