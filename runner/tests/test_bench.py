@@ -140,6 +140,7 @@ def test_bench_measures_each_case_beside_the_minimal_proxy_and_says_where_its_cp
 def test_bench_ladder_climbs_from_the_plain_proxy_to_the_lab_s_each_jvm_warmed_once(tmp_path):
     """Every rung starts (its lean proxy takes the variables of the rung) and serves; each JVM is
     warmed once and measured in both rounds, in turn with the others (A B C A B C)."""
+    from ktor_lab import versions
     from ktor_lab.commands.bench import LADDER
 
     r = subprocess.run(
@@ -164,6 +165,26 @@ def test_bench_ladder_climbs_from_the_plain_proxy_to_the_lab_s_each_jvm_warmed_o
         first, second = [w for w in bench["rounds"] if w["target"] == target]
         assert first["pid"] == second["pid"] and first["warmup_s"] == second["warmup_s"], (first, second)
     assert r.stdout.count("warm: ") == len(rungs)
+    # Each rung against the one below it, in both figures, with the settings the run stood on.
+    by = {x["target"]: x for x in bench["results"]}
+    for below, rung in zip(rungs, rungs[1:], strict=False):
+        if "HttpTimeout" not in below:
+            assert by[rung]["below"] == below, by[rung]
+            assert by[rung]["switches_to_below_words"] and by[rung]["cpu_to_below_words"], by[rung]
+    assert by["lab proxy okhttp"]["goal"].split(" ")[0] in ("within", "above", "at")
+    assert (
+        bench["settings"]["ktor"] == {"okhttp": versions.default_release().name}
+        and bench["settings"]["environment"]["commit"]
+    )
+    assert all(0 <= w["others_share"] <= 1 for w in bench["rounds"])
+    # `--report` writes the same summary and table again from the rounds alone.
+    table = (tmp_path / "bench.md").read_text()
+    again = subprocess.run(
+        [LAB, "bench", "--report", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "bench.md").read_text() == table
+    assert json.loads((tmp_path / "bench.json").read_text())["results"] == bench["results"]
 
 
 def bench_locust(run_dir: Path, locust_port: int) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ builds and downloads nothing. A refusal fails here, naming the page and the line
 
 Placeholders a page writes for the reader to fill are filled as a reader would: CASE with a case,
 NAME with each study, results/<time> (and lab compare's OLD, NEW, results/before and after) with a
-stored result. Templates (with `...`, `[...]` or
+stored result, lab bench's --report DIR with a kept bench run. Templates (with `...`, `[...]` or
 `a|b`) and bare names of commands (`lab up`, with nothing after it) are not commands to run."""
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def filled(rest: str) -> list[str]:
     rest = re.sub(r"\bresults/(before|after)\b", str(FIXTURE), rest)
     rest = re.sub(r"\b(OLD|NEW)\b", str(FIXTURE), rest)  # lab compare's two folders
     rest = rest.replace("CASE", "singleton-cio")
+    rest = rest.replace(
+        "--report DIR", f"--report {REPO / 'docs' / 'bench-runs' / 'ladder'}"
+    )  # a kept bench run
     if "NAME" in rest:
         return [rest.replace("NAME", study) for study in studies.STUDIES]
     return [rest]

@@ -29,16 +29,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
-from .. import render, stack, versions
+from scipy import stats
+
+from .. import confidence, render, stack, versions
 from ..backends import NativeBackend, ProxyHandle
 from ..cases import CASES, Case, all_of, case_list
 from ..errors import LabError
-from ..machine import cpus, java, process_context_switches, process_cpu_seconds, version
+from ..machine import (
+    cpu_sample,
+    cpus,
+    environment,
+    java,
+    process_context_switches,
+    process_cpu_seconds,
+    version,
+)
 from ..network import Network
 from ..parts import jfr, wrk
 from ..rundirs import run_dir
@@ -113,6 +126,13 @@ def add_what(p: argparse.ArgumentParser) -> None:
         "interleaved with the others' of its engine)",
     )
     p.add_argument(
+        "--report",
+        metavar="DIR",
+        default="",
+        help="measure nothing: write the summary and bench.md of the run in DIR again from its bench.json's "
+        "rounds",
+    )
+    p.add_argument(
         "--settle",
         type=int,
         default=3,
@@ -152,7 +172,12 @@ def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
     cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
     switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
     began = jfr.now()
+    machine_before, wall = cpu_sample(), time.monotonic()
     r = wrk.run(target.url, args.connections, args.threads, args.duration)
+    machine_after, wall = cpu_sample(), max(time.monotonic() - wall, 1e-3)
+    others = max(
+        0.0, (machine_after.busy_s - machine_before.busy_s) - (machine_after.lab_s - machine_before.lab_s)
+    )
     recording, target.recording = target.recording, None  # the first window's profile
     if recording:
         recording.stop(began, jfr.now())
@@ -162,6 +187,10 @@ def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
         warmup_s=target.warm.seconds,
         warmup_settled=target.warm.settled,
         settle_s=settle,
+        # Others' CPU in the window (not the lab's processes) and the hypervisor's steal, as shares of
+        # the machine: what a busy machine took from the figures.
+        others_share=round(others / wall / cpus(), 4),
+        steal_share=round((machine_after.steal_s - machine_before.steal_s) / wall / cpus(), 4),
         cpu_ms_per_request=None,
         switches_per_request=None,
     )
@@ -234,6 +263,8 @@ def bench_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.report:
+        return report(args.report, dry=args.dry_run)
     if args.repeats < 1:
         raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
     if args.settle < 0:
@@ -257,8 +288,37 @@ def run(args: argparse.Namespace) -> int:
     releases = {r.name: r for r in map(versions.release_of, singletons)}
     versions.ensure_jars(list(releases.values()), ("proxy-app", "lean-proxy"))
     d = run_dir("bench", args.run_dir)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     args.profile_dir = d
-    settings = {
+    settings = settings_of(args)
+    print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
+    print(f"lab bench: {plan_text(plan, args)}", flush=True)
+    rounds: list[dict] = []
+    options.handle_signals()
+    lab = NativeBackend(ports=ports)
+    try:
+        lab.open_upstream(d, args.java_opts)
+        rounds.extend(measure_nginx(lab, args))
+        for group in plan:
+            rounds.extend(measure_group(lab, group, args))
+    finally:
+        lab.close()
+    settings.update(
+        cases=[c.name for c in cases],
+        ladder=args.ladder,
+        ktor={c.engine: versions.release_of(c).name for c in singletons},
+        started=started,
+        finished=datetime.now(UTC).isoformat(timespec="seconds"),
+        environment=environment(),
+    )
+    write(d, settings, rounds)
+    return 0
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    """What a bench run is made with, as bench.json records it (the machine's figures are added at
+    its end)."""
+    return {
         "path": args.path,
         "connections": args.connections,
         "wrk_threads": args.threads,
@@ -278,28 +338,81 @@ def run(args: argparse.Namespace) -> int:
         "wrk": version(["wrk", "-v"]),
         "java": version([java(), "-version"]),
     }
-    print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
-    print(f"lab bench: {plan_text(plan, args)}", flush=True)
-    rounds: list[dict] = []
-    options.handle_signals()
-    lab = NativeBackend(ports=ports)
-    try:
-        lab.open_upstream(d, args.java_opts)
-        rounds.extend(measure_nginx(lab, args))
-        for group in plan:
-            rounds.extend(measure_group(lab, group, args))
-    finally:
-        lab.close()
-    results = summarize(rounds, cases)
-    text = table(results).markdown()
-    if args.profile:
-        text += "\n\n## Profiles of the measured windows (JFR)\n\n" + profiles(rounds)
+
+
+def write(d: Path, settings: dict, rounds: list[dict]) -> None:
+    """bench.json (every setting and round, and their summary) and bench.md (the table) in `d`."""
+    results, text = summary(settings, rounds)
     print("\n" + text)
     (d / "bench.json").write_text(
         json.dumps({"settings": settings, "results": results, "rounds": rounds}, indent=2)
     )
     (d / "bench.md").write_text(text + "\n")
     print(f"\nlab bench: written {d / 'bench.json'} and bench.md")
+
+
+def summary(settings: dict, rounds: list[dict]) -> tuple[list[dict], str]:
+    """A run's rows (`summarize`) and the text of its bench.md."""
+    cases = [Case.parse(name) for name in settings["cases"]]
+    results = summarize(rounds, cases, settings["ladder"])
+    text = (
+        explanation(settings) + busy_machine(rounds) + "\n\n" + table(results, settings["ladder"]).markdown()
+    )
+    if any(r.get("profile") for r in rounds):
+        text += "\n\n## Profiles of the measured windows (JFR)\n\n" + profiles(rounds)
+    return results, text
+
+
+def explanation(settings: dict) -> str:
+    """What the table's ratios are, above it."""
+    rounds = settings["repeats"]
+    below = (
+        ", and each rung against the rung below it that it builds on (`+ lab client` for the rungs after "
+        "HttpTimeout's), in CPU and in switches per request, each figure's comparisons adjusted together per "
+        "engine (Benjamini-Hochberg)"
+        if settings["ladder"]
+        else ""
+    )
+    return (
+        f"Ratios are taken within each round and summed up by their geometric mean, with its 95% interval "
+        f"over the {rounds} round(s){below}. The rounds measure the same JVMs again (each warmed once), so "
+        f"an interval is of these JVMs; another run's may differ by more. Goal: the lab's proxy within "
+        f"{GOAL}x of plain-limits in CPU per request."
+    )
+
+
+def busy_machine(rounds: list[dict]) -> str:
+    """What else ran on the machine in the windows: the most that processes other than the lab's
+    and the hypervisor's steal took of it in a window (runs before this was recorded: nothing)."""
+    others = [r["others_share"] for r in rounds if r.get("others_share") is not None]
+    steal = [r["steal_share"] for r in rounds if r.get("steal_share") is not None]
+    if not others:
+        return ""
+    return (
+        f" In a window, other processes took at most {max(others):.1%} of the machine and the hypervisor's "
+        f"steal {max(steal):.1%}."
+    )
+
+
+def report(folder: str, dry: bool = False) -> int:
+    """`lab bench --report DIR`: bench.json's summary and bench.md written again from its rounds
+    (with `dry`, only read and checked)."""
+    d = Path(folder)
+    try:
+        kept = json.loads((d / "bench.json").read_text())
+        settings, rounds = kept["settings"], kept["rounds"]
+    except (OSError, ValueError, KeyError) as e:
+        raise LabError(f"--report {folder}: give a folder with a lab bench run's bench.json ({e})") from None
+    targets = dict.fromkeys(r["target"] for r in rounds)
+    settings.setdefault("ladder", any(t.startswith("lab proxy ") for t in targets))
+    settings.setdefault("cases", [t for t in targets if t in CASES])
+    if dry:
+        summary(settings, rounds)
+        print(
+            f"lab bench: dry run; would write {d / 'bench.json'}'s summary and bench.md again from its rounds"
+        )
+        return 0
+    write(d, settings, rounds)
     return 0
 
 
@@ -452,6 +565,8 @@ RUNGS = {
     "lab-proxy": ("lab proxy", LAB_PROXY),
 }
 SPLIT_RUNGS = ("client-limits", "client-flags", "client-engine")
+# A rung off the ladder's line: the next rung builds on the one below it, not on it.
+SIDE_RUNGS = (RUNGS["httptimeout"][0],)
 DEFAULT_RUNGS = tuple(n for n in RUNGS if n not in SPLIT_RUNGS)
 LADDER = tuple(RUNGS[n] for n in DEFAULT_RUNGS)  # the default ladder
 
@@ -461,10 +576,13 @@ def rung_target(engine: str, rung: str) -> str:
     return f"{rung} {engine}"
 
 
-def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
-    """One row per target in the order measured: medians over the rounds, and each case's (or
-    rung's) CPU per request and rate against its engine's references, as the medians of the
-    ratios taken within a round (the two ran minutes apart, not a whole round apart)."""
+def summarize(rounds: list[dict], cases: list[Case], ladder: bool = False) -> list[dict]:
+    """One row per target in the order measured: medians over the rounds of its own figures, and
+    each case's (or rung's) CPU per request and rate against its engine's references as the
+    geometric mean of the ratios taken within a round (the two ran minutes apart, not a whole round
+    apart), with the 95% interval of that ratio over the rounds (`within_rounds`). The lab's proxy
+    gets a verdict against GOAL; with `ladder`, each rung its difference from the rung below it,
+    the p values of an engine's ladder adjusted together."""
     targets = list(dict.fromkeys(r["target"] for r in rounds))
     rows = []
     for target in targets:
@@ -485,23 +603,136 @@ def summarize(rounds: list[dict], cases: list[Case]) -> list[dict]:
     by_round = {(r["round"], r["target"]): r for r in rounds}
     numbers = sorted({r["round"] for r in rounds})
     engines = {case.name: case.engine for case in cases}
+
+    def ratios(target: str, base: str, figure: str) -> list[float]:
+        out = []
+        for n in numbers:
+            mine, ref = by_round.get((n, target)), by_round.get((n, base))
+            if mine and ref and mine.get(figure) and ref.get(figure):
+                out.append(mine[figure] / ref[figure])
+        return out
+
     for row in rows:
         row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
         engine = engines.get(row["target"]) or _engine_of_rung(row["target"])
-        for base in BASES:
-            key = base.replace("-", "_").replace(" ", "_")
-            cpu, rps = [], []
-            if engine and row["target"] != rung_target(engine, base):
-                for n in numbers:
-                    mine, ref = by_round.get((n, row["target"])), by_round.get((n, rung_target(engine, base)))
-                    if mine and ref and mine["cpu_ms_per_request"] and ref["cpu_ms_per_request"]:
-                        cpu.append(mine["cpu_ms_per_request"] / ref["cpu_ms_per_request"])
-                    if mine and ref and ref["rps"]:
-                        rps.append(mine["rps"] / ref["rps"])
-            row[f"cpu_to_{key}_rounds"] = [round(x, 3) for x in cpu]
-            row[f"cpu_to_{key}"] = median(cpu)
-            row[f"rps_to_{key}"] = median(rps)
+        if engine:
+            _against_references(row, engine, ratios)
+        lab_proxy = row["target"] in engines or (engine and row["target"] == rung_target(engine, "lab proxy"))
+        row["goal"] = goal_verdict(row) if lab_proxy else None
+    if ladder:
+        _against_the_rung_below(rows, ratios)
     return rows
+
+
+def _put_ratio(row: dict, key: str, values: list[float]) -> None:
+    """`key` (a ratio's name in a row): the geometric mean of `values`, and its 95% interval."""
+    c = within_rounds(values)
+    row[key] = geometric_mean(values)
+    row[f"{key}_low"] = None if c is None or c.low is None else 1 + c.low
+    row[f"{key}_high"] = None if c is None or c.high is None else 1 + c.high
+
+
+def _against_references(row: dict, engine: str, ratios) -> None:
+    """A row's CPU per request and rate against each reference of its engine (BASES), and its
+    switches per request against plain-limits', each ratio taken within a round."""
+    for base in BASES:
+        key = base.replace("-", "_").replace(" ", "_")
+        reference = rung_target(engine, base)
+        mine = row["target"] != reference
+        cpu = ratios(row["target"], reference, "cpu_ms_per_request") if mine else []
+        row[f"cpu_to_{key}_rounds"] = [round(x, 3) for x in cpu]
+        _put_ratio(row, f"cpu_to_{key}", cpu)
+        row[f"rps_to_{key}"] = geometric_mean(ratios(row["target"], reference, "rps") if mine else [])
+        if base == "plain-limits":
+            _put_ratio(
+                row,
+                "switches_to_plain_limits",
+                ratios(row["target"], reference, "switches_per_request") if cpu else [],
+            )
+
+
+# The lab's proxy against `plain-limits`, in CPU per request: the goal its overhead is held to.
+GOAL = 1.15
+
+
+def goal_verdict(row: dict) -> str | None:
+    """`within 1.15x`, `above 1.15x`, or `at 1.15x` (its interval holds it): the lab's proxy's CPU per
+    request against plain-limits' by the 95% interval of its ratio; None without an interval."""
+    low, high = row.get("cpu_to_plain_limits_low"), row.get("cpu_to_plain_limits_high")
+    if low is None or high is None:
+        return None
+    if high <= GOAL:
+        return f"within {GOAL}x"
+    return f"above {GOAL}x" if low > GOAL else f"at {GOAL}x (its interval holds it)"
+
+
+def within_rounds(ratios: list[float]) -> confidence.Comparison | None:
+    """Ratios taken within each round as one difference: their geometric mean, the 95% interval of
+    it and a t test against no difference, on their logarithms (scipy's t). The rounds measure the
+    same JVMs again, so the interval is of these JVMs, not of every JVM of the engine. None with
+    fewer than two rounds."""
+    logs = [math.log(x) for x in ratios if x and x > 0]
+    if len(logs) < 2:
+        return None
+    nothing = confidence.Estimate(0)
+    d, n = statistics.fmean(logs), len(logs)
+    se = statistics.stdev(logs) / math.sqrt(n)
+    if se == 0:
+        return confidence.Comparison(
+            nothing,
+            nothing,
+            float(d == 0),
+            math.expm1(d),
+            math.expm1(d),
+            math.expm1(d),
+            d=d,
+            se=0.0,
+            df=n - 1,
+        )
+    p = float(2 * stats.t.sf(abs(d) / se, n - 1))
+    return confidence.Comparison(nothing, nothing, p, math.expm1(d), d=d, se=se, df=n - 1).interval_at(
+        confidence.CONFIDENCE
+    )
+
+
+def _against_the_rung_below(rows: list[dict], ratios) -> None:
+    """Each rung against the one it builds on, measured before it on its engine, within each round,
+    in CPU per request and in switches per request; a side rung (SIDE_RUNGS) is set against the one
+    below it, and the next rung against the one below the side rung. An engine's comparisons of a
+    figure are one family (confidence.adjust: Benjamini-Hochberg, intervals to match)."""
+    by_engine: dict[str, list[dict]] = {}
+    for row in rows:
+        if engine := _engine_of_rung(row["target"]):
+            by_engine.setdefault(engine, []).append(row)
+    for ladder in by_engine.values():
+        pairs = []
+        base = None
+        for row in ladder:
+            side = row["target"].removesuffix(" " + _engine_of_rung(row["target"])) in SIDE_RUNGS
+            if base is not None:
+                row["below"] = base["target"]
+                for figure, key in (("cpu_ms_per_request", "cpu"), ("switches_per_request", "switches")):
+                    values = ratios(row["target"], base["target"], figure)
+                    row[f"{key}_to_below_rounds"] = [round(x, 3) for x in values]
+                    row[f"{key}_to_below"] = geometric_mean(values)
+                    if (c := within_rounds(values)) is not None:
+                        pairs.append((row, key, c))
+            if not side:
+                base = row
+        for key in ("cpu", "switches"):
+            mine = [(row, c) for row, k, c in pairs if k == key]
+            for (row, _), c in zip(mine, confidence.adjust([c for _, c in mine]), strict=True):
+                row[f"{key}_to_below_low"] = None if c.low is None else 1 + c.low
+                row[f"{key}_to_below_high"] = None if c.high is None else 1 + c.high
+                row[f"{key}_to_below_p"] = c.p
+                row[f"{key}_to_below_family"] = c.family
+                row[f"{key}_to_below_words"] = c.words()
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    """The centre of ratios (None when there is none)."""
+    known = [v for v in values if v is not None and v > 0]
+    return statistics.geometric_mean(known) if known else None
 
 
 def _engine_of_rung(target: str) -> str | None:
@@ -517,33 +748,59 @@ def median(values: list) -> float | None:
     return statistics.median(known) if known else None
 
 
-def table(results: list[dict]) -> render.Table:
-    return render.Table(
-        [
-            render.Column("target", lambda r: r["target"]),
-            render.Column("rps", lambda r: r["rps"]),
-            render.Column("p50 ms", lambda r: r["p50_us"] / 1000, 2),
-            render.Column("p99 ms", lambda r: r["p99_us"] / 1000, 2),
-            render.Column("errors", lambda r: r["errors"]),
-            render.Column("x proxy_pass", lambda r: r["ratio_to_proxy_pass"], 3),
-            render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3),
-            render.Column("CPU x plain-limits", lambda r: r["cpu_to_plain_limits"], 2),
+def interval(row: dict, key: str) -> str | None:
+    """`1.08-1.22`: the 95% interval of a ratio, as a table cell."""
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    return None if low is None or high is None else f"{low:.2f}-{high:.2f}"
+
+
+def table(results: list[dict], ladder: bool = False) -> render.Table:
+    columns = [
+        (render.Column("target", lambda r: r["target"]), False),
+        (render.Column("rps", lambda r: r["rps"]), True),
+        (render.Column("p50 ms", lambda r: r["p50_us"] / 1000, 2), True),
+        (render.Column("p99 ms", lambda r: r["p99_us"] / 1000, 2), True),
+        (render.Column("errors", lambda r: r["errors"]), True),
+        (render.Column("x proxy_pass", lambda r: r["ratio_to_proxy_pass"], 3), True),
+        (render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3), True),
+        (render.Column("CPU x plain-limits", lambda r: r.get("cpu_to_plain_limits"), 2), True),
+        (render.Column("95%", lambda r: interval(r, "cpu_to_plain_limits")), False),
+        (
             render.Column(
                 "x plain-limits per round",
                 lambda r: (
-                    " ".join(f"{x:.2f}" for x in r["cpu_to_plain_limits_rounds"]) if r["rounds"] > 1 else ""
+                    " ".join(f"{x:.2f}" for x in r.get("cpu_to_plain_limits_rounds", []))
+                    if r["rounds"] > 1
+                    else ""
                 ),
             ),
-            render.Column("rps x plain-limits", lambda r: r["rps_to_plain_limits"], 2),
-            render.Column("CPU x plain", lambda r: r["cpu_to_plain"], 2),
-            render.Column("rps x plain", lambda r: r["rps_to_plain"], 2),
-            render.Column("CPU x streamed", lambda r: r["cpu_to_plain_limits_streamed"], 2),
-            render.Column("switches / req", lambda r: r["switches_per_request"], 1),
+            False,
+        ),
+        (render.Column(f"goal: {GOAL}x", lambda r: r.get("goal")), False),
+        (render.Column("switches x plain-limits", lambda r: r.get("switches_to_plain_limits"), 2), True),
+        (render.Column("95% ", lambda r: interval(r, "switches_to_plain_limits")), False),
+        (render.Column("rps x plain-limits", lambda r: r.get("rps_to_plain_limits"), 2), True),
+    ]
+    if ladder:
+        columns += [
+            (render.Column("rung below", lambda r: r.get("below")), False),
+            (render.Column("CPU against the rung below", lambda r: r.get("cpu_to_below_words")), False),
+            (render.Column("switches against it", lambda r: r.get("switches_to_below_words")), False),
+        ]
+    else:
+        columns += [
+            (render.Column("CPU x plain", lambda r: r.get("cpu_to_plain"), 2), True),
+            (render.Column("rps x plain", lambda r: r.get("rps_to_plain"), 2), True),
+            (render.Column("CPU x streamed", lambda r: r.get("cpu_to_plain_limits_streamed"), 2), True),
+        ]
+    columns += [
+        (render.Column("switches / req", lambda r: r["switches_per_request"], 1), True),
+        (
             render.Column(
                 "warm-up s",
                 lambda r: f"{r['warmup_s']:.0f}" + ("" if r["warmup_settled"] else " (unsettled)"),
             ),
-        ],
-        results,
-        numeric=[False, True, True, True, True, True, True, True, False, True, True, True, True, True, True],
-    )
+            True,
+        ),
+    ]
+    return render.Table([c for c, _ in columns], results, numeric=[n for _, n in columns])
