@@ -149,7 +149,7 @@ def run_figures(folder: Path) -> set[Decimal]:
 
     for path in sorted(folder.rglob("*.json")):
         walk(json.loads(path.read_text()))
-    for path in sorted(folder.rglob("report*.md")):
+    for path in sorted([*folder.rglob("report*.md"), *folder.rglob("bench.md")]):
         values.update(figures(path.read_text()))
     return values
 
@@ -173,12 +173,15 @@ def hand_written_study_pages() -> list[Path]:
 def evidence_of(page: Path) -> set[Decimal]:
     """The figures of the runs a page stands on: those kept in its own folder (a study page's
     docs/studies/NAME/), in the run folders it links to (a report.md beside its results.json), and
-    those of the study pages it links to (a figure quoted from one)."""
+    those of the study pages it links to (a figure quoted from one); a `lab bench` run's bench.md
+    beside its bench.json counts as a report."""
     text = page.read_text()
     folders = {page.parent / page.stem}
     for link in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text):
         target = page.parent / link
         if target.name == "report.md" and target.with_name("results.json").exists():
+            folders.add(target.parent)
+        elif target.name == "bench.md" and target.with_name("bench.json").exists():
             folders.add(target.parent)
         elif (target.parent / target.stem).is_dir():
             folders.add(target.parent / target.stem)
@@ -208,3 +211,28 @@ def test_the_matrix_page_gives_only_figures_of_the_runs_it_links_to():
     runs it links to, as it reads there or rounded."""
     bad = unsupported(REPO / "docs" / "matrix.md")
     assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
+
+
+def test_the_benchmarks_page_gives_only_figures_of_the_bench_runs_it_links_to():
+    """docs/benchmarks.md explains `lab bench` and quotes the runs kept in docs/bench-runs/: every
+    figure it gives, settings and measurements alike, is in one of the runs it links to (bench.json,
+    or the bench.md the lab wrote from it), as it reads there or rounded."""
+    page = REPO / "docs" / "benchmarks.md"
+    assert re.search(r"\]\(bench-runs/[^)]+/bench\.md\)", page.read_text()), "it links to no kept run"
+    bad = unsupported(page)
+    assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
+
+
+def test_a_kept_bench_run_s_summary_and_table_are_what_its_rounds_give():
+    """A `lab bench` run kept in docs/ is what the lab wrote: its summary and bench.md are those that
+    `lab bench --report` writes from its rounds (a hand-edited figure, or a summary left from older
+    code, fails here)."""
+    from ktor_lab.commands import bench
+
+    kept = sorted((REPO / "docs").rglob("bench.json"))
+    assert kept
+    for path in kept:
+        run = json.loads(path.read_text())
+        results, text = bench.summary(run["settings"], run["rounds"])
+        assert json.loads(json.dumps(results)) == run["results"], path
+        assert path.with_name("bench.md").read_text() == text + "\n", path
