@@ -448,12 +448,17 @@ def groups(cases: list[Case], ladder: bool, rungs: list[tuple[str, dict[str, str
     return list(by_engine.values())
 
 
+# A JVM's warm-up as the rule ends it on 2 cores: 25-70 s in the runs kept in docs/bench-runs/, about
+# 45 s on average; with it the estimate read 20, 30 and 41 min for runs of 18.5, 26.5 and about 40.
+WARMUP_S = 50
+
+
 def plan_text(plan: list[list[Spec]], args: argparse.Namespace) -> str:
-    """What the bench will measure and about how long it takes (a JVM's warm-up: 1-2 min here)."""
+    """What the bench will measure and about how long it takes (WARMUP_S a JVM, at most --warmup)."""
     jvms = sum(len(g) for g in plan)
     window = args.duration + (0 if args.fresh else args.settle) + 1
     warmups = jvms * args.repeats if args.fresh else jvms
-    seconds = 2 * 15 + warmups * min(args.warmup, 100) + args.repeats * (jvms + 2) * window
+    seconds = 2 * 15 + warmups * min(args.warmup, WARMUP_S) + args.repeats * (jvms + 2) * window
     how = (
         f"a fresh JVM warmed for each of its {args.repeats} window(s)"
         if args.fresh
