@@ -52,6 +52,7 @@ from ..machine import (
     process_cpu_seconds,
     version,
 )
+from ..measure import machine_figures
 from ..network import Network
 from ..parts import jfr, wrk
 from ..rundirs import run_dir
@@ -174,10 +175,7 @@ def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
     began = jfr.now()
     machine_before, wall = cpu_sample(), time.monotonic()
     r = wrk.run(target.url, args.connections, args.threads, args.duration)
-    machine_after, wall = cpu_sample(), max(time.monotonic() - wall, 1e-3)
-    others = max(
-        0.0, (machine_after.busy_s - machine_before.busy_s) - (machine_after.lab_s - machine_before.lab_s)
-    )
+    busy = machine_figures(machine_before, cpu_sample(), time.monotonic() - wall)
     recording, target.recording = target.recording, None  # the first window's profile
     if recording:
         recording.stop(began, jfr.now())
@@ -189,8 +187,8 @@ def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
         settle_s=settle,
         # Others' CPU in the window (not the lab's processes) and the hypervisor's steal, as shares of
         # the machine: what a busy machine took from the figures.
-        others_share=round(others / wall / cpus(), 4),
-        steal_share=round((machine_after.steal_s - machine_before.steal_s) / wall / cpus(), 4),
+        others_share=busy.others_share,
+        steal_share=busy.steal_share,
         cpu_ms_per_request=None,
         switches_per_request=None,
     )
@@ -631,8 +629,12 @@ def summarize(rounds: list[dict], cases: list[Case], ladder: bool = False) -> li
 
 def _put_ratio(row: dict, key: str, values: list[float]) -> None:
     """`key` (a ratio's name in a row): the geometric mean of `values`, and its 95% interval."""
-    c = within_rounds(values)
     row[key] = geometric_mean(values)
+    _put_interval(row, key, within_rounds(values))
+
+
+def _put_interval(row: dict, key: str, c: confidence.Comparison | None) -> None:
+    """`key`'s interval as ratios (`key_low`, `key_high`): None without one."""
     row[f"{key}_low"] = None if c is None or c.low is None else 1 + c.low
     row[f"{key}_high"] = None if c is None or c.high is None else 1 + c.high
 
@@ -727,8 +729,7 @@ def _against_the_rung_below(rows: list[dict], ratios) -> None:
         for key in ("cpu", "switches"):
             mine = [(row, c) for row, k, c in pairs if k == key]
             for (row, _), c in zip(mine, confidence.adjust([c for _, c in mine]), strict=True):
-                row[f"{key}_to_below_low"] = None if c.low is None else 1 + c.low
-                row[f"{key}_to_below_high"] = None if c.high is None else 1 + c.high
+                _put_interval(row, f"{key}_to_below", c)
                 row[f"{key}_to_below_p"] = c.p
                 row[f"{key}_to_below_family"] = c.family
                 row[f"{key}_to_below_words"] = c.words()
