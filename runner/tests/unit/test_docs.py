@@ -21,6 +21,25 @@ def test_every_relative_link_resolves():
     assert not bad, bad
 
 
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_names_a_heading_of_its_page():
+    """`page.md#anchor` lands on a heading: an anchor left from a renamed section fails here."""
+    bad = []
+    for page in PAGES:
+        for link, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text()):
+            target = page.parent / link if link else page
+            if target.suffix != ".md" or not target.exists():
+                continue
+            headings = {slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
+            if anchor not in headings:
+                bad.append(f"{page.relative_to(REPO)}: {link}#{anchor}")
+    assert not bad, bad
+
+
 def test_the_readme_is_short_and_gives_the_two_commands_and_the_compose_one():
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 80
@@ -170,13 +189,11 @@ def hand_written_study_pages() -> list[Path]:
     return [page for page in sorted(studies.glob("*.md")) if studies / page.stem in kept]
 
 
-def evidence_of(page: Path) -> set[Decimal]:
-    """The figures of the runs a page stands on: those kept in its own folder (a study page's
-    docs/studies/NAME/), in the run folders it links to (a report.md beside its results.json), and
-    those of the study pages it links to (a figure quoted from one); a `lab bench` run's bench.md
-    beside its bench.json counts as a report."""
-    text = page.read_text()
-    folders = {page.parent / page.stem}
+def linked_runs(page: Path, text: str) -> set[Path]:
+    """The run folders `text` (on `page`) links to: a report.md beside its results.json, a `lab
+    bench` run's bench.md beside its bench.json, and a study page's own folder (a figure quoted
+    from one)."""
+    folders = set()
     for link in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text):
         target = page.parent / link
         if target.name == "report.md" and target.with_name("results.json").exists():
@@ -185,6 +202,13 @@ def evidence_of(page: Path) -> set[Decimal]:
             folders.add(target.parent)
         elif (target.parent / target.stem).is_dir():
             folders.add(target.parent / target.stem)
+    return folders
+
+
+def evidence_of(page: Path) -> set[Decimal]:
+    """The figures of the runs a page stands on: those kept in its own folder (a study page's
+    docs/studies/NAME/) and in the runs it links to (`linked_runs`)."""
+    folders = {page.parent / page.stem, *linked_runs(page, page.read_text())}
     return set().union(*(run_figures(f) for f in folders if f.is_dir()))
 
 
@@ -211,6 +235,48 @@ def test_the_matrix_page_gives_only_figures_of_the_runs_it_links_to():
     runs it links to, as it reads there or rounded."""
     bad = unsupported(REPO / "docs" / "matrix.md")
     assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
+
+
+# The files whose figures docs/proxy.md may give when its section names them: the proxy's code and
+# the lab's tests (a default, a limit, what a test holds).
+SOURCES = [*sorted((REPO / "proxy-app" / "src").rglob("*.kt")), *sorted((REPO / "runner").rglob("*.py"))]
+# Not figures of the lab's: RFC sections, releases (JDK 17) and the unit of a rate (per 1,000).
+NAMES = re.compile(r"RFC \d+(?: sections?(?:,? (?:and )?\d+(?:\.\d+)*)+)?|\b(?:JDK|Java) \d+|per 1,000\b")
+
+
+def code_figures(names: set[str]) -> set[Decimal]:
+    """The numbers written in the SOURCES named `names` (`ProxyConfig.kt`), Kotlin's 3_600_000 too."""
+    number = re.compile(r"(?<!\w)(?<!\d\.)\d[\d_]*(?:\.\d+)?")
+    paths = [p for p in SOURCES if p.name in names]
+    return {Decimal(m.replace("_", "")) for p in paths for m in number.findall(p.read_text())}
+
+
+def sentences(section: str) -> list[str]:
+    """A section's sentences, a table row or a list item ending one too."""
+    blocks = re.split(r"\n\n|\n(?=- |\| )", section)
+    return [s for b in blocks for s in re.split(r"(?<=\.)\s+(?=[A-Z(*`\[])", b)]
+
+
+def test_the_proxy_page_gives_each_figure_beside_its_evidence():
+    """docs/proxy.md: every figure of a sentence is one that the code or tests its section names give
+    (a default, a limit, what a test holds), an HTTP status code (Python's http.HTTPStatus, RFC
+    9110's list), or one of the runs the sentence itself links to, as it reads there or rounded.
+    A measured figure without its run beside it fails here, and so does a default the code no
+    longer has."""
+    from http import HTTPStatus
+
+    page = REPO / "docs" / "proxy.md"
+    statuses = {Decimal(s.value) for s in HTTPStatus}
+    bad = []
+    for section in re.split(r"\n(?=## )", page.read_text()):
+        code = code_figures({n.rsplit("/", 1)[-1] for n in re.findall(r"`([\w./-]+\.(?:kt|py))`", section)})
+        for sentence in sentences(section):
+            runs = set().union(*(run_figures(f) for f in linked_runs(page, sentence)))
+            values = code | statuses | runs
+            for f in figures(NAMES.sub("", prose_of(sentence))):
+                if not quoted(f, values):
+                    bad.append(f"{f} in: {' '.join(sentence.split())[:100]}")
+    assert not bad, f"{len(bad)} figures with no evidence beside them:\n" + "\n".join(bad)
 
 
 def test_the_benchmarks_page_gives_only_figures_of_the_bench_runs_it_links_to():
