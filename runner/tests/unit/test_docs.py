@@ -194,11 +194,13 @@ def linked_runs(page: Path, text: str) -> set[Path]:
     bench` run's bench.md beside its bench.json, and a study page's own folder (a figure quoted
     from one)."""
     folders = set()
-    for link in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text):
+    for link in re.findall(r"\]\(([^)#]+\.(?:md|json))(?:#[^)]*)?\)", text):
         target = page.parent / link
         if target.name == "report.md" and target.with_name("results.json").exists():
             folders.add(target.parent)
         elif target.name == "bench.md" and target.with_name("bench.json").exists():
+            folders.add(target.parent)
+        elif target.suffix == ".json" and target.exists():  # a run that writes only its results
             folders.add(target.parent)
         elif (target.parent / target.stem).is_dir():
             folders.add(target.parent / target.stem)
@@ -251,10 +253,19 @@ def code_figures(names: set[str]) -> set[Decimal]:
     return {Decimal(m.replace("_", "")) for p in paths for m in number.findall(p.read_text())}
 
 
-def sentences(section: str) -> list[str]:
-    """A section's sentences, a table row or a list item ending one too."""
-    blocks = re.split(r"\n\n|\n(?=- |\| )", section)
-    return [s for b in blocks for s in re.split(r"(?<=\.)\s+(?=[A-Z(*`\[])", b)]
+def sentences(section: str) -> list[tuple[str, str]]:
+    """A section's sentences, a table row or a list item ending one too, each with the text whose
+    links are its evidence: the sentence's own, and for a table row the paragraph that leads into
+    the table too (its rows cannot carry a link each)."""
+    out, lead = [], ""
+    for paragraph in section.split("\n\n"):
+        table = paragraph.lstrip().startswith("|")
+        for block in re.split(r"\n(?=- |\| )", paragraph):
+            for s in re.split(r"(?<=\.)\s+(?=[A-Z(*`\[])", block):
+                out.append((s, f"{lead}\n{s}" if table else s))
+        if not table:
+            lead = paragraph
+    return out
 
 
 def test_the_proxy_page_gives_each_figure_beside_its_evidence():
@@ -270,13 +281,67 @@ def test_the_proxy_page_gives_each_figure_beside_its_evidence():
     bad = []
     for section in re.split(r"\n(?=## )", page.read_text()):
         code = code_figures({n.rsplit("/", 1)[-1] for n in re.findall(r"`([\w./-]+\.(?:kt|py))`", section)})
-        for sentence in sentences(section):
-            runs = set().union(*(run_figures(f) for f in linked_runs(page, sentence)))
+        for sentence, links in sentences(section):
+            runs = set().union(*(run_figures(f) for f in linked_runs(page, links)))
             values = code | statuses | runs
             for f in figures(NAMES.sub("", prose_of(sentence))):
                 if not quoted(f, values):
                     bad.append(f"{f} in: {' '.join(sentence.split())[:100]}")
     assert not bad, f"{len(bad)} figures with no evidence beside them:\n" + "\n".join(bad)
+
+
+# The pages that explain a part (settings, ports, commands): each held by the test below. Every other
+# user page is generated or held by a test above (asserted in that test).
+PART_PAGES = ["README.md", *(f"docs/{n}.md" for n in (
+    "compose", "load", "native", "network", "observability", "security", "swarm", "testing", "upstream",
+    "versions",
+))]  # fmt: skip
+# A release named after its product (Docker 20.10, nginx 1.22, Python 3.11), an issue or a CVE.
+RELEASES = re.compile(
+    r"\b(?:Docker|Engine|nginx|njs|Prometheus|Python|Go|TLS|Debian|Temurin|Locust|Grafana|Toxiproxy)"
+    r" v?\d+(?:\.\d+)*|#\d+|CVE-\d+-\d+"
+)
+
+
+def repository_figures() -> set[Decimal]:
+    """The numbers written in the lab's own files outside docs/: its code, configuration and tests
+    (not data: no JSON, CSV or TSV), where a setting a page gives (a port, a default) is set."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    number = re.compile(r"(?<!\w)(?<!\d\.)\d[\d_]*(?:\.\d+)?")
+    values = set()
+    for name in listed.stdout.split():
+        path = REPO / name
+        if name.startswith("docs/") or path.suffix in (".json", ".csv", ".tsv", ".png", ".svg", ".jar"):
+            continue
+        try:
+            values.update(Decimal(m.replace("_", "")) for m in number.findall(path.read_text()))
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+    return values
+
+
+def test_a_page_on_a_part_gives_only_figures_of_the_lab_or_of_the_run_beside_them():
+    """README.md and the pages on a part: every figure of a sentence is written in the lab's own
+    code, configuration or tests (a port, a default, a limit), is an HTTP status code, or is in a run
+    the sentence itself links to (a measurement beside its run). A measured figure typed by hand
+    (a rate, a time, a count) fails here. Every user page is held by this test or another of this
+    file, or written by `lab guide`."""
+    from http import HTTPStatus
+
+    held = {"matrix", "benchmarks", "proxy", "findings", "guide", "README"}
+    pages = {REPO / p for p in PART_PAGES}
+    assert {p for p in (REPO / "docs").glob("*.md") if p.stem not in held} <= pages
+    known = repository_figures() | {Decimal(s.value) for s in HTTPStatus}
+    bad = []
+    for page in sorted(pages):
+        for sentence, links in sentences(page.read_text()):
+            values = known | set().union(*(run_figures(f) for f in linked_runs(page, links)))
+            for f in figures(prose_of(RELEASES.sub("", NAMES.sub("", sentence)))):
+                if not quoted(f, values):
+                    bad.append(f"{page.name}: {f} in: {' '.join(sentence.split())[:100]}")
+    assert not bad, f"{len(bad)} figures neither the lab's nor of a run beside them:\n" + "\n".join(bad)
 
 
 def test_the_benchmarks_page_gives_only_figures_of_the_bench_runs_it_links_to():
