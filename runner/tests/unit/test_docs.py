@@ -293,7 +293,7 @@ def test_the_proxy_page_gives_each_figure_beside_its_evidence():
 # The pages that explain a part (settings, ports, commands): each held by the test below. Every other
 # user page is generated or held by a test above (asserted in that test).
 PART_PAGES = ["README.md", *(f"docs/{n}.md" for n in (
-    "compose", "load", "native", "network", "observability", "security", "swarm", "testing", "upstream",
+    "README", "compose", "load", "native", "network", "observability", "security", "swarm", "testing", "upstream",
     "versions",
 ))]  # fmt: skip
 # A release named after its product (Docker 20.10, nginx 1.22, Python 3.11), an issue or a CVE.
@@ -330,7 +330,7 @@ def test_a_page_on_a_part_gives_only_figures_of_the_lab_or_of_the_run_beside_the
     file, or written by `lab guide`."""
     from http import HTTPStatus
 
-    held = {"matrix", "benchmarks", "proxy", "findings", "guide", "README"}
+    held = {"matrix", "benchmarks", "proxy", "findings", "guide"}
     pages = {REPO / p for p in PART_PAGES}
     assert {p for p in (REPO / "docs").glob("*.md") if p.stem not in held} <= pages
     known = repository_figures() | {Decimal(s.value) for s in HTTPStatus}
