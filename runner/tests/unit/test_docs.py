@@ -293,8 +293,8 @@ def test_the_proxy_page_gives_each_figure_beside_its_evidence():
 # The pages that explain a part (settings, ports, commands): each held by the test below. Every other
 # user page is generated or held by a test above (asserted in that test).
 PART_PAGES = ["README.md", *(f"docs/{n}.md" for n in (
-    "README", "compose", "load", "native", "network", "observability", "security", "swarm", "testing", "upstream",
-    "versions",
+    "README", "compose", "load", "native", "network", "observability", "security", "swarm", "testing",
+    "upstream", "versions",
 ))]  # fmt: skip
 # A release named after its product (Docker 20.10, nginx 1.22, Python 3.11), an issue or a CVE.
 RELEASES = re.compile(
