@@ -230,13 +230,20 @@ def lines(old_name: str, new_name: str, found: list[Change], changed: list[str] 
             " With one JVM a row (--forks 1) the units are its windows: a change then also holds what "
             "two JVMs of one case differ by (an A/A pair of the plan shows how much)."
         )
-    width = max([len(c.row) for c in found] + [3])
+    out.append(
+        "Between two runs the machine moves every row alike (docs/matrix.md): a change that every row "
+        "shows (each section's first line) is the machine's as much as the change's; to measure a "
+        "release or setting, make it a dimension of one run (lab run --ktor 3.4.1,3.5.2), whose "
+        "windows interleave."
+    )
+    width = max([len(c.row) for c in found] + [len(EVERY_ROW)])
     fwidth = max([len(c.figure.heading) for c in found] + [6])
     section = None
     for c in found:
         if c.section != section:
             section = c.section
             out += ["", section, f"{'row':<{width}}  {'figure':<{fwidth}}  {'old':>22}  {'new':>22}  change"]
+            out.append(f"{EVERY_ROW:<{width}}  {every_row(found, section)}")
         left = (
             ""
             if c.left_out == (0, 0)
@@ -247,6 +254,23 @@ def lines(old_name: str, new_name: str, found: list[Change], changed: list[str] 
             f"{_centre(c.new, c.figure):>22}  {c.words()}{left}"
         )
     return out
+
+
+EVERY_ROW = "every row"
+
+
+def every_row(found: list[Change], section: str) -> str:
+    """What all of a section's rows moved by, figure by figure: the geometric mean of their ratios
+    NEW/OLD (`rps +0.0%, CPU s / 1000 req +8.8% (9 rows)`); not a test: a shift the two runs share
+    cannot be told from the machine's between them."""
+    parts = []
+    for key in dict.fromkeys(c.figure.key for c in found if c.section == section):
+        ratios = [c.ratio for c in found if c.section == section and c.figure.key == key and c.ratio]
+        if ratios:
+            heading = next(c.figure.heading for c in found if c.figure.key == key)
+            parts.append(f"{heading} {math.exp(float(np.mean(np.log(ratios)))) - 1:+.1%}")
+    rows = len({c.row for c in found if c.section == section and c.ratio})
+    return "the geometric mean of the rows' changes: " + ", ".join(parts) + f" ({rows} rows)"
 
 
 def _centre(values: tuple[float, ...], figure: Figure) -> str:

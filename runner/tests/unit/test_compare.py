@@ -81,6 +81,18 @@ def test_a_change_is_named_with_its_interval_and_no_change_gets_a_tilde_with_its
     assert "static-small rate/300/30" in text and "1 with a change" in text
 
 
+def test_each_section_says_what_every_row_moved_by_and_why_that_is_not_a_change_s():
+    """Every row 10% dearer in the new run (the machine, between two runs): the section's first line
+    gives +10.0% for CPU per request over its rows, and the header says such a shift may be the
+    machine's."""
+    old = results({"singleton-cio": [1.00, 1.05, 0.97], "per-call-apache": [3.0, 3.1, 2.9]})
+    new = results({"singleton-cio": [1.10, 1.155, 1.067], "per-call-apache": [3.3, 3.41, 3.19]})
+    text = comparison.lines("old", "new", comparison.changes(old, new))
+    (first,) = [x for x in text if x.startswith(comparison.EVERY_ROW)]
+    assert "CPU s / 1000 req +10.0%" in first and "rps +0.0%" in first and "(2 rows)" in first
+    assert any("the machine's as much as the change's" in x for x in text[:3])
+
+
 def test_flagged_windows_are_left_out_and_counted_and_too_few_are_not_tested():
     old = results({"singleton-cio": [1.0, 1.0, 1.1, 0.9, 1.0]})
     new = results({"singleton-cio": [1.0, 1.0, 1.1, 0.9, 5.0]})
