@@ -163,8 +163,9 @@ class Plan:
     aa: str = ""
     # A fresh proxy for every window, warmed again each time (the compose backend always).
     fresh: bool = False
-    # Seconds of unmeasured load before a window on a warm proxy that has idled (its pools refill).
-    settle_s: int = 3
+    # Seconds of unmeasured load before a window on a warm proxy that has idled (its pools refill;
+    # the users start within the first second at the default rate).
+    settle_s: int = 2
     # A load that warms each proxy once, on WARM_FIRST_SCENARIO, before its first warm-up at a
     # measured load (lab run --warm-first): at capacity the JIT compiles the proxy's path in
     # 30-60 s, at a fixed 100 rps or on the slow scenario it still compiles after minutes.

@@ -217,8 +217,8 @@ def test_errors_and_a_short_warm_up_are_flagged():
 
 
 def test_a_window_whose_own_jit_was_quiet_is_warm_whatever_its_warm_up_s_end():
-    """At a fixed rate a per-call client keeps the JIT at 3-6% of a core for minutes, above the
-    warm-up's 2%: its warm-up never settles, yet its windows' JIT (measured) is under 10%."""
+    """At a fixed rate a per-call client can keep the JIT above the warm-up's share of a core for
+    minutes: its warm-up never settles, yet its windows' JIT (measured) is under 10%."""
     run = a_run()
     run.warmup.settled = False
     run.window.seconds = 10.0

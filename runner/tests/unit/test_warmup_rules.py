@@ -95,7 +95,7 @@ def test_the_warm_up_waits_for_a_quiet_jit_not_only_for_one_a_window_may_keep(tm
     finishing there leaves the next windows dearer per request (warmup.py)."""
     quiet, kept = warmup.JIT_QUIET_SHARE, verdict.JIT_WINDOW_SHARE
     assert quiet < kept
-    busy, windowish, still = 2 * kept * WINDOW_S, 0.8 * kept * WINDOW_S, 0.5 * quiet * WINDOW_S
+    busy, windowish, still = 2 * kept * WINDOW_S, 0.8 * kept * WINDOW_S, 0.4 * quiet * WINDOW_S
     for script, ends in (
         ([busy, windowish, windowish, still], 4),
         ([busy, still, 0, 0], 2),
