@@ -26,6 +26,17 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def anchors(text: str) -> set[str]:
+    """A page's heading anchors, as GitHub numbers a repeated one (`-1`); none from fenced code."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M):
+        base = slug(heading)
+        out.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return out
+
+
 def test_every_anchor_names_a_heading_of_its_page():
     """`page.md#anchor` lands on a heading: an anchor left from a renamed section fails here."""
     bad = []
@@ -34,7 +45,7 @@ def test_every_anchor_names_a_heading_of_its_page():
             target = page.parent / link if link else page
             if target.suffix != ".md" or not target.exists():
                 continue
-            headings = {slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}
+            headings = anchors(target.read_text())
             if anchor not in headings:
                 bad.append(f"{page.relative_to(REPO)}: {link}#{anchor}")
     assert not bad, bad
@@ -242,15 +253,36 @@ def test_the_matrix_page_gives_only_figures_of_the_runs_it_links_to():
 # The files whose figures docs/proxy.md may give when its section names them: the proxy's code and
 # the lab's tests (a default, a limit, what a test holds).
 SOURCES = [*sorted((REPO / "proxy-app" / "src").rglob("*.kt")), *sorted((REPO / "runner").rglob("*.py"))]
-# Not figures of the lab's: RFC sections, releases (JDK 17) and the unit of a rate (per 1,000).
-NAMES = re.compile(r"RFC \d+(?: sections?(?:,? (?:and )?\d+(?:\.\d+)*)+)?|\b(?:JDK|Java) \d+|per 1,000\b")
+# Not figures of the lab's: RFC sections, releases (JDK 17), issues and the unit of a rate.
+NAMES = re.compile(
+    r"RFC \d+(?: sections?(?:,? (?:and )?\d+(?:\.\d+)*)+)?|\b(?:JDK|Java) \d+|\bissue \d+|per 1,000\b"
+)
+# A figure followed by what it counts (or by another figure: `200 504s`) is a count, never a status.
+COUNT = re.compile(
+    r"(\d[\d,]*)(?=\s+(?:requests?|answers?|rps|callers?|users?|threads?|tries|calls?|connections?"
+    r"|windows?|clients?|files?|bytes?|JVMs?|rows?|lines?|\d))"
+)
+
+
+def numbers_in(text: str) -> set[Decimal]:
+    """The numbers written in code or configuration (Kotlin's 3_600_000 too), and a whole number of
+    seconds for each whole thousand (30000 ms: 30 s)."""
+    found = {Decimal(m.replace("_", "")) for m in re.findall(r"(?<!\w)(?<!\d\.)\d[\d_]*(?:\.\d+)?", text)}
+    return found | {v / 1000 for v in found if v >= 1000 and v % 1000 == 0}
 
 
 def code_figures(names: set[str]) -> set[Decimal]:
-    """The numbers written in the SOURCES named `names` (`ProxyConfig.kt`), Kotlin's 3_600_000 too."""
-    number = re.compile(r"(?<!\w)(?<!\d\.)\d[\d_]*(?:\.\d+)?")
-    paths = [p for p in SOURCES if p.name in names]
-    return {Decimal(m.replace("_", "")) for p in paths for m in number.findall(p.read_text())}
+    """The numbers written in the SOURCES named `names` (`ProxyConfig.kt`)."""
+    return set().union(*(numbers_in(p.read_text()) for p in SOURCES if p.name in names))
+
+
+def statuses_in(sentence: str) -> set[Decimal]:
+    """The HTTP status codes (Python's http.HTTPStatus, RFC 9110's list) a sentence may give as
+    statuses: not a number it writes as a count (`500 requests`)."""
+    from http import HTTPStatus
+
+    counts = {Decimal(m.replace(",", "")) for m in COUNT.findall(sentence)}
+    return {Decimal(s.value) for s in HTTPStatus} - counts
 
 
 def sentences(section: str) -> list[tuple[str, str]]:
@@ -270,20 +302,17 @@ def sentences(section: str) -> list[tuple[str, str]]:
 
 def test_the_proxy_page_gives_each_figure_beside_its_evidence():
     """docs/proxy.md: every figure of a sentence is one that the code or tests its section names give
-    (a default, a limit, what a test holds), an HTTP status code (Python's http.HTTPStatus, RFC
-    9110's list), or one of the runs the sentence itself links to, as it reads there or rounded.
-    A measured figure without its run beside it fails here, and so does a default the code no
-    longer has."""
-    from http import HTTPStatus
-
+    (a default, a limit, what a test holds), an HTTP status code written as one (`statuses_in`), or
+    one of the runs the sentence itself links to, as it reads there or rounded. A measured figure
+    without its run beside it fails here, and so does a default the code no longer has. Figures in
+    backticks are code (a version, a port, a literal value) and not read."""
     page = REPO / "docs" / "proxy.md"
-    statuses = {Decimal(s.value) for s in HTTPStatus}
     bad = []
     for section in re.split(r"\n(?=## )", page.read_text()):
         code = code_figures({n.rsplit("/", 1)[-1] for n in re.findall(r"`([\w./-]+\.(?:kt|py))`", section)})
         for sentence, links in sentences(section):
             runs = set().union(*(run_figures(f) for f in linked_runs(page, links)))
-            values = code | statuses | runs
+            values = code | statuses_in(prose_of(sentence)) | runs
             for f in figures(NAMES.sub("", prose_of(sentence))):
                 if not quoted(f, values):
                     bad.append(f"{f} in: {' '.join(sentence.split())[:100]}")
@@ -304,19 +333,27 @@ RELEASES = re.compile(
 
 
 def repository_figures() -> set[Decimal]:
-    """The numbers written in the lab's own files outside docs/: its code, configuration and tests
-    (not data: no JSON, CSV or TSV), where a setting a page gives (a port, a default) is set."""
+    """The numbers written in the lab's own code and configuration, where a setting a page gives (a
+    port, a default) is set: not its pages (any .md), its tests (their fixtures hold figures of
+    every kind) or data (JSON, CSV, TSV)."""
     import subprocess
 
     listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
-    number = re.compile(r"(?<!\w)(?<!\d\.)\d[\d_]*(?:\.\d+)?")
-    values = set()
+    values: set[Decimal] = set()
     for name in listed.stdout.split():
         path = REPO / name
-        if name.startswith("docs/") or path.suffix in (".json", ".csv", ".tsv", ".png", ".svg", ".jar"):
+        if name.startswith(("docs/", "runner/tests/")) or path.suffix in (
+            ".md",
+            ".json",
+            ".csv",
+            ".tsv",
+            ".png",
+            ".svg",
+            ".jar",
+        ):
             continue
         try:
-            values.update(Decimal(m.replace("_", "")) for m in number.findall(path.read_text()))
+            values |= numbers_in(path.read_text())
         except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
             continue
     return values
@@ -324,21 +361,21 @@ def repository_figures() -> set[Decimal]:
 
 def test_a_page_on_a_part_gives_only_figures_of_the_lab_or_of_the_run_beside_them():
     """README.md and the pages on a part: every figure of a sentence is written in the lab's own
-    code, configuration or tests (a port, a default, a limit), is an HTTP status code, or is in a run
-    the sentence itself links to (a measurement beside its run). A measured figure typed by hand
+    code or configuration (a port, a default, a limit), is an HTTP status code written as one, or is
+    in a run the sentence itself links to (a measurement beside its run). A measured figure typed by hand
     (a rate, a time, a count) fails here. Every user page is held by this test or another of this
     file, or written by `lab guide`."""
-    from http import HTTPStatus
-
     held = {"matrix", "benchmarks", "proxy", "findings", "guide"}
     pages = {REPO / p for p in PART_PAGES}
     assert {p for p in (REPO / "docs").glob("*.md") if p.stem not in held} <= pages
-    known = repository_figures() | {Decimal(s.value) for s in HTTPStatus}
+    known = repository_figures()
     bad = []
     for page in sorted(pages):
         for sentence, links in sentences(page.read_text()):
-            values = known | set().union(*(run_figures(f) for f in linked_runs(page, links)))
-            for f in figures(prose_of(RELEASES.sub("", NAMES.sub("", sentence)))):
+            prose = prose_of(RELEASES.sub("", NAMES.sub("", sentence)))
+            runs = set().union(*(run_figures(f) for f in linked_runs(page, links)))
+            values = known | statuses_in(prose) | runs
+            for f in figures(prose):
                 if not quoted(f, values):
                     bad.append(f"{page.name}: {f} in: {' '.join(sentence.split())[:100]}")
     assert not bad, f"{len(bad)} figures neither the lab's nor of a run beside them:\n" + "\n".join(bad)
