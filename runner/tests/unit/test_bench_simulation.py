@@ -1,11 +1,14 @@
 """`lab bench`'s decision rules, checked by simulating them: the real summary code
 (bench.summarize, as `lab bench` and `lab bench --report` call it) on rounds drawn here.
 
-A draw: ROUNDS rounds of the default ladder for one engine, each rung's CPU per request and switches
-per request its true cost times a drift common to the round (the machine) and a log-normal noise
-of its own. The noise is what the kept runs' ratios within a round showed (docs/bench-runs/): their
-logarithms spread by about 0.02-0.04 for switches and 0.03-0.35 for CPU per request, which is
-sqrt(2) times the noise of one measurement. Seeded; each test runs in seconds and prints its rate.
+A draw: a number of rounds of the default ladder for one engine, each rung's CPU per request and
+switches per request its true cost times a log-normal noise of its own. The noise is what the kept
+runs' ratios within a round showed (docs/bench-runs/): the logarithms of a ratio spread by 0.02 for
+switches and about 0.10 for CPU per request in the middle of their rungs (0.03-0.35 over all),
+which is sqrt(2) times the noise of one measurement. A ratio is taken within a round, so what moves
+a whole round cancels and is not drawn; a drift that repeats by position within every round (the
+rungs run in the same order each round) would not cancel, and is not modelled here. Seeded; each
+test runs in seconds and prints its rate.
 """
 
 from __future__ import annotations
@@ -20,18 +23,20 @@ from ktor_lab.commands import bench
 ENGINE = "apache5"
 CASE = Case.parse(f"singleton-{ENGINE}")
 RUNGS = [name for name, _ in bench.LADDER]
-# One measurement's noise (log-normal sigma): switches 0.02, CPU per request 0.10 (a ratio's: 0.03
-# and 0.14, the middle of what the kept runs showed).
-SWITCH_NOISE = 0.02
-CPU_NOISE = 0.10
+# One measurement's noise (log-normal sigma): a ratio's, the median the kept runs showed (0.02 for
+# switches, 0.10 for CPU per request), over sqrt(2); and CPU's at the noisiest rungs (OkHttp's, 0.35).
+SWITCH_NOISE = 0.014
+CPU_NOISE = 0.07
+CPU_NOISE_WORST = 0.25
 
 
-def draw(rng: np.random.Generator, rounds: int, steps: dict[str, float], figure: str) -> list[dict]:
+def draw(
+    rng: np.random.Generator, rounds: int, steps: dict[str, float], cpu_noise: float = CPU_NOISE
+) -> list[dict]:
     """One bench run's rounds: every rung costs 1 (in CPU and switches) times the steps of the rungs
     up to it on its line (`steps[rung]` the factor a rung adds; a side rung's does not carry on)."""
     out = []
     for n in range(1, rounds + 1):
-        drift = float(rng.uniform(0.8, 1.3))
         out.append(dict(round=n, target="nginx proxy_pass", rps=40000, p50_us=1, p99_us=1, requests=1,
                         errors=0, warmup_s=1, warmup_settled=True, cpu_ms_per_request=None))  # fmt: skip
         level = 1.0
@@ -39,7 +44,7 @@ def draw(rng: np.random.Generator, rounds: int, steps: dict[str, float], figure:
             cost = level * steps.get(rung, 1.0)
             if rung not in bench.SIDE_RUNGS:
                 level = cost
-            cpu = cost * drift * math.exp(rng.normal(0, CPU_NOISE))
+            cpu = cost * math.exp(rng.normal(0, cpu_noise))
             switches = cost * math.exp(rng.normal(0, SWITCH_NOISE))
             out.append(
                 dict(
@@ -62,19 +67,22 @@ def named(rows: list[dict], key: str) -> set[str]:
     }
 
 
-def rate(seed: int, draws: int, rounds: int, steps: dict[str, float], key: str, hit) -> float:
+def rate(
+    seed: int, draws: int, rounds: int, steps: dict[str, float], key: str, hit, cpu_noise: float = CPU_NOISE
+) -> float:
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(draws):
-        rows = bench.summarize(draw(rng, rounds, steps, key), [CASE], ladder=True)
+        rows = bench.summarize(draw(rng, rounds, steps, cpu_noise), [CASE], ladder=True)
         found += bool(hit(named(rows, key)))
     return found / draws
 
 
-def test_on_a_flat_ladder_a_rung_is_named_in_at_most_5_percent_of_runs():
+def test_on_a_flat_ladder_a_rung_is_named_in_about_5_percent_of_runs():
     """Every rung costs what the one below does: in each figure's family (an engine's rungs), a
-    difference is named in at most 5% of runs, at 4 rounds and at 6 (the test allows 8% for its
-    300 draws)."""
+    difference is named in about 5% of runs, at 4 rounds and at 6 (4.6-6.5% over 1,500 draws each;
+    adjacent rungs share a measurement, so Benjamini-Hochberg's 5% holds only about; the test allows
+    8% for its 300 draws)."""
     for rounds in (4, 6):
         for key in ("cpu", "switches"):
             found = rate(rounds, 300, rounds, {}, key, bool)
@@ -82,32 +90,47 @@ def test_on_a_flat_ladder_a_rung_is_named_in_at_most_5_percent_of_runs():
             assert found <= 0.08, (rounds, key, found)
 
 
-def test_a_step_of_the_size_the_kept_runs_named_is_found_in_most_runs():
+def test_a_step_of_the_size_the_kept_runs_named_is_found_and_no_other():
     """One rung 15% dearer in switches (the forwarder's step was -14.5% and -17.4%): how often the
-    bench names it, and only it, printed; at 6 rounds (the ladder run's) at least 80%."""
+    bench names it and no other rung, printed; at 4 rounds (the client run's) at least 80%. A side
+    rung's step (HttpTimeout's, +33% in the kept runs) is named, and the rung after it, set against
+    the rung below the side rung, is not."""
     step = {"+ metrics": 1.15}
     for rounds in (4, 6):
-        found = rate(10 + rounds, 200, rounds, step, "switches", lambda n: "+ metrics" in n)
-        print(f"a 15% step in switches, {rounds} rounds: named in {found:.0%} of runs")
+        found = rate(10 + rounds, 200, rounds, step, "switches", lambda n: n == {"+ metrics"})
+        print(f"a 15% step in switches, {rounds} rounds: named, alone, in {found:.0%} of runs")
+        assert found >= 0.8, (rounds, found)
+    side = bench.SIDE_RUNGS[0]
+    found = rate(30, 200, 4, {side: 1.33}, "switches", lambda n: n == {side})
+    print(f"a 33% step on the side rung, 4 rounds: named, alone, in {found:.0%} of runs")
     assert found >= 0.8, found
 
 
-def test_a_cpu_step_is_found_only_when_large_at_the_cpu_noise_of_the_kept_runs():
-    """CPU per request moves more between rounds than switches do: the 30% step a switch count
-    shows in every run is found less often in CPU, and a 100% step in most runs (printed)."""
-    for size in (1.3, 2.0):
-        found = rate(int(size * 10), 200, 6, {"+ metrics": size}, "cpu", lambda n: "+ metrics" in n)
-        print(f"a {size - 1:.0%} step in CPU per request, 6 rounds: named in {found:.0%} of runs")
-    assert found >= 0.8, found
+def test_a_cpu_step_needs_to_be_larger_than_a_switch_step_to_be_found():
+    """CPU per request moves more between rounds than switches do: a 15% step, named in switches in
+    nearly every run above, is found in CPU less often at the median noise, and a 30% one at the
+    noisiest rungs' noise far less often than at the median's (printed)."""
+    step = {"+ metrics": 1.15}
+    cpu = rate(40, 200, 4, step, "cpu", lambda n: "+ metrics" in n)
+    switches = rate(40, 200, 4, step, "switches", lambda n: "+ metrics" in n)
+    print(f"a 15% step, 4 rounds: named in CPU in {cpu:.0%} of runs, in switches in {switches:.0%}")
+    assert cpu < switches
+    step = {"+ metrics": 1.3}
+    median = rate(41, 200, 6, step, "cpu", lambda n: "+ metrics" in n)
+    worst = rate(41, 200, 6, step, "cpu", lambda n: "+ metrics" in n, cpu_noise=CPU_NOISE_WORST)
+    print(
+        f"a 30% step in CPU, 6 rounds: named in {median:.0%} of runs (median noise), {worst:.0%} (noisiest)"
+    )
+    assert median >= 0.8 and worst < median
 
 
 def goal_rate(seed: int, draws: int, ratio: float, verdict: str) -> float:
     """How often the lab proxy's goal verdict starts with `verdict` when its CPU per request is
-    `ratio` times plain-limits'."""
+    `ratio` times plain-limits', at the median noise, in 6 rounds."""
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(draws):
-        rows = bench.summarize(draw(rng, 6, {"lab proxy": ratio}, "cpu"), [CASE], ladder=True)
+        rows = bench.summarize(draw(rng, 6, {"lab proxy": ratio}), [CASE], ladder=True)
         (proxy,) = [r for r in rows if r["target"] == bench.rung_target(ENGINE, "lab proxy")]
         found += (proxy["goal"] or "").startswith(verdict)
     return found / draws
