@@ -5,7 +5,8 @@
 
 Reads the commit and the whole run's seconds (`.ci/run` prints both; `--commit` for a log from
 before it did), the unit tier's and the suite's pytest summaries, and the suite's time per file.
-Exits 1 with one line when the log holds no suite summary (a run that failed or did not finish).
+Exits 1 with one line when the log holds no suite summary (a run that did not finish) or a
+summary with a failed test.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def read(lines: list[str]) -> dict:
     if len(summaries) < 2:
         raise ValueError("the log holds no suite summary: give the output of a `.ci/run` that finished")
     (unit, unit_s), (suite, suite_s) = summaries[0], summaries[-1]
+    if bad := [w for w in ("failed", "errors", "error") if w in unit or w in suite]:
+        raise ValueError(f"the run did not pass ({bad[0]} in its pytest summary): give a run that passed")
     commit = next((x.split()[-1] for x in lines if x.startswith("ci: commit ")), None)
     whole = next((float(x.split()[-2]) for x in lines if x.startswith("ci: passed in ")), None)
     files = {m["file"]: float(m["minutes"]) for m in map(FILE_TIME.match, lines) if m}

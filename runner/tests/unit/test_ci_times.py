@@ -44,8 +44,10 @@ def test_a_finished_run_gives_its_commit_tiers_and_time_per_file(tmp_path):
     assert json.loads(run(tmp_path, LOG, "--commit", "f6aac9e").stdout)["commit"] == "f6aac9e"
 
 
-def test_a_run_that_did_not_finish_is_refused_in_one_line(tmp_path):
+def test_a_run_that_did_not_finish_or_failed_is_refused_in_one_line(tmp_path):
     cut = LOG[: LOG.index("===================== time per file")]
-    out = run(tmp_path, cut)
-    assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and "no suite summary" in out.stderr
+    failed = LOG.replace("675 passed, 30 skipped", "2 failed, 673 passed, 30 skipped")
+    for text, why in ((cut, "no suite summary"), (failed, "did not pass")):
+        out = run(tmp_path, text)
+        assert out.returncode == 1 and out.stdout == ""
+        assert out.stderr.count("\n") == 1 and why in out.stderr
