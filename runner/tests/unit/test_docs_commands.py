@@ -93,3 +93,50 @@ def test_every_command_in_the_readme_and_docs_runs_as_printed(where, rest, capsy
             code = e.code
         out, err = capsys.readouterr()
         assert code == 0, f"{where}\n  lab {' '.join(argv)}\n  {err.strip() or out.strip()}"
+
+
+def dry_run_minutes(rest: str, capsys) -> int:
+    """The time `lab REST --dry-run` gives (its last `about 96m54s`), in whole minutes, half up."""
+    capsys.readouterr()
+    assert cli.main([*shlex.split(rest), "--dry-run"]) == 0, rest
+    minutes, seconds = re.findall(r"about (\d+)m(\d+)s", capsys.readouterr().out)[-1]
+    return int(minutes) + (int(seconds) >= 30)
+
+
+def quoted_times() -> list[tuple[str, str, int]]:
+    """(where, the command after `lab `, the minutes the page gives) for each time a page quotes from
+    a dry run: the studies index's last column (each study's `lab study NAME`), and a command
+    followed on its line or sentence by `at most about N min`."""
+    index = REPO / "docs" / "studies" / "README.md"
+    found = [
+        (f"studies/README.md: {name}", f"study {name}", int(minutes))
+        for name, minutes in re.findall(
+            r"^\| \[(\w+)\]\(\w+\.md\) \|.*\| (\d+) min \|$", index.read_text(), re.M
+        )
+    ]
+    for page in PAGES:
+        text, where = page.read_text(), page.relative_to(REPO)
+        for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):  # a command line and its comment
+            for rest, minutes in re.findall(
+                r"^lab (study\b[^#\n]*?)\s+#[^:\n]*:\s*at most about (\d+) min", block, re.M
+            ):
+                found.append((f"{where}: lab {rest}", rest, int(minutes)))
+        prose = " ".join(re.sub(r"```.*?```", "", text, flags=re.S).split())
+        for rest, minutes in re.findall(
+            r"`lab ((?:study|run|bench)\b[^`]*)`[^.(`]*\(at most about (\d+) min", prose
+        ):
+            found.append((f"{where}: lab {rest}", rest, int(minutes)))
+    return found
+
+
+def test_a_time_a_page_quotes_from_a_dry_run_is_what_the_dry_run_says(capsys):
+    """The studies index's times and every `at most about N min` after a command: a change to the
+    plan or the time a window takes (a settle, a warm-up) moves the dry run, and the page with it."""
+    quoted = quoted_times()
+    assert len(quoted) >= 10, quoted
+    bad = [
+        f"{where}: the page says {minutes} min, the dry run {says}"
+        for where, rest, minutes in quoted
+        if (says := dry_run_minutes(rest, capsys)) != minutes
+    ]
+    assert not bad, "\n".join(bad)
