@@ -186,6 +186,8 @@ def mismatch(old: Results, new: Results) -> str | None:
         "Locust workers": (po.workers, pn.workers),
         "window seconds": (po.duration_s, pn.duration_s),
         "warm-up seconds": (po.warmup_s, pn.warmup_s),
+        "warm-up's JIT share": (_jit_share(old), _jit_share(new)),
+        "settle seconds": (po.settle_s, pn.settle_s),
         "forks": (po.forks, pn.forks),
         "fresh proxies": (po.fresh, pn.fresh),
         "jitter ms": (po.jitter_ms, pn.jitter_ms),
@@ -193,12 +195,20 @@ def mismatch(old: Results, new: Results) -> str | None:
     }
     for name, (x, y) in what.items():
         if x != y:
+            x, y = ("not recorded" if v is None else v for v in (x, y))
             return f"they ran different plans ({name}: {x} against {y})"
     mo, mn = (r.environment.get("machine", {}) for r in (old, new))
     for key in ("cpus", "cpu_model"):
         if mo.get(key) != mn.get(key):
             return f"they ran on different machines ({key}: {mo.get(key)} against {mn.get(key)})"
     return None
+
+
+def _jit_share(results: Results) -> float | None:
+    """The share of a core under which the run's warm-ups waited for the JIT (warmup.JIT_QUIET_SHARE
+    when it ran); None when no warm-up saw the JIT."""
+    shares = (r.warmup.jit_quiet_share for r in results.runs if r.warmup and r.warmup.jit_quiet_share)
+    return next(shares, None)
 
 
 def what_changed(old: Results, new: Results) -> list[str]:

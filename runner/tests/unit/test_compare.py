@@ -159,6 +159,13 @@ def test_runs_of_different_plans_or_machines_are_refused_in_one_line_unless_forc
     moved.environment["machine"]["cpu_model"] = "AMD EPYC"
     assert "different machines (cpu_model" in comparison.mismatch(old, moved)
     assert comparison.mismatch(old, results({"per-call-apache": [2.0, 2.0]})) is None  # same plan, other rows
+    settled = results({"singleton-cio": [1.0, 1.1, 0.9]})
+    settled.plan.settle_s += 1
+    assert "different plans (settle seconds" in comparison.mismatch(old, settled)
+    stricter = results({"singleton-cio": [1.0, 1.1, 0.9]})
+    for r in stricter.runs:
+        r.warmup.jit_quiet_share = 0.02
+    assert "(warm-up's JIT share: not recorded against 0.02)" in comparison.mismatch(old, stricter)
 
     for name, r in (("old", old), ("other", other)):
         (tmp_path / name).mkdir()
