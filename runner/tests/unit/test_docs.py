@@ -94,16 +94,16 @@ def test_no_link_or_file_reference_leaves_the_repository():
     assert not bad, sorted(bad)
 
 
-def test_the_warm_up_trial_on_the_matrix_page_gives_its_runs_figures():
-    """docs/matrix.md's paragraph on the warm-up quotes two runs kept in docs/: each figure it gives
-    (the run's minutes, the later windows' CPU per request against the first, with its interval)
-    is what those runs' results give, as their reports' Warmth lines say it."""
+def test_the_warm_up_paragraph_on_the_matrix_page_gives_its_runs_figures():
+    """docs/matrix.md's paragraph on the warm-up quotes the three default runs kept in docs/: each
+    figure it gives (the run's minutes, the later windows' CPU per request against the first, with
+    its interval) is what those runs' results give, as their reports' Warmth lines say it."""
     from ktor_lab import conclusions
     from ktor_lab.results import load
 
     text = " ".join((REPO / "docs" / "matrix.md").read_text().split())
     paragraph = text[text.index("**Why each JVM warms for about a minute.**") :][:1500]
-    for folder in ("docs/guide/small-gets", "docs/matrix-runs/jit-10"):
+    for folder in ("docs/guide/small-gets", "docs/matrix-runs/default", "docs/matrix-runs/default-again"):
         results = load(REPO / folder)
         (group,) = conclusions.groups(results)
         change, low, high, _ = conclusions.later_cost(group)
@@ -177,6 +177,8 @@ def run_figures(folder: Path) -> set[Decimal]:
         elif isinstance(o, str):
             values.update(figures(o))
 
+    if folder.is_file():  # a kept `lab compare` output (compare-*.txt)
+        return set(figures(folder.read_text()))
     for path in sorted(folder.rglob("*.json")):
         walk(json.loads(path.read_text()))
     for path in sorted([*folder.rglob("report*.md"), *folder.rglob("bench.md")]):
@@ -203,9 +205,9 @@ def hand_written_study_pages() -> list[Path]:
 def linked_runs(page: Path, text: str) -> set[Path]:
     """The run folders `text` (on `page`) links to: a report.md beside its results.json, a `lab
     bench` run's bench.md beside its bench.json, and a study page's own folder (a figure quoted
-    from one)."""
+    from one); and a kept `lab compare` output (a file)."""
     folders = set()
-    for link in re.findall(r"\]\(([^)#]+\.(?:md|json))(?:#[^)]*)?\)", text):
+    for link in re.findall(r"\]\(([^)#]+\.(?:md|json|txt))(?:#[^)]*)?\)", text):
         target = page.parent / link
         if target.name == "report.md" and target.with_name("results.json").exists():
             folders.add(target.parent)
@@ -213,6 +215,8 @@ def linked_runs(page: Path, text: str) -> set[Path]:
             folders.add(target.parent)
         elif target.suffix == ".json" and target.exists():  # a run that writes only its results
             folders.add(target.parent)
+        elif target.name.startswith("compare-") and target.suffix == ".txt" and target.exists():
+            folders.add(target)
         elif (target.parent / target.stem).is_dir():
             folders.add(target.parent / target.stem)
     return folders
@@ -222,7 +226,7 @@ def evidence_of(page: Path) -> set[Decimal]:
     """The figures of the runs a page stands on: those kept in its own folder (a study page's
     docs/studies/NAME/) and in the runs it links to (`linked_runs`)."""
     folders = {page.parent / page.stem, *linked_runs(page, page.read_text())}
-    return set().union(*(run_figures(f) for f in folders if f.is_dir()))
+    return set().union(*(run_figures(f) for f in folders if f.exists()))
 
 
 def unsupported(page: Path) -> list[str]:
@@ -389,6 +393,24 @@ def test_the_benchmarks_page_gives_only_figures_of_the_bench_runs_it_links_to():
     assert re.search(r"\]\(bench-runs/[^)]+/bench\.md\)", page.read_text()), "it links to no kept run"
     bad = unsupported(page)
     assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
+
+
+def test_a_kept_comparison_is_what_lab_compare_prints_for_its_two_runs(capsys):
+    """A `lab compare` output kept in docs/ (compare-*.txt) is what `lab compare` prints today for
+    the two runs its first lines name (with --force where it says so): a hand edit, or an output
+    left from older code or runs, fails here."""
+    from ktor_lab import cli
+
+    kept = sorted((REPO / "docs").rglob("compare-*.txt"))
+    assert kept
+    for path in kept:
+        text = path.read_text()
+        new, old = re.search(r"^NEW (\S+) against OLD (\S+):", text, re.M).groups()
+        forced = ["--force"] if "compared anyway (--force)" in text else []
+        capsys.readouterr()
+        assert cli.main(["compare", *forced, str(REPO / old), str(REPO / new)]) == 0, path
+        printed = capsys.readouterr().out.replace(str(REPO) + "/", "")
+        assert printed == text, path
 
 
 def test_a_kept_bench_run_s_summary_and_table_are_what_its_rounds_give():
