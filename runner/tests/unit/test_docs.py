@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
@@ -157,10 +158,11 @@ def test_a_summary_line_gives_only_figures_the_page_it_links_gives():
     assert not bad, "\n".join(bad)
 
 
-def run_figures(folder: Path) -> set[Decimal]:
+@functools.cache
+def run_figures(folder: Path) -> frozenset[Decimal]:
     """Every figure the study runs kept in `folder` (and its subfolders, one run each) give: the
     numbers of their JSON files (results, settings, the claim replayed, JMH's own), and those of
-    the reports the lab wrote from them."""
+    the reports the lab wrote from them. Read once a test session: many sentences link one run."""
     values: set[Decimal] = set()
 
     def walk(o) -> None:
@@ -178,12 +180,12 @@ def run_figures(folder: Path) -> set[Decimal]:
             values.update(figures(o))
 
     if folder.is_file():  # a kept `lab compare` output (compare-*.txt)
-        return set(figures(folder.read_text()))
+        return frozenset(figures(folder.read_text()))
     for path in sorted(folder.rglob("*.json")):
         walk(json.loads(path.read_text()))
     for path in sorted([*folder.rglob("report*.md"), *folder.rglob("bench.md")]):
         values.update(figures(path.read_text()))
-    return values
+    return frozenset(values)
 
 
 def prose_of(page: str) -> str:
@@ -304,6 +306,22 @@ def sentences(section: str) -> list[tuple[str, str]]:
     return out
 
 
+def unbacked(page: Path, text: str, known: set[Decimal]) -> list[str]:
+    """The figures of `text` (on `page`), sentence by sentence, that are neither in `known`, nor an
+    HTTP status written as one, nor in a run the sentence links to; names (RFC sections, releases,
+    issues) are not figures."""
+    bad = []
+    for sentence, links in sentences(text):
+        prose = prose_of(RELEASES.sub("", NAMES.sub("", sentence)))
+        values = known | statuses_in(prose) | set().union(*(run_figures(f) for f in linked_runs(page, links)))
+        bad += [
+            f"{page.name}: {f} in: {' '.join(sentence.split())[:100]}"
+            for f in figures(prose)
+            if not quoted(f, values)
+        ]
+    return bad
+
+
 def test_the_proxy_page_gives_each_figure_beside_its_evidence():
     """docs/proxy.md: every figure of a sentence is one that the code or tests its section names give
     (a default, a limit, what a test holds), an HTTP status code written as one (`statuses_in`), or
@@ -314,12 +332,7 @@ def test_the_proxy_page_gives_each_figure_beside_its_evidence():
     bad = []
     for section in re.split(r"\n(?=## )", page.read_text()):
         code = code_figures({n.rsplit("/", 1)[-1] for n in re.findall(r"`([\w./-]+\.(?:kt|py))`", section)})
-        for sentence, links in sentences(section):
-            runs = set().union(*(run_figures(f) for f in linked_runs(page, links)))
-            values = code | statuses_in(prose_of(sentence)) | runs
-            for f in figures(NAMES.sub("", prose_of(sentence))):
-                if not quoted(f, values):
-                    bad.append(f"{f} in: {' '.join(sentence.split())[:100]}")
+        bad += unbacked(page, section, code)
     assert not bad, f"{len(bad)} figures with no evidence beside them:\n" + "\n".join(bad)
 
 
@@ -373,15 +386,7 @@ def test_a_page_on_a_part_gives_only_figures_of_the_lab_or_of_the_run_beside_the
     pages = {REPO / p for p in PART_PAGES}
     assert {p for p in (REPO / "docs").glob("*.md") if p.stem not in held} <= pages
     known = repository_figures()
-    bad = []
-    for page in sorted(pages):
-        for sentence, links in sentences(page.read_text()):
-            prose = prose_of(RELEASES.sub("", NAMES.sub("", sentence)))
-            runs = set().union(*(run_figures(f) for f in linked_runs(page, links)))
-            values = known | statuses_in(prose) | runs
-            for f in figures(prose):
-                if not quoted(f, values):
-                    bad.append(f"{page.name}: {f} in: {' '.join(sentence.split())[:100]}")
+    bad = [line for page in sorted(pages) for line in unbacked(page, page.read_text(), known)]
     assert not bad, f"{len(bad)} figures neither the lab's nor of a run beside them:\n" + "\n".join(bad)
 
 

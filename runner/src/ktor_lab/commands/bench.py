@@ -399,11 +399,9 @@ def report(folder: str, dry: bool = False) -> int:
     try:
         kept = json.loads((d / "bench.json").read_text())
         settings, rounds = kept["settings"], kept["rounds"]
+        settings["ladder"], settings["cases"]  # what summary() reads besides the rounds
     except (OSError, ValueError, KeyError) as e:
         raise LabError(f"--report {folder}: give a folder with a lab bench run's bench.json ({e})") from None
-    targets = dict.fromkeys(r["target"] for r in rounds)
-    settings.setdefault("ladder", any(t.startswith("lab proxy ") for t in targets))
-    settings.setdefault("cases", [t for t in targets if t in CASES])
     if dry:
         summary(settings, rounds)
         print(
