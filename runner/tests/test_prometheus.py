@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import math
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -202,3 +204,77 @@ def test_a_relative_results_folder_still_finds_the_proxies_by_their_file(tmp_pat
         ).read_text()[-2000:]
     finally:
         service.stop()
+
+
+class CountedTarget:
+    """A /metrics on loopback that counts the scrapes that reach it (when, by time.time())."""
+
+    def __init__(self):
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                hits.append(time.time())
+                body = b"lab_gate_test 1\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_scrape_gate_switches_the_scraped_proxy_at_its_next_scrape_and_spares_the_others(tmp_path):
+    """lab run's proxies are Prometheus targets through the gate (prometheus.ScrapeGate), each under
+    its own instance: the one opened is scraped, the others never reached, and opening another
+    reaches it at its next scrape with the discovery file left as it was (a change of it would
+    wait for Prometheus' discovery, up to 10 s)."""
+    a, b = CountedTarget(), CountedTarget()
+    gate = prom.ScrapeGate(timeout_s=5)
+    targets = tmp_path / "proxy-targets.json"
+    port = free_port()
+    service = None
+    try:
+        gate.open_only([a.address])
+        prom.write_targets(targets, [a.address, b.address], gate)
+        written = targets.stat().st_mtime_ns
+        service = prom.start(tmp_path, port, {}, scrape_interval="1s", files={"proxy": targets})
+        base = f"http://127.0.0.1:{port}"
+
+        def up(instance: str) -> float | None:
+            return scalar(base, f'up{{job="proxy", instance="{instance}"}}')
+
+        assert wait_until(lambda: up(a.address) == 1 and up(b.address) == 0, timeout=30)
+        assert not b.hits, "a closed proxy was reached"
+        switched = time.time()
+        gate.open_only([b.address])
+        prom.write_targets(targets, [a.address, b.address], gate)  # what lab run writes: the same
+        assert targets.stat().st_mtime_ns == written, "the discovery file was rewritten for nothing"
+
+        def since_switch(instance: str) -> list[float]:
+            """Its `up` samples of the scrapes that began after the switch."""
+            result = query(base, f'up{{job="proxy", instance="{instance}"}}[60s]')
+            return [float(v) for t, v in (result[0]["values"] if result else []) if float(t) > switched]
+
+        assert wait_until(lambda: len(since_switch(b.address)) >= 3, timeout=30)
+        # Every scrape begun after the switch reached b (the first one too: no discovery delay)
+        # and none reached a (at most one begun before it may land just after).
+        assert since_switch(b.address) and set(since_switch(b.address)) == {1.0}, since_switch(b.address)
+        assert set(since_switch(a.address)) == {0.0}, since_switch(a.address)
+        assert len([t for t in a.hits if t > switched]) <= 1, "a closed proxy was reached"
+    finally:
+        if service is not None:
+            service.stop()
+        gate.close()
+        a.close()
+        b.close()

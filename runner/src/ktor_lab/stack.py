@@ -141,7 +141,10 @@ class Stack:
         self.kept: list[Proxy] = []
         # Prometheus finds the proxies in this file, rewritten as they come and go.
         self.proxy_targets = run_dir / "proxy-targets.json"
-        self.scraped: Proxy | None = None
+        # The proxies Prometheus scrapes alone (empty: every proxy up).
+        self.scraped: tuple[Proxy, ...] = ()
+        # Made by the first scrape_only: Prometheus reaches every proxy through it from then on.
+        self.gate: prometheus.ScrapeGate | None = None
         self.locust_services: list[Service] = []
         self.toxiproxy: toxiproxy.Toxiproxy | None = None
         # The toxics Toxiproxy reported when the current proxy's network was set ({}: none).
@@ -285,9 +288,12 @@ class Stack:
         self.write_proxy_targets()
         return started
 
-    def scrape_only(self, which: Proxy | None) -> None:
-        """Prometheus scrapes `which` alone from now on (None: every proxy up)."""
+    def scrape_only(self, *which: Proxy) -> None:
+        """Prometheus scrapes `which` alone from now on (none named: every proxy up), through the
+        gate (`prometheus.ScrapeGate`): at its next scrape, not after its discovery's delay."""
         self.scraped = which
+        if self.gate is None:
+            self.gate = prometheus.ScrapeGate()
         self.write_proxy_targets()
 
     def stop_proxy(self, which: Proxy | None = None) -> None:
@@ -303,14 +309,18 @@ class Stack:
         self.write_proxy_targets()
 
     def write_proxy_targets(self) -> None:
-        """The proxies up now for Prometheus (its proxy job reads them from `proxy_targets`), or only
-        the one `scrape_only` named: a scrape costs an idle proxy about 50 ms of CPU (its thread
-        gauges), which lab run's idle proxies must not spend during another's window."""
+        """The proxies up now for Prometheus (its proxy job reads them from `proxy_targets`); once
+        `scrape_only` has named some, through the gate, which passes on their scrapes alone: a
+        scrape costs an idle proxy about 50 ms of CPU (its thread gauges), which lab run's idle
+        proxies must not spend during another's window."""
         up = [*([self.current_proxy] if self.current_proxy else []), *self.kept]
-        if self.scraped is not None and self.scraped in up:
-            up = [self.scraped]
+        if self.gate is not None:  # every proxy up is a target; the gate passes on the chosen
+            chosen = [p for p in up if p in self.scraped] or up
+            self.gate.open_only([p.url.removeprefix("http://") for p in chosen])
         if self.run_dir.exists():
-            prometheus.write_targets(self.proxy_targets, [p.url.removeprefix("http://") for p in up])
+            prometheus.write_targets(
+                self.proxy_targets, [p.url.removeprefix("http://") for p in up], self.gate
+            )
 
     def proxy_pass(self) -> tuple[Service, str]:
         """nginx `proxy_pass` to the lab's nginx (`lab bench`'s reference) on a free port: the
@@ -413,3 +423,6 @@ class Stack:
         for s in reversed(self.services):
             s.stop()
         self.services = []
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None

@@ -6,10 +6,13 @@ stub_status as the compose service does.
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
+import threading
 from pathlib import Path
 
+import requests
 import yaml
 
 from ..paths import REPO
@@ -60,11 +63,71 @@ def render(
     return out
 
 
-def write_targets(path: Path, targets: list[str]) -> None:
-    """A file-based discovery file of `targets` (host:port), replaced whole."""
+def write_targets(path: Path, targets: list[str], gate: ScrapeGate | None = None) -> None:
+    """A file-based discovery file of `targets` (host:port), replaced whole when it changes; each
+    scraped through `gate` when given, under its own `instance`."""
+    if gate is None:
+        groups = [{"targets": targets}] if targets else []
+    else:
+        groups = [{"targets": [gate.address], "labels": gate.labels(t)} for t in targets]
+    text = json.dumps(groups)
+    if path.exists() and path.read_text() == text:
+        return  # unchanged: Prometheus' discovery is not woken for nothing
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{"targets": targets}] if targets else []))
+    tmp.write_text(text)
     tmp.replace(path)
+
+
+class ScrapeGate:
+    """Prometheus' way to the proxies of `lab run`: each proxy up is a target of the proxy job at
+    this gate (on loopback, a thread of the runner), with its own `instance`; a scrape is passed
+    on to the proxies opened (`open_only`) and answered 503 at once for the others, which spend
+    nothing on it (their thread gauges cost an idle proxy about 50 ms a scrape). Opening a proxy
+    takes effect at its next scrape. A change of the targets file would take Prometheus' discovery
+    up to 5 s, then its scrape manager up to 5 s more (each sends its updates at most that often),
+    and a window would wait for it."""
+
+    def __init__(self, timeout_s: float = 30.0):
+        self.opened: frozenset[str] = frozenset()
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                target = self.path.strip("/").removesuffix("/metrics")
+                if target not in gate.opened:
+                    self.send_error(503, "not scraped now: another proxy is under load")
+                    return
+                try:
+                    r = requests.get(f"http://{target}/metrics", timeout=timeout_s)
+                except requests.RequestException as e:
+                    self.send_error(502, type(e).__name__)
+                    return
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("Content-Type", "text/plain"))
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="scrape-gate", daemon=True)
+        self.thread.start()
+
+    def labels(self, target: str) -> dict[str, str]:
+        """The target's labels in the discovery file: its own instance, its path at the gate."""
+        return {"instance": target, "__metrics_path__": f"/{target}/metrics"}
+
+    def open_only(self, targets: list[str]) -> None:
+        self.opened = frozenset(targets)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
 
 
 def start(
