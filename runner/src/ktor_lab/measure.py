@@ -20,6 +20,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,12 +206,39 @@ def start_live(backend: Backend, p: ProxySpec, plan: Plan, keep: bool) -> Live:
     return Live(p, proxy, backend.proxy_metrics(proxy))
 
 
-def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[Live] = ()) -> Run:
+class Finish:
+    """What is left of a window once its load has stopped: the wait for its last scrape and for
+    nginx's log, Prometheus' figures over it, its connections and its verdict (`finish_window`).
+    Done once, when called: by `measure` of the next window while that proxy settles or warms
+    (never inside a measured window), so that the 1.5-2 s these wait for are not added to the
+    run's; at once when nothing follows."""
+
+    def __init__(self, backend: Backend, live: Live, run: Run, edges: WindowEdges):
+        self.backend, self.live, self.run, self.edges = backend, live, run, edges
+        self.done = False
+
+    def __call__(self) -> Run:
+        if not self.done:
+            self.done = True  # not again, even when interrupted: the run keeps what it has
+            finish_window(self.backend, self.live, self.run, self.edges)
+        return self.run
+
+
+def measure(
+    backend: Backend,
+    live: Live,
+    spec: Spec,
+    plan: Plan,
+    others: list[Live] = (),
+    finishing: Finish | None = None,
+) -> Finish:
     """One window on `live`: its warm-up the first time it meets this scenario and load (else a
-    short settle after its idle), a reset, the window, then the window's figures. `others` are the
+    short settle after its idle), a reset, the window; returns what is left to do of the window's
+    figures (`Finish`). `finishing`, the window before's, is done once this proxy's load has
+    started and before its window: Prometheus scrapes both proxies until then. `others` are the
     proxies idle meanwhile (their CPU in the window is recorded)."""
     case = spec.case
-    backend.use(live.proxy)
+    backend.use(live.proxy, finishing.live.proxy if finishing is not None else None)
     switched = time.time()
     finish_leak_check(backend, live)  # its previous window's, now that it has idled
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
@@ -219,8 +247,21 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
     run.dims = {d.field: d.of(case) for d in DIMENSIONS if not d.reported}
     run.network = backend.network_record(live.proxy.network)
     scrape_proxy = ProxyScraper(backend, live.proxy, run)
-    edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched)
+
+    def meanwhile() -> None:
+        if finishing is not None and not finishing.done:
+            finishing()
+            backend.scrape(live.proxy)  # the finished window's proxy is left alone again
+
+    edges = load_and_measure(backend, live, spec, plan, run, scrape_proxy, others, switched, meanwhile)
     record_window(run, edges, live.idle)
+    run.verdict = verdict.judge(run)  # again with the rest of its figures (Finish)
+    live.pending, live.stopped = run, edges.stopped
+    return Finish(backend, live, run, edges)
+
+
+def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) -> None:
+    """A window's figures that wait for its last scrape and nginx's log, and its verdict."""
     last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges, backend.auth)
     if edges.time_wait is not None:
@@ -229,11 +270,9 @@ def measure(backend: Backend, live: Live, spec: Spec, plan: Plan, others: list[L
         # their windows. Those the window added are this proxy's: the others idle meanwhile.
         run.prometheus.time_wait_max = edges.time_wait
     if (new := backend.connections(edges.started, edges.ended)) is not None:  # None: not readable
-        run.connections = connection_figures(new, run.proxy.upstream_requests, over_tls=case.tls)
+        run.connections = connection_figures(new, run.proxy.upstream_requests, over_tls=live.spec.case.tls)
     explain_connections(run, live.idle.get("lab_threads_active_unparked"))
     run.verdict = verdict.judge(run)
-    live.pending, live.stopped = run, edges.stopped
-    return run
 
 
 def last_scrape(backend: Backend, instance: str, ended: float) -> None:
@@ -275,10 +314,13 @@ def load_and_measure(
     scrape_proxy: ProxyScraper,
     others: list[Live] = (),
     switched: float = 0.0,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> WindowEdges:
     """Locust's load on the proxy: the warm-up or settle (recorded in `run`), a reset, the window;
     the load is stopped whatever happens. The window starts once Prometheus has scraped this proxy
-    since `switched` (when it was made the one scraped), so its figures cover the whole window."""
+    since `switched` (when it was made the one scraped), so its figures cover the whole window.
+    `meanwhile` (the window before's `Finish`) is done once the load has started, within the settle
+    or before the warm-up, and before the window in any case."""
     web = LocustWeb(backend.locust_url, backend.auth)
     load = spec.load
     pid = live.proxy.pid
@@ -286,9 +328,10 @@ def load_and_measure(
     cell = (spec.scenario, load.label)
     try:
         if cell not in live.warmups and needs_warm_first(live, spec, plan):
-            live.first = warm_first(web, backend.locust_host(live.proxy), plan, spec, pid)
+            live.first = warm_first(web, backend.locust_host(live.proxy), plan, spec, pid, meanwhile)
         swarm(web, backend.locust_host(live.proxy), spec.scenario, load, spec.case.id)
         if cell not in live.warmups:
+            meanwhile()
             live.warmups[cell] = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
             if live.first is not None:
                 live.warmups[cell] = with_first(live.warmups[cell], live.first, plan)
@@ -296,7 +339,9 @@ def load_and_measure(
         else:
             run.after, run.idle_s = "idle", round(time.monotonic() - live.stopped, 1)
             if plan.settle_s:  # and what the users take to start beyond the usual second
-                run.settle_rps = round(web.rate_over(plan.settle_s + math.ceil(load.ramp_s - 1)), 1)
+                settle_s = plan.settle_s + math.ceil(load.ramp_s - 1)
+                run.settle_rps = round(web.rate_over(settle_s, meanwhile), 1)
+        meanwhile()  # done by now, unless no settle or warm-up came before
         run.warmup = live.warmups[cell]
         waited = time.monotonic()
         seen = wait_until(
@@ -385,12 +430,16 @@ def needs_warm_first(live: Live, spec: Spec, plan: Plan) -> bool:
     return (spec.scenario, spec.load.label) != (WARM_FIRST_SCENARIO, first.label)
 
 
-def warm_first(web: LocustWeb, host: str, plan: Plan, spec: Spec, pid: int | None) -> Warmup:
+def warm_first(
+    web: LocustWeb, host: str, plan: Plan, spec: Spec, pid: int | None, meanwhile: Callable[[], None]
+) -> Warmup:
     """The proxy warmed by the rule at the plan's warm_first load on WARM_FIRST_SCENARIO (capacity:
-    the JIT compiles the proxy's path in 30-60 s), then Locust stopped for the measured load."""
+    the JIT compiles the proxy's path in 30-60 s), then Locust stopped for the measured load.
+    `meanwhile` is done once that load has started, before the rule's first window."""
     assert plan.warm_first is not None
     swarm(web, host, WARM_FIRST_SCENARIO, plan.warm_first, spec.case.id)
     try:
+        meanwhile()
         return warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
     finally:
         web.stop()
@@ -692,6 +741,10 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
         results.interrupted = True
         print("\nlab run: interrupted; keeping the windows that finished", file=sys.stderr)
     finally:
+        try:
+            session.flush()
+        except (KeyboardInterrupt, requests.RequestException, OSError):
+            pass  # its run has what it had when interrupted
         results.finished = datetime.now(UTC).isoformat(timespec="seconds")
         results.wall_seconds = round(time.monotonic() - session.progress.started, 1)
         results.write(out_dir)
@@ -719,6 +772,8 @@ class Session:
     progress: Progress
     keep: bool  # proxies kept up and warm between their windows
     taken: dict[tuple[ProxySpec, str, Load], list[Run]] = field(default_factory=dict)
+    # The last window's figures left to do, done while the next window's proxy settles.
+    pending: Finish | None = None
 
     def batch(self, batch: list[ProxySpec], specs: list[Spec]) -> None:
         """The batch's proxies up (when kept), its windows, its spare rounds, its proxies stopped."""
@@ -729,12 +784,14 @@ class Session:
         for spec in specs:
             self.take(spec, lives)
         for extra in range(self.plan.spare if self.keep else 0):
+            self.flush()  # every window's verdict is in before spares are counted
             mine = {k: runs for k, runs in self.taken.items() if k[0] in batch}
             if not (spares := spare_round(self.plan, mine, self.plan.repeats + extra)):
                 break
             self.progress.extend(len(spares))
             for spec in spares:
                 self.take(spec, lives, spare=True)
+        self.flush()
         for live in lives.values():
             finish_leak_check(self.backend, live)
             self.backend.stop_case(live.proxy)
@@ -744,12 +801,33 @@ class Session:
         self.progress.show(spec.title() + (" (spare)" if spare else ""))
         backend, plan = self.backend, self.plan
         live = lives[spec.proxy] if self.keep else start_live(backend, spec.proxy, plan, keep=False)
-        run = measure(backend, live, spec, plan, [o for o in lives.values() if o is not live])
-        run.spare = spare
-        if not self.keep:
-            finish_leak_check(backend, live)
-            backend.stop_case(live.proxy)
-        self.taken.setdefault((spec.proxy, spec.scenario, spec.load), []).append(run)
+        finishing, self.pending = self.pending, None
+        try:
+            finish = measure(
+                backend, live, spec, plan, [o for o in lives.values() if o is not live], finishing
+            )
+        finally:
+            if finishing is not None:
+                self.record(finishing)  # done by now, unless this window failed before its settle
+        finish.run.spare = spare
+        if self.keep:
+            self.pending = finish
+            return
+        finish()  # its last scrape needs the proxy up
+        finish_leak_check(backend, live)
+        backend.stop_case(live.proxy)
+        self.record(finish)
+
+    def record(self, finish: Finish) -> None:
+        """A window's figures done and recorded at once (results.json rewritten)."""
+        run = finish()
+        self.taken.setdefault((finish.live.spec, run.scenario, run.load), []).append(run)
         self.results.runs.append(run)
         self.results.write(self.out_dir)
         self.progress.finish_one(summary_line(run))
+
+    def flush(self) -> None:
+        """The last window's figures, when nothing follows it now."""
+        finishing, self.pending = self.pending, None
+        if finishing is not None:
+            self.record(finishing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -130,9 +131,14 @@ class LocustWeb:
         """Locust's reset, once its workers have sent what they counted before it (lab_export.Flush)."""
         requests.post(f"{self.base}/lab/reset", timeout=10, auth=self.auth).raise_for_status()
 
-    def rate_over(self, seconds: float) -> float:
-        """Requests per second over the next `seconds` (the load keeps running)."""
+    def rate_over(self, seconds: float, meanwhile: Callable[[], object] | None = None) -> float:
+        """Requests per second over the next `seconds` (the load keeps running); `meanwhile` is
+        done within them (they last longer when it does)."""
         before = self.stats()
+        if meanwhile is not None:
+            began = time.monotonic()
+            meanwhile()
+            seconds = max(0.0, seconds - (time.monotonic() - began))
         time.sleep(seconds)
         after = self.stats()
         return (after.requests - before.requests) / max(after.now - before.now, 1e-3)
