@@ -58,8 +58,9 @@ LEAK_SETTLE_S = 6
 # Seconds a run takes beyond its warm-up and window (a fresh proxy, the last scrape, the leak check).
 RUN_OVERHEAD_S = 8
 # Seconds a window on a warm proxy takes beyond its settle and its measured seconds (Locust's
-# start and stop, the window's last scrape, Prometheus' queries).
-WINDOW_OVERHEAD_S = 5
+# start and stop, the first scrape of the proxy: the last scrape of the window before and
+# Prometheus' queries are waited for within the settle, `Finish`).
+WINDOW_OVERHEAD_S = 2
 # Seconds nginx may take to write a connection to its log (its buffer is flushed every 1 s).
 NGINX_LOG_S = 1.5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
@@ -67,8 +68,8 @@ PROXY_SCRAPE_S = 30
 # Proxies up at once natively (each up to -Xmx512m of heap and its threads): the default matrix's
 # 11 fit; a larger plan is measured in groups of this many (`batches`).
 MAX_PROXIES_UP = 12
-# Seconds a window waits for Prometheus to scrape the proxy it was switched to (its file-based
-# discovery applies a change within 5 s, then the next scrape).
+# Seconds a window waits for Prometheus to scrape the proxy it was switched to (at its next scrape:
+# stack.Stack.scrape_only); a proxy slow to answer its /metrics takes longer.
 SCRAPE_WAIT_S = 20
 
 
