@@ -87,18 +87,25 @@ class ScrapeGate:
     up to 5 s, then its scrape manager up to 5 s more (each sends its updates at most that often),
     and a window would wait for it."""
 
-    def __init__(self, timeout_s: float = 30.0):
+    def __init__(self, timeout_s: float = 10.0):
         self.opened: frozenset[str] = frozenset()
         gate = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                target = self.path.strip("/").removesuffix("/metrics")
+                try:
+                    self.pass_on(self.path.strip("/").removesuffix("/metrics"))
+                except OSError:
+                    pass  # Prometheus gave up first (its scrape timeout): the scrape counts as missed
+
+            def pass_on(self, target: str) -> None:
                 if target not in gate.opened:
                     self.send_error(503, "not scraped now: another proxy is under load")
                     return
                 try:
-                    r = requests.get(f"http://{target}/metrics", timeout=timeout_s)
+                    # The format Prometheus asks for (OpenMetrics first), as a direct scrape gets.
+                    accept = {"Accept": self.headers["Accept"]} if self.headers["Accept"] else {}
+                    r = requests.get(f"http://{target}/metrics", headers=accept, timeout=timeout_s)
                 except requests.RequestException as e:
                     self.send_error(502, type(e).__name__)
                     return
