@@ -310,6 +310,23 @@ def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparis
     return Comparison(a, b, p, difference, d=d, se=se, df=pool.df, log=log).interval_at(CONFIDENCE)
 
 
+def paired(ratios: Sequence[float]) -> Comparison | None:
+    """Ratios of B to A taken in pairs (one per round of `lab bench`) as one difference: their
+    geometric mean, a one-sample t test of their logarithms against 0 and its interval; no
+    estimate of A or B alone (`a` and `b` are empty). None with fewer than two ratios above 0."""
+    logs = [math.log(x) for x in ratios if x and x > 0]
+    if len(logs) < 2:
+        return None
+    nothing = Estimate(0)
+    d, n = _mean(logs), len(logs)
+    se = statistics.stdev(logs) / math.sqrt(n)
+    if se == 0:
+        same = math.expm1(d)
+        return Comparison(nothing, nothing, float(d == 0), same, same, same, d=d, se=0.0, df=n - 1)
+    p = float(2 * stats.t.sf(abs(d) / se, n - 1))
+    return Comparison(nothing, nothing, p, math.expm1(d), d=d, se=se, df=n - 1).interval_at(CONFIDENCE)
+
+
 def adjust(comparisons: Sequence[Comparison]) -> list[Comparison]:
     """One family of comparisons: p values adjusted for their number (Benjamini-Hochberg, scipy's
     `false_discovery_control`), and intervals at 1 - R x ALPHA / m, R of the m named (1 - ALPHA / m

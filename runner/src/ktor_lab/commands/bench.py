@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import statistics
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-
-from scipy import stats
 
 from .. import confidence, render, stack, versions
 from ..backends import NativeBackend, ProxyHandle
@@ -676,28 +673,7 @@ def within_rounds(ratios: list[float]) -> confidence.Comparison | None:
     it and a t test against no difference, on their logarithms (scipy's t). The rounds measure the
     same JVMs again, so the interval is of these JVMs, not of every JVM of the engine. None with
     fewer than two rounds."""
-    logs = [math.log(x) for x in ratios if x and x > 0]
-    if len(logs) < 2:
-        return None
-    nothing = confidence.Estimate(0)
-    d, n = statistics.fmean(logs), len(logs)
-    se = statistics.stdev(logs) / math.sqrt(n)
-    if se == 0:
-        return confidence.Comparison(
-            nothing,
-            nothing,
-            float(d == 0),
-            math.expm1(d),
-            math.expm1(d),
-            math.expm1(d),
-            d=d,
-            se=0.0,
-            df=n - 1,
-        )
-    p = float(2 * stats.t.sf(abs(d) / se, n - 1))
-    return confidence.Comparison(nothing, nothing, p, math.expm1(d), d=d, se=se, df=n - 1).interval_at(
-        confidence.CONFIDENCE
-    )
+    return confidence.paired(ratios)
 
 
 def _against_the_rung_below(rows: list[dict], ratios) -> None:
