@@ -321,7 +321,7 @@ def load_and_measure(
     the load is stopped whatever happens. The window starts once Prometheus has scraped this proxy
     since `switched` (when it was made the one scraped), so its figures cover the whole window.
     `meanwhile` (the window before's `Finish`) is done once the load has started, within the settle
-    or before the warm-up, and before the window in any case."""
+    or the warm-up's first window, and before the window in any case."""
     web = LocustWeb(backend.locust_url, backend.auth)
     load = spec.load
     pid = live.proxy.pid
@@ -332,8 +332,9 @@ def load_and_measure(
             live.first = warm_first(web, backend.locust_host(live.proxy), plan, spec, pid, meanwhile)
         swarm(web, backend.locust_host(live.proxy), spec.scenario, load, spec.case.id)
         if cell not in live.warmups:
-            meanwhile()
-            live.warmups[cell] = warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
+            live.warmups[cell] = warm_up(
+                lambda seconds: web.rate_over(seconds, meanwhile), plan.warmup_s, pid
+            )
             if live.first is not None:
                 live.warmups[cell] = with_first(live.warmups[cell], live.first, plan)
             run.after = "warm-up" if backend.keeps_proxies and not plan.fresh else "fresh"
@@ -436,12 +437,11 @@ def warm_first(
 ) -> Warmup:
     """The proxy warmed by the rule at the plan's warm_first load on WARM_FIRST_SCENARIO (capacity:
     the JIT compiles the proxy's path in 30-60 s), then Locust stopped for the measured load.
-    `meanwhile` is done once that load has started, before the rule's first window."""
+    `meanwhile` is done once that load has started, within the rule's first window."""
     assert plan.warm_first is not None
     swarm(web, host, WARM_FIRST_SCENARIO, plan.warm_first, spec.case.id)
     try:
-        meanwhile()
-        return warm_up(lambda seconds: web.rate_over(seconds), plan.warmup_s, pid)
+        return warm_up(lambda seconds: web.rate_over(seconds, meanwhile), plan.warmup_s, pid)
     finally:
         web.stop()
 
