@@ -695,14 +695,23 @@ def fmt(v) -> str:
 def spare_round(plan: Plan, taken: dict[tuple[ProxySpec, str, Load], list[Run]], seed: int) -> list[Spec]:
     """The next round of spare windows: one more for each proxy, scenario and load (`taken`: its
     windows so far) of which fewer than plan.repeats would be kept (conclusions.left_out_window)
-    and that has had fewer than plan.spare spares; in an order of the round's own, as Plan.runs."""
+    and that has had fewer than plan.spare spares; in an order of the round's own, as Plan.runs.
+    None for a proxy whose warm-up stopped answering (`cold_for_good`): each window of it is left
+    out, spares too."""
     out = [
         Spec(len(runs) + 1, p.case, scenario, load, p.copy, p.fork)
         for (p, scenario, load), runs in taken.items()
         if sum(not conclusions.left_out_window(r) for r in runs) < plan.repeats
         and sum(r.spare for r in runs) < plan.spare
+        and not any(cold_for_good(r) for r in runs)
     ]
     return random.Random(seed).sample(out, len(out))
+
+
+def cold_for_good(run: Run) -> bool:
+    """Its proxy stopped answering in a warm-up (verdict.warmth_flags: `not-warm` for every window
+    after it, whatever the window's own JIT did)."""
+    return run.warmup.collapsed or run.warmup.first_end == "stopped answering"
 
 
 def batches(plan: Plan) -> list[list[ProxySpec]]:

@@ -801,6 +801,13 @@ def test_spare_windows_are_measured_only_while_a_proxy_would_keep_fewer_than_its
     taken[(cio, "static-small", load)][-1] = window(spare=True)
     taken[(cio, "static-small", load)][-2] = window(spare=True)
     assert spare_round(plan, taken, seed=5) == []
+    # a proxy that stopped answering in its warm-up: every window of it is left out, a spare too
+    cold = window(("not-warm",))
+    cold.warmup = dataclasses.replace(cold.warmup, first_end="stopped answering")
+    assert spare_round(plan, {(cio, "static-small", load): [cold, cold, cold]}, 6) == []
+    cold.warmup = dataclasses.replace(cold.warmup, first_end="settled", collapsed=True)
+    assert spare_round(plan, {(cio, "static-small", load): [cold, cold, cold]}, 6) == []
+    assert len(spare_round(plan, {(cio, "static-small", load): [window(("not-warm",))] * 3}, 6)) == 1
     assert (
         spare_round(dataclasses.replace(plan, spare=0), {(cio, "static-small", load): [window(busy)]}, 1)
         == []
