@@ -420,9 +420,11 @@ class Stack:
         self.stop_proxy()
         for kept in reversed(self.kept):
             self.stop_proxy(kept)
-        for s in reversed(self.services):
-            s.stop()
-        self.services = []
-        if self.gate is not None:
-            self.gate.close()
-            self.gate = None
+        try:
+            for s in reversed(self.services):
+                s.stop()
+            self.services = []
+        finally:
+            if self.gate is not None:
+                self.gate.close()
+                self.gate = None

@@ -78,6 +78,44 @@ def write_targets(path: Path, targets: list[str], gate: ScrapeGate | None = None
     tmp.replace(path)
 
 
+class _GateHandler(http.server.BaseHTTPRequestHandler):
+    """A scrape at ScrapeGate (its server's `gate`): passed on to an opened proxy, or refused."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        try:
+            self.pass_on(self.server.gate, self.path.strip("/").removesuffix("/metrics"))  # type: ignore[attr-defined]
+        except OSError:
+            pass  # Prometheus gave up first (its scrape timeout): the scrape counts as missed
+
+    def pass_on(self, gate: ScrapeGate, target: str) -> None:
+        if target not in gate.opened:
+            self.send_error(503, "not scraped now: another proxy is under load")
+            return
+        session, busy = gate.way_to(target)
+        if not busy.acquire(blocking=False):
+            self.send_error(503, "its scrape before is still waiting for it")
+            return
+        try:
+            # Prometheus' own timeout for the scrape, and the format it asks for (OpenMetrics
+            # first), as a direct scrape gets.
+            wait = float(self.headers.get("X-Prometheus-Scrape-Timeout-Seconds") or gate.timeout_s)
+            accept = {"Accept": self.headers["Accept"]} if self.headers["Accept"] else {}
+            r = session.get(f"http://{target}/metrics", headers=accept, timeout=wait)
+        except requests.RequestException as e:
+            self.send_error(502, type(e).__name__)
+            return
+        finally:
+            busy.release()
+        self.send_response(r.status_code)
+        self.send_header("Content-Type", r.headers.get("Content-Type", "text/plain"))
+        self.send_header("Content-Length", str(len(r.content)))
+        self.end_headers()
+        self.wfile.write(r.content)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 class ScrapeGate:
     """Prometheus' way to the proxies of `lab run`: each proxy up is a target of the proxy job at
     this gate (on loopback, a thread of the runner), with its own `instance`; a scrape is passed
@@ -89,40 +127,26 @@ class ScrapeGate:
 
     def __init__(self, timeout_s: float = 10.0):
         self.opened: frozenset[str] = frozenset()
-        gate = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                try:
-                    self.pass_on(self.path.strip("/").removesuffix("/metrics"))
-                except OSError:
-                    pass  # Prometheus gave up first (its scrape timeout): the scrape counts as missed
-
-            def pass_on(self, target: str) -> None:
-                if target not in gate.opened:
-                    self.send_error(503, "not scraped now: another proxy is under load")
-                    return
-                try:
-                    # The format Prometheus asks for (OpenMetrics first), as a direct scrape gets.
-                    accept = {"Accept": self.headers["Accept"]} if self.headers["Accept"] else {}
-                    r = requests.get(f"http://{target}/metrics", headers=accept, timeout=timeout_s)
-                except requests.RequestException as e:
-                    self.send_error(502, type(e).__name__)
-                    return
-                self.send_response(r.status_code)
-                self.send_header("Content-Type", r.headers.get("Content-Type", "text/plain"))
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.timeout_s = timeout_s
+        # One connection kept to each proxy, as Prometheus keeps its own, used by one scrape at a
+        # time: a scrape of a proxy whose last one is still waiting (Prometheus gave up on it) is
+        # answered 503, not stacked on an overloaded proxy.
+        self.sessions: dict[str, requests.Session] = {}
+        self.busy: dict[str, threading.Lock] = {}
+        self.lock = threading.Lock()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GateHandler)
         self.server.daemon_threads = True
+        self.server.gate = self  # type: ignore[attr-defined]
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, name="scrape-gate", daemon=True)
         self.thread.start()
+
+    def way_to(self, target: str) -> tuple[requests.Session, threading.Lock]:
+        """The connection kept to `target`, and the lock its one scrape at a time holds."""
+        with self.lock:
+            return self.sessions.setdefault(target, requests.Session()), self.busy.setdefault(
+                target, threading.Lock()
+            )
 
     def labels(self, target: str) -> dict[str, str]:
         """The target's labels in the discovery file: its own instance, its path at the gate."""
@@ -135,6 +159,8 @@ class ScrapeGate:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+        for session in self.sessions.values():
+            session.close()
 
 
 def start(
