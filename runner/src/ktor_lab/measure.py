@@ -8,11 +8,13 @@ settle. Then Locust's stats are reset and a fixed window is measured. Windows ar
 round by round (A B C A B C, not A A B B), so that drift of the machine hits every row alike;
 a proxy's leak check is taken when it has idled after its window. With a fresh proxy per window
 (`--fresh`, and the compose backend) each window warms its own proxy again. results.json is
-rewritten after every window, so Ctrl-C keeps what finished.
+rewritten after every window (on kept proxies within the next one's settle, `Finish`), so Ctrl-C
+keeps what finished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -212,16 +214,22 @@ class Finish:
     nginx's log, Prometheus' figures over it, its connections and its verdict (`finish_window`).
     Done once, when called: by `measure` of the next window while that proxy settles or warms
     (never inside a measured window), so that the 1.5-2 s these wait for are not added to the
-    run's; at once when nothing follows."""
+    run's; at once when nothing follows. `then` is given the run once done (or interrupted): lab
+    run records it there, within the next settle."""
 
     def __init__(self, backend: Backend, live: Live, run: Run, edges: WindowEdges):
         self.backend, self.live, self.run, self.edges = backend, live, run, edges
         self.done = False
+        self.then: Callable[[Run], None] | None = None
 
     def __call__(self) -> Run:
         if not self.done:
             self.done = True  # not again, even when interrupted: the run keeps what it has
-            finish_window(self.backend, self.live, self.run, self.edges)
+            try:
+                finish_window(self.backend, self.live, self.run, self.edges)
+            finally:
+                if self.then is not None:
+                    self.then(self.run)
         return self.run
 
 
@@ -753,8 +761,10 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     finally:
         try:
             session.flush()
-        except (KeyboardInterrupt, requests.RequestException, OSError):
-            pass  # its run has what it had when interrupted
+        except KeyboardInterrupt:
+            pass  # its run is recorded with what it had when interrupted
+        except Exception as e:  # noqa: BLE001 (the windows measured are written whatever failed here)
+            print(f"lab run: the last window's figures were not all read: {e}", file=sys.stderr)
         results.finished = datetime.now(UTC).isoformat(timespec="seconds")
         results.wall_seconds = round(time.monotonic() - session.progress.started, 1)
         results.write(out_dir)
@@ -816,11 +826,14 @@ class Session:
             finish = measure(
                 backend, live, spec, plan, [o for o in lives.values() if o is not live], finishing
             )
-        finally:
-            if finishing is not None:
-                self.record(finishing)  # done by now, unless this window failed before its settle
+        except BaseException:
+            if finishing is not None and not finishing.done:  # failed before its settle
+                with contextlib.suppress(Exception):
+                    finishing()  # recorded (then), the error raised is this window's
+            raise
         finish.run.spare = spare
         if self.keep:
+            finish.then = lambda run, f=finish: self.record(f)  # within the next window's settle
             self.pending = finish
             return
         finish()  # its last scrape needs the proxy up
@@ -829,15 +842,15 @@ class Session:
         self.record(finish)
 
     def record(self, finish: Finish) -> None:
-        """A window's figures done and recorded at once (results.json rewritten)."""
-        run = finish()
+        """A finished window recorded (results.json rewritten)."""
+        run = finish.run
         self.taken.setdefault((finish.live.spec, run.scenario, run.load), []).append(run)
         self.results.runs.append(run)
         self.results.write(self.out_dir)
         self.progress.finish_one(summary_line(run))
 
     def flush(self) -> None:
-        """The last window's figures, when nothing follows it now."""
+        """The last window's figures, when nothing follows it now (recorded by its `then`)."""
         finishing, self.pending = self.pending, None
         if finishing is not None:
-            self.record(finishing)
+            finishing()
