@@ -302,12 +302,21 @@ def compare(a: Estimate, b: Estimate, floor: float = MIN_DIFFERENCE) -> Comparis
     difference = math.exp(d) - 1 if log else (d / abs(_mean(ua)) if _mean(ua) else None)
     if pool is None:
         return Comparison(a, b, None, difference, d=d, log=log)
-    if pool.variance == 0:
-        p = 1.0 if d == 0 else 0.0
-        return Comparison(a, b, p, difference, difference, difference, d=d, se=0.0, df=pool.df, log=log)
     se = math.sqrt(pool.variance * (1 / len(ua) + 1 / len(ub)))
-    p = float(2 * stats.t.sf(abs(d) / se, pool.df))
-    return Comparison(a, b, p, difference, d=d, se=se, df=pool.df, log=log).interval_at(CONFIDENCE)
+    return t_tested(a, b, d, difference, se, pool.df, log)
+
+
+def t_tested(
+    a: Estimate, b: Estimate, d: float, difference: float | None, se: float, df: int, log: bool = True
+) -> Comparison:
+    """The difference `d` on the test's scale (of logarithms when `log`), with its standard error on
+    `df` degrees of freedom: the t test's p and the interval at CONFIDENCE (`difference`: `d` back
+    on the figure's scale). With no spread at all, p is 0, or 1 when `d` is 0 too."""
+    if se == 0:
+        p = 1.0 if d == 0 else 0.0
+        return Comparison(a, b, p, difference, difference, difference, d=d, se=0.0, df=df, log=log)
+    p = float(2 * stats.t.sf(abs(d) / se, df))
+    return Comparison(a, b, p, difference, d=d, se=se, df=df, log=log).interval_at(CONFIDENCE)
 
 
 def paired(ratios: Sequence[float]) -> Comparison | None:
@@ -317,14 +326,8 @@ def paired(ratios: Sequence[float]) -> Comparison | None:
     logs = [math.log(x) for x in ratios if x and x > 0]
     if len(logs) < 2:
         return None
-    nothing = Estimate(0)
     d, n = _mean(logs), len(logs)
-    se = statistics.stdev(logs) / math.sqrt(n)
-    if se == 0:
-        same = math.expm1(d)
-        return Comparison(nothing, nothing, float(d == 0), same, same, same, d=d, se=0.0, df=n - 1)
-    p = float(2 * stats.t.sf(abs(d) / se, n - 1))
-    return Comparison(nothing, nothing, p, math.expm1(d), d=d, se=se, df=n - 1).interval_at(CONFIDENCE)
+    return t_tested(Estimate(0), Estimate(0), d, math.expm1(d), statistics.stdev(logs) / math.sqrt(n), n - 1)
 
 
 def adjust(comparisons: Sequence[Comparison]) -> list[Comparison]:
