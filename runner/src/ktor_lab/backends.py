@@ -84,13 +84,13 @@ class Backend(Protocol):
         proxies started before stay up beside it; otherwise it replaces them. `upstream_url`: another
         upstream than nginx (natively only: the fault server of `lab study faults`)."""
 
-    def use(self, proxy: ProxyHandle, finishing: ProxyHandle | None = None) -> None:
-        """Makes `proxy` the one under load: the network between it and nginx is its own, and
-        Prometheus scrapes it alone (the idle ones are left alone), or beside `finishing`, the
-        proxy whose window has just ended, until its last scrape is in (`scrape`)."""
+    def use(self, proxy: ProxyHandle) -> None:
+        """Makes `proxy` the one under load: the network between it and nginx is its own."""
 
-    def scrape(self, proxy: ProxyHandle) -> None:
-        """Prometheus scrapes `proxy` alone (the one under load) from now on."""
+    def scrape(self, *proxies: ProxyHandle) -> None:
+        """Prometheus scrapes `proxies` alone from now on, at its next scrape: the one under load,
+        and the one whose window has just ended until its last scrape is in; the idle ones are left
+        alone."""
 
     def stop_case(self, proxy: ProxyHandle) -> None:
         """Stops `proxy` (`close` stops every one left)."""
@@ -236,15 +236,12 @@ class NativeBackend:
         instance = started.url.removeprefix("http://")
         return ProxyHandle(started.url, started.service.pid, instance, network, started)
 
-    def use(self, proxy: ProxyHandle, finishing: ProxyHandle | None = None) -> None:
+    def use(self, proxy: ProxyHandle) -> None:
         self._stack.toxics = self._stack.network(proxy.network)
-        if len(self._stack.kept) > 1:
-            also = (finishing.handle,) if finishing is not None and finishing.handle is not None else ()
-            self._stack.scrape_only(proxy.handle, *also)  # type: ignore[arg-type]
 
-    def scrape(self, proxy: ProxyHandle) -> None:
+    def scrape(self, *proxies: ProxyHandle) -> None:
         if len(self._stack.kept) > 1:
-            self._stack.scrape_only(proxy.handle)  # type: ignore[arg-type]
+            self._stack.scrape_only(*(p.handle for p in proxies if p.handle is not None))
 
     def stop_case(self, proxy: ProxyHandle) -> None:
         self._stack.stop_proxy(proxy.handle)  # type: ignore[arg-type]
@@ -469,10 +466,10 @@ class ComposeBackend(ContainerParts):
         project.up(case, fresh_proxy=True, network=network.on)
         return ProxyHandle(project.url("proxy"), project.container_pid("proxy"), "proxy:8080", network)
 
-    def use(self, proxy: ProxyHandle, finishing: ProxyHandle | None = None) -> None:
+    def use(self, proxy: ProxyHandle) -> None:
         pass  # the only proxy up, its network set when it started
 
-    def scrape(self, proxy: ProxyHandle) -> None:
+    def scrape(self, *proxies: ProxyHandle) -> None:
         pass  # the only proxy up
 
     def stop_case(self, proxy: ProxyHandle) -> None:
@@ -723,10 +720,10 @@ class SwarmBackend(ContainerParts):
         if not wait_until(lambda: seen() >= count, timeout=timeout, interval=1):
             print(f"lab swarm: Prometheus has {seen()} of {count} nodes' figures; the others' are null")
 
-    def use(self, proxy: ProxyHandle, finishing: ProxyHandle | None = None) -> None:
+    def use(self, proxy: ProxyHandle) -> None:
         pass  # the stack's only proxy
 
-    def scrape(self, proxy: ProxyHandle) -> None:
+    def scrape(self, *proxies: ProxyHandle) -> None:
         pass  # the stack's only proxy
 
     def stop_case(self, proxy: ProxyHandle) -> None:

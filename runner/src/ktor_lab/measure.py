@@ -214,13 +214,19 @@ class Finish:
     nginx's log, Prometheus' figures over it, its connections and its verdict (`finish_window`).
     Done once, when called: by `measure` of the next window while that proxy settles or warms
     (never inside a measured window), so that the 1.5-2 s these wait for are not added to the
-    run's; at once when nothing follows. `then` is given the run once done (or interrupted): lab
+    run's; at once when nothing follows. `recorded` is given the run once done, or interrupted: lab
     run records it there, within the next settle."""
 
-    def __init__(self, backend: Backend, live: Live, run: Run, edges: WindowEdges):
-        self.backend, self.live, self.run, self.edges = backend, live, run, edges
+    def __init__(
+        self,
+        backend: Backend,
+        live: Live,
+        run: Run,
+        edges: WindowEdges,
+        recorded: Callable[[Live, Run], None] = lambda live, run: None,
+    ):
+        self.backend, self.live, self.run, self.edges, self.recorded = backend, live, run, edges, recorded
         self.done = False
-        self.then: Callable[[Run], None] | None = None
 
     def __call__(self) -> Run:
         if not self.done:
@@ -228,8 +234,8 @@ class Finish:
             try:
                 finish_window(self.backend, self.live, self.run, self.edges)
             finally:
-                if self.then is not None:
-                    self.then(self.run)
+                self.run.verdict = verdict.judge(self.run)
+                self.recorded(self.live, self.run)
         return self.run
 
 
@@ -240,14 +246,16 @@ def measure(
     plan: Plan,
     others: list[Live] = (),
     finishing: Finish | None = None,
+    recorded: Callable[[Live, Run], None] = lambda live, run: None,
 ) -> Finish:
     """One window on `live`: its warm-up the first time it meets this scenario and load (else a
     short settle after its idle), a reset, the window; returns what is left to do of the window's
     figures (`Finish`). `finishing`, the window before's, is done once this proxy's load has
     started and before its window: Prometheus scrapes both proxies until then. `others` are the
-    proxies idle meanwhile (their CPU in the window is recorded)."""
+    proxies idle meanwhile (their CPU in the window is recorded). `recorded`: the Finish's."""
     case = spec.case
-    backend.use(live.proxy, finishing.live.proxy if finishing is not None else None)
+    backend.use(live.proxy)
+    backend.scrape(live.proxy, *([finishing.live.proxy] if finishing is not None else []))
     switched = time.time()
     finish_leak_check(backend, live)  # its previous window's, now that it has idled
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
@@ -266,7 +274,7 @@ def measure(
     record_window(run, edges, live.idle)
     run.verdict = verdict.judge(run)  # again with the rest of its figures (Finish)
     live.pending, live.stopped = run, edges.stopped
-    return Finish(backend, live, run, edges)
+    return Finish(backend, live, run, edges, recorded)
 
 
 def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) -> None:
@@ -284,18 +292,19 @@ def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) ->
     run.verdict = verdict.judge(run)
 
 
-def last_scrape(backend: Backend, instance: str, ended: float) -> None:
+def last_scrape(backend: Backend, instance: str, ended: float) -> bool:
     """Waits until Prometheus has scraped the proxy once after the window's end (`ended`, seconds
     since the epoch), so that every sample inside the window is stored, and until nginx has written
     the window's connections to its log (within NGINX_LOG_S). The other targets' samples inside the
     window were stored by their own scrapes, each done before this one. A proxy that does not
-    answer its scrape is waited for about two scrape intervals (its run is flagged elsewhere)."""
-    wait_until(
+    answer its scrape is waited for about two scrape intervals: False then (its run is flagged)."""
+    seen = wait_until(
         lambda: metrics.scraped_since(backend.prometheus_url, instance, ended, backend.auth),
         timeout=2 * backend.scrape_seconds + 1,
         interval=0.25,
     )
     time.sleep(max(0.0, NGINX_LOG_S - (time.time() - ended)))
+    return bool(seen)
 
 
 def finish_leak_check(backend: Backend, live: Live) -> None:
@@ -704,22 +713,16 @@ def spare_round(plan: Plan, taken: dict[tuple[ProxySpec, str, Load], list[Run]],
     """The next round of spare windows: one more for each proxy, scenario and load (`taken`: its
     windows so far) of which fewer than plan.repeats would be kept (conclusions.left_out_window)
     and that has had fewer than plan.spare spares; in an order of the round's own, as Plan.runs.
-    None for a proxy whose warm-up stopped answering (`cold_for_good`): each window of it is left
-    out, spares too."""
+    None for a proxy whose warm-up stopped answering (verdict.stopped_answering): each window of it
+    is left out, spares too."""
     out = [
         Spec(len(runs) + 1, p.case, scenario, load, p.copy, p.fork)
         for (p, scenario, load), runs in taken.items()
         if sum(not conclusions.left_out_window(r) for r in runs) < plan.repeats
         and sum(r.spare for r in runs) < plan.spare
-        and not any(cold_for_good(r) for r in runs)
+        and not any(verdict.stopped_answering(r.warmup) for r in runs)
     ]
     return random.Random(seed).sample(out, len(out))
-
-
-def cold_for_good(run: Run) -> bool:
-    """Its proxy stopped answering in a warm-up (verdict.warmth_flags: `not-warm` for every window
-    after it, whatever the window's own JIT did)."""
-    return run.warmup.collapsed or run.warmup.first_end == "stopped answering"
 
 
 def batches(plan: Plan) -> list[list[ProxySpec]]:
@@ -823,34 +826,32 @@ class Session:
         live = lives[spec.proxy] if self.keep else start_live(backend, spec.proxy, plan, keep=False)
         finishing, self.pending = self.pending, None
         try:
-            finish = measure(
-                backend, live, spec, plan, [o for o in lives.values() if o is not live], finishing
-            )
+            others = [o for o in lives.values() if o is not live]
+            record = self.record if self.keep else lambda *_: None  # a fresh proxy's: after its leak check
+            finish = measure(backend, live, spec, plan, others, finishing, record)
         except BaseException:
             if finishing is not None and not finishing.done:  # failed before its settle
                 with contextlib.suppress(Exception):
-                    finishing()  # recorded (then), the error raised is this window's
+                    finishing()  # recorded, and the error raised is this window's
             raise
         finish.run.spare = spare
         if self.keep:
-            finish.then = lambda run, f=finish: self.record(f)  # within the next window's settle
-            self.pending = finish
+            self.pending = finish  # finished, and recorded, within the next window's settle
             return
         finish()  # its last scrape needs the proxy up
         finish_leak_check(backend, live)
         backend.stop_case(live.proxy)
-        self.record(finish)
+        self.record(live, finish.run)
 
-    def record(self, finish: Finish) -> None:
+    def record(self, live: Live, run: Run) -> None:
         """A finished window recorded (results.json rewritten)."""
-        run = finish.run
-        self.taken.setdefault((finish.live.spec, run.scenario, run.load), []).append(run)
+        self.taken.setdefault((live.spec, run.scenario, run.load), []).append(run)
         self.results.runs.append(run)
         self.results.write(self.out_dir)
         self.progress.finish_one(summary_line(run))
 
     def flush(self) -> None:
-        """The last window's figures, when nothing follows it now (recorded by its `then`)."""
+        """The last window's figures, when nothing follows it now (recorded by `recorded`)."""
         finishing, self.pending = self.pending, None
         if finishing is not None:
             finishing()

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 
-from .results import Run, Verdict
+from .results import Run, Verdict, Warmup
 from .warmup import COLLAPSED_SHARE, COLLAPSED_WINDOWS, WINDOW_S
 
 SATURATION_CPU_PERCENT = 90.0
@@ -181,26 +181,25 @@ def rate_flags(run: Run) -> Flags:
     return out
 
 
+def stopped_answering(w: Warmup) -> bool:
+    """The proxy stopped answering in a warm-up, or in its first at capacity (--warm-first): every
+    window after it is `not-warm` (warmth_flags), whatever the window's own JIT did."""
+    return w.collapsed or w.first_end == "stopped answering"
+
+
 def warmth_flags(run: Run) -> Flags:
     """`not-warm`, with the first reason that holds: a collapse in a warm-up, a warm-up that did
     not settle (unless the window's own JIT was quiet), or the JIT busy in the window."""
-    jit = run.proxy.jit_cpu_seconds_in_window
-    if run.warmup.collapsed:
-        return [
-            (
-                "not-warm",
-                f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
-                f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {run.warmup.seconds:.0f} s",
-            )
-        ]
-    if run.warmup.first_end == "stopped answering":
-        return [
-            (
-                "not-warm",
-                f"stopped answering in its first warm-up, at {run.warmup.first_load} (--warm-first), which "
-                "ended there: its windows are of a proxy that collapsed before them",
-            )
-        ]
+    jit, w = run.proxy.jit_cpu_seconds_in_window, run.warmup
+    if stopped_answering(w):
+        why = (
+            f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best for "
+            f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {w.seconds:.0f} s"
+            if w.collapsed
+            else f"stopped answering in its first warm-up, at {w.first_load} (--warm-first), which "
+            "ended there: its windows are of a proxy that collapsed before them"
+        )
+        return [("not-warm", why)]
     if not run.warmup.settled and not jit_quiet(run):
         return [
             (
