@@ -214,8 +214,9 @@ class Finish:
     nginx's log, Prometheus' figures over it, its connections and its verdict (`finish_window`).
     Done once, when called: by `measure` of the next window while that proxy settles or warms
     (never inside a measured window), so that the 1.5-2 s these wait for are not added to the
-    run's; at once when nothing follows. `recorded` is given the run once done, or interrupted: lab
-    run records it there, within the next settle."""
+    run's; at once when nothing follows. `recorded` is given the run once done, or interrupted
+    (its Prometheus figures then marked not read: verdict.record_flags): lab run records it there,
+    within the next settle."""
 
     def __init__(
         self,
@@ -231,6 +232,7 @@ class Finish:
     def __call__(self) -> Run:
         if not self.done:
             self.done = True  # not again, even when interrupted: the run keeps what it has
+            self.run.prometheus.scraped_after_end = False  # until read
             try:
                 finish_window(self.backend, self.live, self.run, self.edges)
             finally:
@@ -279,8 +281,9 @@ def measure(
 
 def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) -> None:
     """A window's figures that wait for its last scrape and nginx's log, and its verdict."""
-    last_scrape(backend, live.proxy.instance, edges.ended)
+    seen = last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges, backend.auth)
+    run.prometheus.scraped_after_end = seen
     if edges.time_wait is not None:
         # The proxy's own gauge counts every socket to the upstream's port that closed since it
         # started; the other proxies up (natively they share the host's table) close theirs in

@@ -113,6 +113,9 @@ class PrometheusFigures:
     # Prometheus' scrapes of the proxy in the window: tried, and answered within the scrape timeout.
     scrapes_tried: float | None = None
     scrapes_answered: float | None = None
+    # Whether Prometheus had scraped the proxy after the window's end when these were read (False:
+    # the lab stopped waiting, or the run was interrupted while it waited; None: not recorded).
+    scraped_after_end: bool | None = None
 
 
 @dataclass

@@ -46,10 +46,12 @@ The rules, in order (a run can earn several flags; `capacity` is true only with 
   nothing about who set the rate; the reason names the classes and the first one's line.
 
 - `scrapes-missed`: Prometheus tried the proxy's /metrics during the window and some scrapes did
-  not answer within its timeout (the scrape interval: an overloaded proxy's /metrics is slow).
-  The highs read from Prometheus (threads, heap, open files, pools) are of the scrapes that
-  answered: at least those. The proxy's own counters at the window's edges (CPU per request, its
-  requests) do not depend on them. It says nothing about who set the rate.
+  not answer within its timeout (the scrape interval: an overloaded proxy's /metrics is slow), or
+  its figures were read before Prometheus had scraped the proxy after the window (the lab waits
+  two scrape intervals for that, or the run was stopped meanwhile). The highs read from
+  Prometheus (threads, heap, open files, pools) are of the scrapes that answered: at least those.
+  The proxy's own counters at the window's edges (CPU per request, its requests) do not depend on
+  them. It says nothing about who set the rate.
 
 A run without a rate flag (all but `leak`, `generator-latency`, `proxy-exceptions` and
 `scrapes-missed`) ran the proxy at the limit of what it does with that concurrency: its rate is
@@ -287,7 +289,16 @@ def record_flags(run: Run) -> Flags:
     """What the records say: scrapes Prometheus missed, exceptions the proxy logged."""
     out = []
     tried, answered = run.prometheus.scrapes_tried, run.prometheus.scrapes_answered
-    if tried and answered is not None and answered < tried:
+    if run.prometheus.scraped_after_end is False:
+        out.append(
+            (
+                "scrapes-missed",
+                "Prometheus had not scraped the proxy since the window ended when its figures were read "
+                "(the lab waited two scrape intervals, or the run stopped meanwhile): its threads, heap "
+                "and files highs end before the window, or are missing",
+            )
+        )
+    elif tried and answered is not None and answered < tried:
         out.append(
             (
                 "scrapes-missed",

@@ -288,6 +288,46 @@ def test_highs_from_fewer_scrapes_than_prometheus_tried_are_said_but_do_not_take
     assert "Prometheus got 1 of its 2 scrapes of the proxy in time" in v.reasons[0]
 
 
+def test_a_window_whose_figures_were_read_before_prometheus_scraped_it_again_is_flagged(monkeypatch):
+    """The lab waits two scrape intervals for Prometheus' first scrape after the window (its last
+    samples) and reads the figures then; a wait that ran out, or a run stopped inside it (Ctrl-C),
+    leaves figures that end early or are missing: the window says so, is recorded once, and only
+    the run's error goes on."""
+    from types import SimpleNamespace
+
+    from ktor_lab import measure
+    from ktor_lab.backends import ProxyHandle
+    from ktor_lab.results import PrometheusFigures
+
+    class Backend:
+        prometheus_url, auth = "http://127.0.0.1:1", None
+
+        def connections(self, started, ended):
+            return None  # not readable
+
+    live = measure.Live(None, ProxyHandle("http://127.0.0.1:2", 1, "127.0.0.1:2", None), metrics.Samples(""))
+    edges = SimpleNamespace(started=0.0, ended=10.0, time_wait=None)
+    monkeypatch.setattr(measure, "prometheus_figures", lambda *a: PrometheusFigures(scrapes_tried=5.0))
+    for seen in (True, False):
+        monkeypatch.setattr(measure, "last_scrape", lambda *a, seen=seen: seen)
+        recorded: list[Run] = []
+        run = measure.Finish(Backend(), live, a_run(), edges, lambda _, r, out=recorded: out.append(r))()
+        assert recorded == [run] and run.prometheus.scraped_after_end is seen
+        assert ("scrapes-missed" in run.verdict.flags) is not seen, run.verdict
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure, "last_scrape", interrupted)
+    recorded = []
+    finish = measure.Finish(Backend(), live, a_run(), edges, lambda live, run: recorded.append(run))
+    with pytest.raises(KeyboardInterrupt):
+        finish()
+    finish()  # lab run's last flush: not again
+    assert len(recorded) == 1 and recorded[0].verdict.flags == ["scrapes-missed"]
+    assert "since the window ended" in recorded[0].verdict.reasons[0]
+
+
 def test_histogram_quantiles_follow_prometheus():
     before = {0.001: 5.0, 0.002: 5.0, 0.004: 5.0, float("inf"): 5.0}
     after = {0.001: 15.0, 0.002: 55.0, 0.004: 95.0, float("inf"): 105.0}
