@@ -78,11 +78,13 @@ def bars(
     ranges: dict[str, Sequence[tuple[float, float] | None]] | None = None,
     hatched: Sequence[bool] = (),
     hatched_note: str = "",
+    notes: Sequence[str] = (),
 ) -> str:
     """Horizontal bars: one block per group (e.g. a case), one bar per series (e.g. N), a legend
     when there are several series. `better` ("higher" or "lower") is written under the title;
     `ranges` draws each bar's min-max; a group marked in `hatched` is drawn hatched and grey
-    with `hatched_note` beside its value (e.g. a rate that is not the case's capacity)."""
+    with `hatched_note` beside its value (e.g. a rate that is not the case's capacity); `notes`, a
+    group's own, go beside its values too (e.g. what its interval stands on)."""
     bar_h = 16 if len(series) > 1 else 22
     gap, block_gap, left, width = 3, 10, 150, 440
     names = list(series)
@@ -134,7 +136,8 @@ def bars(
                 x1, x2 = left + width * r[0] / top, left + width * r[1] / top
                 cy = by + bar_h / 2
                 parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{cy}" y2="{cy}" stroke="#000"/>')
-            label = f"{v:,.{digits}f}{unit}" + (f" ({hatched_note})" if flagged and hatched_note else "")
+            said = [hatched_note if flagged else "", notes[g] if g < len(notes) else ""]
+            label = f"{v:,.{digits}f}{unit}" + (f" ({'; '.join(n for n in said if n)})" if any(said) else "")
             end = max(left + w, left + width * r[1] / top if r else 0)
             parts.append(
                 f'<text x="{end + 4:.1f}" y="{text_y:.0f}" font-size="11">{html.escape(label)}</text>'

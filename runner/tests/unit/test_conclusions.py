@@ -436,3 +436,24 @@ def test_a_run_of_one_aa_pair_names_its_case_once_and_as_a_pair():
     ]
     (rate,) = [x for x in conclusions.measurement_risks(group) if x.startswith("Rate not the engine's")]
     assert rate.startswith("Rate not the engine's: singleton-cio (errors") and "#" not in rate, rate
+
+
+def test_the_first_screens_chart_says_which_bar_stands_on_fewer_jvms():
+    """Per-call Java stops answering in one of its two JVMs in most default runs: its bar and
+    interval are of the other JVM's windows, and the chart says so beside its value."""
+    results = results_of(
+        {
+            "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
+            "singleton-cio": [(2600.0, 0.5 * (1 + i / 100)) for i in range(5)],
+        }
+    )
+    for r in results.runs:
+        r.fork = 1 if r.repeat <= 2 or r.case == "singleton-cio" else 2
+    (group,) = conclusions.groups(results)
+    chart = run_report.primary_chart(group)
+    assert [r.proxies for r in group.rows] == [2, 1]
+    assert chart.count("on 1 of 2 JVMs") == 1 and "0.5" in chart.split("on 1 of 2 JVMs")[0].rsplit(">", 1)[1]
+    for r in results.runs:
+        r.fork = 1
+    (group,) = conclusions.groups(results)
+    assert "JVMs" not in run_report.primary_chart(group)
