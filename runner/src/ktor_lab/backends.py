@@ -141,7 +141,7 @@ class NativeBackend:
 
     kind = "native"
     # Every 2 s (timeout 2 s): an overloaded proxy can take over a second to answer /metrics.
-    scrape_seconds = 2
+    scrape_seconds = 2  # measure.SCRAPE_S: what lab run's planned time assumes
     keeps_proxies = True
 
     def __init__(self, grafana: bool = False, ports: Ports | None = None, scrape_seconds: int = 0):

@@ -61,8 +61,11 @@ LEAK_SETTLE_S = 6
 RUN_OVERHEAD_S = 8
 # Seconds a window on a warm proxy takes beyond its settle and its measured seconds (Locust's
 # start and stop, the first scrape of the proxy: the last scrape of the window before and
-# Prometheus' queries are waited for within the settle, `Finish`).
+# Prometheus' queries are waited for within the settle, `Finish`, as long as a scrape interval
+# fits in it: kept_window_seconds adds what does not, Swarm's 5 s).
 WINDOW_OVERHEAD_S = 2
+# Prometheus' scrape interval in lab run natively (backends.NativeBackend's).
+SCRAPE_S = 2
 # Seconds nginx may take to write a connection to its log (its buffer is flushed every 1 s).
 NGINX_LOG_S = 1.5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
@@ -663,15 +666,15 @@ def format_seconds(s: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def planned_seconds(plan: Plan, keeps_proxies: bool = True) -> float:
+def planned_seconds(plan: Plan, keeps_proxies: bool = True, scrape_s: float = SCRAPE_S) -> float:
     """The most a plan takes: natively, every proxy's warm-up limit once per scenario and load (and
     once more at capacity with warm_first) and every window with its settle; with a fresh proxy per
-    window, each window's warm-ups too."""
+    window, each window's warm-ups too. `scrape_s`: the backend's scrape interval."""
     windows, first = len(plan.runs()), int(plan.warm_first is not None)
     if plan.fresh or not keeps_proxies:
         return windows * fresh_window_seconds(plan)
     warmups = len(plan.proxies()) * (len(plan.scenarios) * len(plan.loads) + first)
-    return warmups * plan.warmup_s + windows * kept_window_seconds(plan)
+    return warmups * plan.warmup_s + windows * kept_window_seconds(plan, scrape_s)
 
 
 def fresh_window_seconds(plan: Plan) -> float:
@@ -679,9 +682,11 @@ def fresh_window_seconds(plan: Plan) -> float:
     return plan.warmup_s * (1 + int(plan.warm_first is not None)) + plan.duration_s + RUN_OVERHEAD_S
 
 
-def kept_window_seconds(plan: Plan) -> float:
-    """The most a window on a proxy kept up and warm takes, its settle included."""
-    return plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S
+def kept_window_seconds(plan: Plan, scrape_s: float = SCRAPE_S) -> float:
+    """The most a window on a proxy kept up and warm takes, its settle included, and what of the
+    window before's finish (a scrape interval, or nginx's log) outlasts that settle."""
+    outlasts = max(0.0, max(scrape_s, NGINX_LOG_S) - plan.settle_s)
+    return plan.settle_s + plan.duration_s + WINDOW_OVERHEAD_S + outlasts
 
 
 def warming(order: list[Spec], keep: bool) -> list[bool]:
@@ -757,7 +762,8 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     keep = backend.keeps_proxies and not plan.fresh
     specs = plan.runs()
     groups = batches(plan) if keep else [plan.proxies()]
-    session = Session(plan, backend, out_dir, results, progress_of(plan, specs, groups, keep), keep)
+    progress = progress_of(plan, specs, groups, keep, backend.scrape_seconds)
+    session = Session(plan, backend, out_dir, results, progress, keep)
     try:
         for batch in groups:
             session.batch(batch, [s for s in specs if s.proxy in batch])
@@ -777,12 +783,15 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     return results
 
 
-def progress_of(plan: Plan, specs: list[Spec], groups: list[list[ProxySpec]], keep: bool) -> Progress:
+def progress_of(
+    plan: Plan, specs: list[Spec], groups: list[list[ProxySpec]], keep: bool, scrape_s: float = SCRAPE_S
+) -> Progress:
     """The progress line of the windows in the order they run, with their planned seconds."""
     order = [s for batch in groups for s in specs if s.proxy in batch]
     if keep:
-        warm_s = plan.warmup_s * (1 + int(plan.warm_first is not None)) + kept_window_seconds(plan)
-        return Progress(warming(order, keep), warm_s, kept_window_seconds(plan))
+        window_s = kept_window_seconds(plan, scrape_s)
+        warm_s = plan.warmup_s * (1 + int(plan.warm_first is not None)) + window_s
+        return Progress(warming(order, keep), warm_s, window_s)
     return Progress(warming(order, keep), fresh_window_seconds(plan), fresh_window_seconds(plan))
 
 

@@ -685,6 +685,22 @@ def test_warm_first_comes_once_per_proxy_before_its_first_other_load_and_only_wi
     assert measure.planned_seconds(plan) - measure.planned_seconds(without) == 30
 
 
+def test_a_slower_scrape_interval_lengthens_the_planned_window_by_what_outlasts_the_settle():
+    """A window's finish (its last scrape, nginx's log) is waited for within the next window's 2 s
+    settle: natively, scraped every 2 s, it fits; on Swarm, every 5 s, up to 3 s more a window."""
+    from ktor_lab import measure
+    from ktor_lab.backends import NativeBackend, SwarmBackend
+
+    plan = Plan.default()
+    assert NativeBackend.scrape_seconds == measure.SCRAPE_S
+    native = measure.kept_window_seconds(plan)
+    assert native == plan.settle_s + plan.duration_s + measure.WINDOW_OVERHEAD_S
+    assert measure.kept_window_seconds(plan, SwarmBackend.scrape_seconds) - native == 5 - plan.settle_s
+    windows = len(plan.runs())
+    more = measure.planned_seconds(plan, True, 5) - measure.planned_seconds(plan)
+    assert more == windows * (5 - plan.settle_s)
+
+
 def test_the_eta_counts_the_warm_ups_left_apart_from_the_windows_left(monkeypatch, capsys):
     """The default matrix warms 11 proxies in its first 11 windows (minutes) and then measures 44
     windows of seconds: an ETA of (time so far / windows done) x windows left read 100 min 15 min

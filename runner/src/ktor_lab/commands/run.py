@@ -287,9 +287,12 @@ def finish(results, out: Path, fail_on: tuple[str, ...], who: str = "lab run") -
     return failed_checks(results.runs, fail_on)
 
 
-def announce(plan: Plan, keeps_proxies: bool, out: object, who: str = "lab run") -> str:
+def announce(
+    plan: Plan, keeps_proxies: bool, out: object, who: str = "lab run", scrape_s: float = measure.SCRAPE_S
+) -> str:
     """The plan in one line: its windows and what multiplies them, its proxies, its most time (the
-    spare windows' apart: they are measured only where windows are left out), where it writes."""
+    spare windows' apart: they are measured only where windows are left out), where it writes.
+    `scrape_s`: the backend's scrape interval."""
     dims = "".join(
         f" x {len(values)} {d.word} values" for d in DIMENSIONS if (values := plan.dims.get(d.field))
     )
@@ -298,11 +301,11 @@ def announce(plan: Plan, keeps_proxies: bool, out: object, who: str = "lab run")
     fresh = plan.fresh or not keeps_proxies
     how = "a fresh proxy per window" if fresh else f"{len(plan.proxies())} proxies, each warmed once"
     aa = f", A/A pair {plan.aa}" if plan.aa else ""
-    planned = measure.planned_seconds(plan, keeps_proxies)
+    planned = measure.planned_seconds(plan, keeps_proxies, scrape_s)
     spare = ""
     if plan.spare and not fresh:
         spare_s = len(plan.proxies()) * len(plan.scenarios) * len(plan.loads) * plan.spare
-        spare_s *= measure.kept_window_seconds(plan)
+        spare_s *= measure.kept_window_seconds(plan, scrape_s)
         spare = (
             f" (plus up to {plan.spare} spare windows a JVM, about {measure.format_seconds(spare_s)} "
             "in all, only where windows are left out)"

@@ -178,7 +178,13 @@ def deploy(args: argparse.Namespace) -> int:
         print(f"lab swarm: dry run; would {args.verb} {case.id} (Ktor {release}) as the stack {args.name}")
         if args.verb == "run":
             print(
-                lab_run.announce(plan, backend.keeps_proxies, args.out or "results/<time>", "lab swarm run")
+                lab_run.announce(
+                    plan,
+                    backend.keeps_proxies,
+                    args.out or "results/<time>",
+                    "lab swarm run",
+                    backend.scrape_seconds,
+                )
             )
         return 0
     options.handle_signals()
@@ -189,7 +195,10 @@ def deploy(args: argparse.Namespace) -> int:
             backend.start_case(case, {}, Network())
             return 0
         out = results_dir(args.out)
-        print(lab_run.announce(plan, backend.keeps_proxies, out, "lab swarm run"), flush=True)
+        print(
+            lab_run.announce(plan, backend.keeps_proxies, out, "lab swarm run", backend.scrape_seconds),
+            flush=True,
+        )
         backend.open(plan, out)
         results = measure.run_plan(plan, backend, out)
         if results.runs:
