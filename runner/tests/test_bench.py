@@ -202,7 +202,10 @@ def test_bench_locust_measures_one_process_then_workers_on_the_port_it_is_given(
     port = free_port()
     r = bench_locust(tmp_path, port)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    rows = json.loads((tmp_path / "bench-locust.json").read_text())
+    written = json.loads((tmp_path / "bench-locust.json").read_text())
+    settings, rows = written["settings"], written["results"]
+    assert settings["users"] == 10 and settings["duration_s"] == 3 and settings["commit"]
+    assert settings["machine"]["cpus"] >= 1 and settings["versions"]["locust"] and settings["started"]
     assert [(x["setup"], x["workers"]) for x in rows] == [("one process", 0), ("master + 1 workers", 1)]
     for x in rows:
         assert x["requests"] > 0 and x["failures"] == 0 and x["rps"] > 0, x

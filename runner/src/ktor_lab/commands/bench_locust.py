@@ -2,7 +2,8 @@
 
 One process, then a master with N workers, each with users that never wait (closed model,
 wait 0), so the rate is the generator's ceiling. Prints rps and each process's peak CPU
-(from the lab's own export), and writes bench-locust.json to the run folder.
+(from the lab's own export), and writes bench-locust.json to the run folder: its settings (the
+commit, the machine, the versions, when) beside each setup's figures.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from datetime import UTC, datetime
 
 import requests
 
-from .. import metrics, stack
+from .. import machine, metrics, stack
 from ..backends import NativeBackend
 from ..parts import loadgen
 from ..processes import wait_until
@@ -99,6 +101,15 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration} s"
     )
     options.handle_signals()
+    settings = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "scenario": "static-small",
+        "target": "nginx directly",
+        "users": args.users,
+        "wait_s": 0,
+        "duration_s": args.duration,
+        **machine.environment(),
+    }
     lab = NativeBackend(ports=ports)
     try:
         lab.open_upstream(d, "")
@@ -108,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
         ]
     finally:
         lab.close()
-    (d / "bench-locust.json").write_text(json.dumps(results, indent=2))
+    (d / "bench-locust.json").write_text(json.dumps({"settings": settings, "results": results}, indent=2))
     print(f"lab bench-locust: written {d / 'bench-locust.json'}")
     return 0
