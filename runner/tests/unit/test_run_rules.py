@@ -685,6 +685,74 @@ def test_warm_first_comes_once_per_proxy_before_its_first_other_load_and_only_wi
     assert measure.planned_seconds(plan) - measure.planned_seconds(without) == 30
 
 
+def test_lab_run_finishes_each_window_within_the_next_records_it_once_and_flushes_before_a_batch_ends(
+    monkeypatch, tmp_path
+):
+    """The order Session keeps, with every part faked but Session and Finish: a window's figures
+    are read (its Finish) inside the next window's measure, on whichever proxy that is, and the
+    window is recorded then, once, in order; the last window of a batch is finished before its
+    proxies' leak checks and stops; a window that fails before its settle still has the window
+    before it finished and recorded, and its own error is the one raised."""
+    from ktor_lab import measure
+
+    events: list[tuple] = []
+    failing: set[tuple[str, int]] = set()
+
+    class Backend:
+        keeps_proxies, scrape_seconds = True, 2
+
+        def describe(self) -> dict:
+            return {"kind": "fake"}
+
+        def stop_case(self, proxy) -> None:
+            events.append(("stop", proxy))
+
+    def fake_measure(backend, live, spec, plan, others, finishing, recorded):
+        events.append(("measure", spec.case.id, spec.repeat))
+        if (spec.case.id, spec.repeat) in failing:
+            raise RuntimeError(f"{spec.case.id} {spec.repeat} failed")
+        if finishing is not None and not finishing.done:
+            finishing()  # what the real one does within this window's settle
+        run = Run(spec.case.id, spec.case.engine, spec.case.lifetime, spec.scenario, spec.load, spec.repeat)
+        return measure.Finish(backend, live, run, None, recorded)
+
+    monkeypatch.setattr(measure, "environment", lambda: {})
+    monkeypatch.setattr(measure, "start_live", lambda b, p, plan, keep: measure.Live(p, p.case.id, None))
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    monkeypatch.setattr(
+        measure, "finish_window", lambda b, live, run, e: events.append(("finish", run.case, run.repeat))
+    )
+    monkeypatch.setattr(measure, "finish_leak_check", lambda b, live: events.append(("leak", live.proxy)))
+    monkeypatch.setattr(measure.Progress, "show", lambda self, what: None)
+    monkeypatch.setattr(measure.Progress, "finish_one", lambda self, line: events.append(("recorded",)))
+    monkeypatch.setattr(measure, "summary_line", lambda run: "")
+    plan = Plan(
+        ["singleton-cio", "singleton-okhttp"], ["static-small"], [parse_load("rate/10")], repeats=2, spare=0
+    )
+    results = measure.run_plan(plan, Backend(), tmp_path)
+    order = [(r.case, r.repeat) for r in results.runs]
+    assert sorted(order) == sorted({(s.case.id, s.repeat) for s in plan.runs()}) and len(order) == 4
+    steps = [e for e in events if e[0] in ("measure", "finish")]
+    taken = [e[1:] for e in steps if e[0] == "measure"]
+    assert [e[1:] for e in steps if e[0] == "finish"] == taken == order
+    for before, after in zip(taken, taken[1:], strict=False):  # finished inside the next measure
+        assert steps.index(("finish", *before)) == steps.index(("measure", *after)) + 1
+    assert events.count(("recorded",)) == 4 and events.index(("finish", *order[-1])) < min(
+        i for i, e in enumerate(events) if e[0] in ("leak", "stop")
+    )
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["case"], r["repeat"]) for r in written["runs"]] == order
+
+    events.clear()
+    failing.add((taken[1][0], taken[1][1]))
+    with pytest.raises(RuntimeError, match="failed"):
+        measure.run_plan(plan, Backend(), tmp_path)
+    assert [e for e in events if e[0] == "finish"] == [("finish", *taken[0])]
+    assert [
+        (r["case"], r["repeat"]) for r in json.loads((tmp_path / "results.json").read_text())["runs"]
+    ] == [taken[0]]
+
+
 def test_a_slower_scrape_interval_lengthens_the_planned_window_by_what_outlasts_the_settle():
     """A window's finish (its last scrape, nginx's log) is waited for within the next window's 2 s
     settle: natively, scraped every 2 s, it fits; on Swarm, every 5 s, up to 3 s more a window."""
