@@ -114,6 +114,19 @@ def test_for_close_calls_3_jvms_x_4_windows_name_a_20_percent_costlier_engine_in
     assert rate(9, 80, {}, lambda c: bool(c), plan=CLOSE_CALLS) <= 0.09
 
 
+def test_where_the_lifetimes_differ_as_measured_a_false_engine_claim_is_rarer_than_one_in_eight():
+    """Benjamini-Hochberg bounds the share of false claims among those the first screen makes, not
+    the chance of making one: with every lifetime truly different (per call 1.19-3.09x, as the
+    default run of docs/matrix-runs/default-third measured) and the engines alike, an engine is
+    named ahead in about 8% of runs (printed), above the 5% of runs where nothing differs at all.
+    docs/matrix.md says so; the test holds it under 1 in 8 for its 300 draws."""
+    per_call = {"cio": 1.19, "apache5": 3.09, "okhttp": 1.94, "java": 1.53}
+    costs = {c.id: per_call[c.engine] for c in PLAN.cases if c.lifetime == "per-call"}
+    found = rate(12, 300, costs, lambda c: any(x.startswith("engines") for x in c))
+    print(f"lifetimes as measured, engines alike: an engine named in {found:.1%} of runs")
+    assert found < 0.125, found
+
+
 def test_a_shift_between_the_blocks_of_jvms_moves_every_row_alike_and_is_taken_out():
     """The second block of JVMs 20% cheaper in every row (the default run of 2026-11-27 read its
     second block 10-27% lower): no difference is made of it, and the 20% engine is still found."""
