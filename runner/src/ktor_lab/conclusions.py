@@ -582,6 +582,17 @@ def ratio(c: Comparison) -> str:
     return text
 
 
+def on_fewer_jvms(group: Group, text: str, *rows: Row) -> str:
+    """`text` (a ratio or a difference with its interval in parentheses) with the rows among
+    `rows` measured on fewer JVMs than the group's others (their windows left out) said inside it:
+    `1.53x (1.32-1.77x, per-call-java on 1 of 2 JVMs)`."""
+    most = max(r.proxies for r in group.rows)
+    notes = ", ".join(f"{r.called} on {r.proxies} of {most} JVMs" for r in rows if r.proxies < most)
+    if not notes:
+        return text
+    return f"{text[:-1]}, {notes})" if text.endswith(")") else f"{text} ({notes})"
+
+
 def lifetime_answer(s: Screen) -> str | None:
     """Which lifetime, per engine: per call against singleton on the primary figure, with the
     interval of the ratio; the engines the test could not tell, and those left out, by name."""
@@ -596,13 +607,19 @@ def lifetime_answer(s: Screen) -> str | None:
     if dearer:
         parts.append(
             "a client per call cost "
-            + ", ".join(f"{a.engine} {ratio(c)}" for a, _, c in dearer)
+            + ", ".join(f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" for a, b, c in dearer)
             + f" the {s.figure.words or s.figure.heading} of one client for the process"
         )
     if cheaper:
-        parts.append("per call cost less for " + ", ".join(f"{a.engine} {ratio(c)}" for a, _, c in cheaper))
+        parts.append(
+            "per call cost less for "
+            + ", ".join(f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" for a, b, c in cheaper)
+        )
     if untold:
-        parts.append("no clear difference for " + ", ".join(f"{a.engine} ({c.span()})" for a, _, c in untold))
+        parts.append(
+            "no clear difference for "
+            + ", ".join(f"{a.engine} {on_fewer_jvms(g, f'({c.span()})', a, b)}" for a, b, c in untold)
+        )
     if out:
         whys = [", ".join(r.why_not(f) for r in (a, b) if not ranked(g, f, [r])[0]) for a, b in out]
         parts.append(
@@ -630,9 +647,11 @@ def engines_answer(s: Screen) -> str | None:
     out = f" Left out: {', '.join(r.why_not(f) for r in st.left_out)}." if st.left_out else ""
     if len(st.leaders) + len(st.behind) < 2:
         return f"{among}, no engine can be ranked on {f.words or f.heading}.{out}"
-    lead = [r.engine for r, _ in st.leaders]
+    lead, g, best = [r.engine for r, _ in st.leaders], s.group, st.best
     if not st.behind:
-        ties = ", ".join(f"{r.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+        ties = ", ".join(
+            f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}" for r, c in st.leaders[1:] if c is not None
+        )
         return (
             f"{among}, no engine is clearly ahead on {f.words or f.heading} at this load "
             f"(against {st.best.engine}: {ties}).{out}"
@@ -642,11 +661,15 @@ def engines_answer(s: Screen) -> str | None:
     if len(st.leaders) > 1:
         text += (
             " (no clear difference: "
-            + ", ".join(f"{r.engine} {c.span()}" for r, c in st.leaders[1:] if c is not None)
+            + ", ".join(
+                f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}"
+                for r, c in st.leaders[1:]
+                if c is not None
+            )
             + f" against {st.best.engine})"
         )
     text += "; clearly more: " + ", ".join(
-        f"{r.engine} {c.difference:+.0%} ({c.span()})" for r, c in st.behind
+        f"{r.engine} {on_fewer_jvms(g, f'{c.difference:+.0%} ({c.span()})', r, best)}" for r, c in st.behind
     )
     return text + "." + out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -438,9 +439,10 @@ def test_a_run_of_one_aa_pair_names_its_case_once_and_as_a_pair():
     assert rate.startswith("Rate not the engine's: singleton-cio (errors") and "#" not in rate, rate
 
 
-def test_the_first_screens_chart_says_which_bar_stands_on_fewer_jvms():
+def test_the_first_screen_says_which_bar_and_claim_stand_on_fewer_jvms():
     """Per-call Java stops answering in one of its two JVMs in most default runs: its bar and
-    interval are of the other JVM's windows, and the chart says so beside its value."""
+    interval are of the other JVM's windows, and the chart says so beside its value, the answer
+    inside the claim's interval."""
     results = results_of(
         {
             "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
@@ -453,7 +455,10 @@ def test_the_first_screens_chart_says_which_bar_stands_on_fewer_jvms():
     chart = run_report.primary_chart(group)
     assert [r.proxies for r in group.rows] == [2, 1]
     assert chart.count("on 1 of 2 JVMs") == 1 and "0.5" in chart.split("on 1 of 2 JVMs")[0].rsplit(">", 1)[1]
+    answer = conclusions.engines_answer(conclusions.screen(group))
+    assert re.search(r"clearly more: cio \+\d+% \([^)]*, singleton-cio on 1 of 2 JVMs\)", answer), answer
     for r in results.runs:
         r.fork = 1
     (group,) = conclusions.groups(results)
     assert "JVMs" not in run_report.primary_chart(group)
+    assert "JVMs" not in conclusions.engines_answer(conclusions.screen(group))
