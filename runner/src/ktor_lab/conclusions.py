@@ -223,6 +223,11 @@ class Group:
     def heading(self) -> str:
         return f"{self.scenario}, {self.load.describe()}"
 
+    @property
+    def jvms(self) -> int:
+        """The most JVMs a row of the group stands on (the plan's forks, unless every row lost one)."""
+        return max((r.proxies for r in self.rows), default=0)
+
     def pairs(self) -> list[tuple[Row, Row]]:
         """The A/A pairs: two rows of the same case (copies #1 and #2)."""
         first = {r.case: r for r in self.rows if r.copy == 1}
@@ -586,7 +591,7 @@ def on_fewer_jvms(group: Group, text: str, *rows: Row) -> str:
     """`text` (a ratio or a difference with its interval in parentheses) with the rows among
     `rows` measured on fewer JVMs than the group's others (their windows left out) said inside it:
     `1.53x (1.32-1.77x, per-call-java on 1 of 2 JVMs)`."""
-    most = max(r.proxies for r in group.rows)
+    most = group.jvms
     notes = ", ".join(f"{r.called} on {r.proxies} of {most} JVMs" for r in rows if r.proxies < most)
     if not notes:
         return text
@@ -676,7 +681,7 @@ def engines_answer(s: Screen) -> str | None:
 
 def family_line(s: Screen) -> str:
     """How the first screen's claims were tested, in one line."""
-    forks = max(r.proxies for r in s.group.rows)
+    forks = s.group.jvms
     jvms = (
         f"{forks} JVMs a row, each warmed once"
         if forks > 1

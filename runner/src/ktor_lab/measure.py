@@ -238,8 +238,11 @@ class Finish:
             self.run.prometheus.scraped_after_end = False  # until read
             try:
                 finish_window(self.backend, self.live, self.run, self.edges)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the error raised stays the one that stopped it
+                    self.run.verdict = verdict.judge(self.run)  # with what it has
+                raise
             finally:
-                self.run.verdict = verdict.judge(self.run)
                 self.recorded(self.live, self.run)
         return self.run
 
@@ -284,7 +287,7 @@ def measure(
 
 def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) -> None:
     """A window's figures that wait for its last scrape and nginx's log, and its verdict."""
-    seen = last_scrape(backend, live.proxy.instance, edges.ended)
+    seen = run.prometheus.scraped_after_end = last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges, backend.auth)
     run.prometheus.scraped_after_end = seen
     if edges.time_wait is not None:
@@ -850,10 +853,12 @@ class Session:
         if self.keep:
             self.pending = finish  # finished, and recorded, within the next window's settle
             return
-        finish()  # its last scrape needs the proxy up
-        finish_leak_check(backend, live)
-        backend.stop_case(live.proxy)
-        self.record(live, finish.run)
+        try:
+            finish()  # its last scrape needs the proxy up
+            finish_leak_check(backend, live)
+            backend.stop_case(live.proxy)
+        finally:
+            self.record(live, finish.run)  # with what it has, when interrupted
 
     def record(self, live: Live, run: Run) -> None:
         """A finished window recorded (results.json rewritten)."""

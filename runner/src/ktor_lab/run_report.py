@@ -119,10 +119,10 @@ def details(results: Results, g: Group) -> list[str]:
 
 def primary_chart(g: Group) -> str:
     """The first screen's figure per engine and lifetime, with the 95% interval of each row; a row
-    measured on fewer JVMs than the others (their windows left out) says on how many."""
+    measured on fewer JVMs than the group's others (their windows left out) says on how many."""
     f = BY_KEY[g.cpu_key]
     rows = [r for r in g.rows if r.figures[f.key].mean is not None]
-    most = max((r.proxies for r in rows), default=0)
+    most = g.jvms
     title = f"{f.heading} by engine and lifetime, 95% intervals"
     return render.bars(
         title,

@@ -289,23 +289,20 @@ def record_flags(run: Run) -> Flags:
     """What the records say: scrapes Prometheus missed, exceptions the proxy logged."""
     out = []
     tried, answered = run.prometheus.scrapes_tried, run.prometheus.scrapes_answered
+    missed = []
     if run.prometheus.scraped_after_end is False:
-        out.append(
-            (
-                "scrapes-missed",
-                "Prometheus had not scraped the proxy since the window ended when its figures were read "
-                "(the lab waited two scrape intervals, or the run stopped meanwhile): its threads, heap "
-                "and files highs end before the window, or are missing",
-            )
+        missed.append(
+            "Prometheus had not scraped the proxy since the window ended when its figures were read "
+            "(the lab waited two scrape intervals, or the run stopped meanwhile): its threads, heap "
+            "and files highs end before the window, or are missing"
         )
-    elif tried and answered is not None and answered < tried:
-        out.append(
-            (
-                "scrapes-missed",
-                f"Prometheus got {answered:.0f} of its {tried:.0f} scrapes of the "
-                "proxy in time during the window: its threads, heap and files highs are of those, at least",
-            )
+    if tried and answered is not None and answered < tried:
+        missed.append(
+            f"Prometheus got {answered:.0f} of its {tried:.0f} scrapes of the "
+            "proxy in time during the window: its threads, heap and files highs are of those, at least"
         )
+    if missed:
+        out.append(("scrapes-missed", "; ".join(missed)))
     logged = run.proxy_log
     if logged is not None and logged.exceptions:
         kinds = ", ".join(f"{name.rsplit('.', 1)[-1]} x{n}" for name, n in logged.kinds.items())

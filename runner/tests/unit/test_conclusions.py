@@ -462,3 +462,14 @@ def test_the_first_screen_says_which_bar_and_claim_stand_on_fewer_jvms():
     (group,) = conclusions.groups(results)
     assert "JVMs" not in run_report.primary_chart(group)
     assert "JVMs" not in conclusions.engines_answer(conclusions.screen(group))
+    lifetime = results_of(
+        {
+            "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
+            "per-call-okhttp": [(4000.0, 0.5 * (1 + i / 100)) for i in range(5)],
+        }
+    )
+    for r in lifetime.runs:
+        r.fork = 1 if r.repeat <= 2 or r.lifetime == "per-call" else 2
+    (group,) = conclusions.groups(lifetime)
+    answer = conclusions.lifetime_answer(conclusions.screen(group))
+    assert re.search(r"okhttp 2\.\d\dx \([\d.]+-[\d.]+x, per-call-okhttp on 1 of 2 JVMs\)", answer), answer

@@ -286,6 +286,10 @@ def test_highs_from_fewer_scrapes_than_prometheus_tried_are_said_but_do_not_take
     v = verdict.judge(run)
     assert v.flags == ["scrapes-missed"] and v.capacity
     assert "Prometheus got 1 of its 2 scrapes of the proxy in time" in v.reasons[0]
+    run.prometheus.scraped_after_end = False  # and its figures read before the scrape after it: both said
+    v = verdict.judge(run)
+    assert v.flags == ["scrapes-missed"] and "1 of its 2 scrapes" in v.reasons[0]
+    assert "had not scraped the proxy since the window ended" in v.reasons[0]
 
 
 def test_a_window_whose_figures_were_read_before_prometheus_scraped_it_again_is_flagged(monkeypatch):
@@ -751,6 +755,18 @@ def test_lab_run_finishes_each_window_within_the_next_records_it_once_and_flushe
     assert [
         (r["case"], r["repeat"]) for r in json.loads((tmp_path / "results.json").read_text())["runs"]
     ] == [taken[0]]
+
+    class Fresh(Backend):  # a fresh proxy a window (compose): finished at once, then recorded
+        keeps_proxies = False
+
+    def interrupted(*_):
+        raise KeyboardInterrupt  # Ctrl-C while the first window's figures are read
+
+    failing.clear()
+    monkeypatch.setattr(measure, "finish_window", interrupted)
+    results = measure.run_plan(plan, Fresh(), tmp_path)
+    assert results.interrupted and len(results.runs) == 1
+    assert "scrapes-missed" in results.runs[0].verdict.flags, results.runs[0].verdict  # (a fake: not warm)
 
 
 def test_a_slower_scrape_interval_lengthens_the_planned_window_by_what_outlasts_the_settle():

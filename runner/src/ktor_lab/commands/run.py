@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     backend = backends.make(args.backend, grafana=args.grafana)
     backend.check(plan, machine=not args.dry_run)
     out = (args.out or "results/<time>") if args.dry_run else results_dir(args.out)
-    print(announce(plan, backend.keeps_proxies, out), flush=True)
+    print(announce(plan, backend.keeps_proxies, out, scrape_s=backend.scrape_seconds), flush=True)
     for case, why in plan.skipped():
         print(f"lab run: skips {case.name}: {why.split('; ')[0]}", flush=True)
     if args.dry_run:
