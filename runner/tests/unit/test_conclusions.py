@@ -439,37 +439,33 @@ def test_a_run_of_one_aa_pair_names_its_case_once_and_as_a_pair():
     assert rate.startswith("Rate not the engine's: singleton-cio (errors") and "#" not in rate, rate
 
 
+def okhttp_beside(name: str, cpu: float, jvms: int) -> conclusions.Group:
+    """singleton-okhttp on 2 JVMs beside the row `name` on `jvms` (its windows, CPU `cpu`)."""
+    results = results_of(
+        {
+            "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
+            name: [(4000.0, cpu * (1 + i / 100)) for i in range(5)],
+        }
+    )
+    for r in results.runs:
+        r.fork = 1 if r.repeat <= 2 or (r.case == Case.parse(name).id and jvms == 1) else 2
+    (group,) = conclusions.groups(results)
+    return group
+
+
 def test_the_first_screen_says_which_bar_and_claim_stand_on_fewer_jvms():
     """Per-call Java stops answering in one of its two JVMs in most default runs: its bar and
     interval are of the other JVM's windows, and the chart says so beside its value, the answer
     inside the claim's interval."""
-    results = results_of(
-        {
-            "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
-            "singleton-cio": [(2600.0, 0.5 * (1 + i / 100)) for i in range(5)],
-        }
-    )
-    for r in results.runs:
-        r.fork = 1 if r.repeat <= 2 or r.case == "singleton-cio" else 2
-    (group,) = conclusions.groups(results)
+    group = okhttp_beside("singleton-cio", 0.5, jvms=1)
     chart = run_report.primary_chart(group)
     assert [r.proxies for r in group.rows] == [2, 1]
     assert chart.count("on 1 of 2 JVMs") == 1 and "0.5" in chart.split("on 1 of 2 JVMs")[0].rsplit(">", 1)[1]
     answer = conclusions.engines_answer(conclusions.screen(group))
     assert re.search(r"clearly more: cio \+\d+% \([^)]*, singleton-cio on 1 of 2 JVMs\)", answer), answer
-    for r in results.runs:
-        r.fork = 1
-    (group,) = conclusions.groups(results)
+    group = okhttp_beside("singleton-cio", 0.5, jvms=2)
+    assert [r.proxies for r in group.rows] == [2, 2]
     assert "JVMs" not in run_report.primary_chart(group)
     assert "JVMs" not in conclusions.engines_answer(conclusions.screen(group))
-    lifetime = results_of(
-        {
-            "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
-            "per-call-okhttp": [(4000.0, 0.5 * (1 + i / 100)) for i in range(5)],
-        }
-    )
-    for r in lifetime.runs:
-        r.fork = 1 if r.repeat <= 2 or r.lifetime == "per-call" else 2
-    (group,) = conclusions.groups(lifetime)
-    answer = conclusions.lifetime_answer(conclusions.screen(group))
+    answer = conclusions.lifetime_answer(conclusions.screen(okhttp_beside("per-call-okhttp", 0.5, jvms=1)))
     assert re.search(r"okhttp 2\.\d\dx \([\d.]+-[\d.]+x, per-call-okhttp on 1 of 2 JVMs\)", answer), answer
