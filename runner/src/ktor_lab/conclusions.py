@@ -748,6 +748,8 @@ def risks(results: Results, group: Group) -> list[str]:
     out = []
     if leaks := listed([r for r in group.rows if "leak" in r.flags]):
         out.append(f"Leak: kept threads or open files after the load: {', '.join(leaks)}.")
+    if stops := [said for r in group.rows if (said := stopped_answering(r))]:
+        out.append(f"Stopped answering under load: {'; '.join(stops)}.")
     if logged := listed([r for r in group.rows if "proxy-exceptions" in r.flags]):
         out.append(
             f"Exceptions: the proxy logged exceptions with a stack trace (proxy-exceptions, named in the "
@@ -777,6 +779,40 @@ def risks(results: Results, group: Group) -> list[str]:
             "the lab's CLIENT_MAX_CONNECTIONS does not apply to it."
         )
     return out + measurement_risks(group)
+
+
+def stopped_answering(row: Row) -> str:
+    """`per-call-java in the warm-up at capacity (closed/50/0, --warm-first) of 1 of its 2 JVMs,
+    whose windows are left out of its figures`: the JVMs of a row that stopped answering in a
+    warm-up (verdict.stopped_answering), with the load they stopped at; "" when none did. The
+    engine failed at that load: what a user at it would meet, and why the row stands on fewer JVMs."""
+    runs = [r for r in row.runs + row.left if verdict.stopped_answering(r.warmup)]
+    if not runs:
+        return ""
+    loads = sorted(
+        {
+            f"at capacity ({r.warmup.first_load}, --warm-first)"
+            if r.warmup.first_end == "stopped answering"
+            else f"at {r.load.label}"
+            for r in runs
+        }
+    )
+    forks, jvms = {r.fork for r in runs}, len({r.fork for r in row.runs + row.left})
+    those = "that JVM's" if len(forks) == 1 else "those JVMs'"
+    failed = [r for r in runs if r not in row.left and set(r.verdict.flags) & set(ENGINE_FLAGS)]
+    few = [r for r in runs if r not in row.left and r not in failed]
+    fate = []
+    if left := len(runs) - len(failed) - len(few):
+        fate.append(f"{left} are left out of its figures")
+    if failed:
+        flags = sorted({f for r in failed for f in r.verdict.flags if f in ENGINE_FLAGS})
+        fate.append(f"{len(failed)} kept as it failed in them ({', '.join(flags)})")
+    if few:
+        fate.append(f"{len(few)} kept as too few others were free of flags")
+    return (
+        f"{row.called} in the warm-up {' and '.join(loads)} of {len(forks)} of its {jvms} JVMs; "
+        f"of {those} {len(runs)} windows, {', '.join(fate)}"
+    )
 
 
 def measurement_risks(group: Group) -> list[str]:

@@ -441,6 +441,12 @@ def test_a_run_of_one_aa_pair_names_its_case_once_and_as_a_pair():
 
 def okhttp_beside(name: str, cpu: float, jvms: int) -> conclusions.Group:
     """singleton-okhttp on 2 JVMs beside the row `name` on `jvms` (its windows, CPU `cpu`)."""
+    (group,) = conclusions.groups(results_beside(name, cpu, jvms))
+    return group
+
+
+def results_beside(name: str, cpu: float, jvms: int) -> Results:
+    """okhttp_beside's windows."""
     results = results_of(
         {
             "singleton-okhttp": [(4000.0, 0.25 * (1 + i / 100)) for i in range(5)],
@@ -449,8 +455,7 @@ def okhttp_beside(name: str, cpu: float, jvms: int) -> conclusions.Group:
     )
     for r in results.runs:
         r.fork = 1 if r.repeat <= 2 or (r.case == Case.parse(name).id and jvms == 1) else 2
-    (group,) = conclusions.groups(results)
-    return group
+    return results
 
 
 def test_the_first_screen_says_which_bar_and_claim_stand_on_fewer_jvms():
@@ -469,3 +474,30 @@ def test_the_first_screen_says_which_bar_and_claim_stand_on_fewer_jvms():
     assert "JVMs" not in conclusions.engines_answer(conclusions.screen(group))
     answer = conclusions.lifetime_answer(conclusions.screen(okhttp_beside("per-call-okhttp", 0.5, jvms=1)))
     assert re.search(r"okhttp 2\.\d\dx \([\d.]+-[\d.]+x, per-call-okhttp on 1 of 2 JVMs\)", answer), answer
+
+
+def test_the_first_screen_names_a_row_whose_jvm_stopped_answering_in_a_warm_up_and_what_became_of_it():
+    """Per-call Java stops answering at capacity in the warm-up of one of its two JVMs in most default
+    runs: a risk names the row, the load it stopped at and how many of its JVMs, and whether that
+    JVM's windows are left out or kept (one in which the engine failed is kept)."""
+    results = results_beside("per-call-java", 0.5, jvms=2)
+    (group,) = conclusions.groups(results)
+    assert not [x for x in conclusions.risks(results, group) if x.startswith("Stopped")]
+    for r in results.runs:
+        if r.case == "per-call-java" and r.fork == 2:
+            r.warmup = Warmup(
+                seconds=25, settled=True, first_load="closed/50/0", first_end="stopped answering"
+            )
+    (group,) = conclusions.groups(results)
+    (said,) = [x for x in conclusions.risks(results, group) if x.startswith("Stopped")]
+    assert said == (
+        "Stopped answering under load: per-call-java in the warm-up at capacity (closed/50/0, --warm-first) "
+        "of 1 of its 2 JVMs; of that JVM's 3 windows, 3 are left out of its figures."
+    )
+    (first,) = [r for r in results.runs if r.case == "per-call-java" and r.fork == 2 and r.repeat == 3]
+    first.locust.failures = first.locust.requests
+    (group,) = conclusions.groups(results)
+    (said,) = [x for x in conclusions.risks(results, group) if x.startswith("Stopped")]
+    assert said.endswith(
+        "of that JVM's 3 windows, 2 are left out of its figures, 1 kept as it failed in them (errors)."
+    )
