@@ -287,9 +287,9 @@ def measure(
 
 def finish_window(backend: Backend, live: Live, run: Run, edges: WindowEdges) -> None:
     """A window's figures that wait for its last scrape and nginx's log, and its verdict."""
-    seen = run.prometheus.scraped_after_end = last_scrape(backend, live.proxy.instance, edges.ended)
+    seen = last_scrape(backend, live.proxy.instance, edges.ended)
     run.prometheus = prometheus_figures(backend.prometheus_url, live.proxy.instance, edges, backend.auth)
-    run.prometheus.scraped_after_end = seen
+    run.prometheus.scraped_after_end = seen  # until here, not read (Finish): a failed query says so
     if edges.time_wait is not None:
         # The proxy's own gauge counts every socket to the upstream's port that closed since it
         # started; the other proxies up (natively they share the host's table) close theirs in

@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import requests
 
 from ktor_lab import conclusions, metrics, run_report, verdict
 from ktor_lab.cases import SCENARIOS, Case
@@ -330,6 +331,18 @@ def test_a_window_whose_figures_were_read_before_prometheus_scraped_it_again_is_
     finish()  # lab run's last flush: not again
     assert len(recorded) == 1 and recorded[0].verdict.flags == ["scrapes-missed"]
     assert "since the window ended" in recorded[0].verdict.reasons[0]
+
+    def unreadable(*a):
+        raise requests.ConnectionError("Prometheus went away")
+
+    # scraped after the window, but its figures could not be read: not passed off as read
+    monkeypatch.setattr(measure, "last_scrape", lambda *a: True)
+    monkeypatch.setattr(measure, "prometheus_figures", unreadable)
+    recorded = []
+    finish = measure.Finish(Backend(), live, a_run(), edges, lambda live, run: recorded.append(run))
+    with pytest.raises(requests.ConnectionError):
+        finish()
+    assert len(recorded) == 1 and recorded[0].verdict.flags == ["scrapes-missed"]
 
 
 def test_histogram_quantiles_follow_prometheus():
