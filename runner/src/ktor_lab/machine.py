@@ -83,13 +83,31 @@ class CpuSample:
     busy_s: float
     steal_s: float
     lab_s: float
+    # of those, the load generator's (Locust's processes); None where none of them is seen here
+    generator_s: float | None = None
 
 
 def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
     t = psutil.cpu_times()
     busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
-    lab = sum(_lab_cpu_seconds(container_ids).values())
-    return CpuSample(busy, t.steal, lab)
+    lab = _lab_cpu_seconds(container_ids)
+    generators = _generators(lab)
+    generator = sum(lab[pid] for pid in generators) if generators else None
+    return CpuSample(busy, t.steal, sum(lab.values()), generator)
+
+
+def _generators(pids) -> set[int]:
+    """Those of `pids` that run Locust on the lab's locustfile or config (natively, or in a
+    container: the host sees its command lines), to count their CPU; nothing is ended by it."""
+    out = set()
+    for pid in pids:
+        try:
+            cmdline = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if any(a.endswith(("locustfile.py", "locust.conf")) or "locustfile.py," in a for a in cmdline):
+            out.add(pid)
+    return out
 
 
 def processes_cpu_seconds(pids: list[int]) -> float:

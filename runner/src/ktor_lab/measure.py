@@ -137,6 +137,9 @@ def machine_figures(before: machine.CpuSample, after: machine.CpuSample, seconds
         others_share=round(others / seconds / cpus, 4),
         steal_share=round((after.steal_s - before.steal_s) / seconds / cpus, 4),
         load1=machine.load_average(),
+        generator_cores=None
+        if before.generator_s is None or after.generator_s is None
+        else round((after.generator_s - before.generator_s) / seconds, 4),
     )
 
 

@@ -155,6 +155,10 @@ class MachineFigures:
     others_share: float = 0.0  # of all the machine's CPUs
     steal_share: float = 0.0
     load1: float = 0.0
+    # The load generator's (Locust's) CPU, in cores over the window (None: not recorded). At a fixed
+    # rate its work per request is the same for every row, so what moves it between windows is the
+    # machine's: the report's Machine line reads the proxy's CPU per request against it.
+    generator_cores: float | None = None
 
 
 @dataclass

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -30,6 +32,26 @@ def test_free_ports_are_never_handed_out_twice():
     # ports, and CI once started a proxy on the port a test had just chosen as "nothing listens".
     ports = [free_port() for _ in range(500)]
     assert len(set(ports)) == len(ports)
+
+
+def test_the_generator_s_cpu_is_counted_apart_from_the_rest_of_the_lab_s():
+    """A child of this process whose command line names a locustfile counts as the generator; with
+    none, the generator's CPU is not known (None), not 0."""
+    assert machine.cpu_sample().generator_s is None
+    spin = (
+        "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", spin, "locust/locustfile.py"])
+    try:
+        for _ in range(100):  # bounded: 10 s for 0.3 s of CPU
+            sample = machine.cpu_sample()
+            if sample.generator_s is not None and sample.generator_s >= 0.3:
+                break
+            time.sleep(0.1)
+        assert sample.generator_s is not None and 0.3 <= sample.generator_s < sample.lab_s
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_machine_figures_come_from_psutil():
