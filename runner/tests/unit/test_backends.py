@@ -236,3 +236,20 @@ def test_two_parts_given_one_port_are_refused_naming_the_option_of_the_second():
     ]
     ports.proxy = free_port()
     assert busy_ports(ports) == []
+
+
+def test_every_option_a_busy_port_names_is_one_lab_up_takes_and_it_moves_that_port(monkeypatch):
+    """busy_ports tells the user to choose another port with an option (stack.PORT_OWNERS): lab up
+    takes each of them, and each moves its own port (--nginx-tls-port was named and refused)."""
+    from ktor_lab.cli import main_parser
+    from ktor_lab.commands import options
+    from ktor_lab.stack import PORT_OWNERS, Ports
+
+    for name in PORT_OWNERS:
+        monkeypatch.delenv(f"LAB_{name.upper()}_PORT", raising=False)
+    for n, (name, (_, option, _)) in enumerate(PORT_OWNERS.items()):
+        args = main_parser().parse_args(["up", "singleton-cio", option, str(40000 + n)])
+        assert getattr(options.ports(args), name) == 40000 + n, option
+        assert [getattr(options.ports(args), other) for other in PORT_OWNERS if other != name] == [
+            getattr(Ports(), other) for other in PORT_OWNERS if other != name
+        ]

@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         raise LabError(problem)
     stack.require(stack.missing(prometheus_too=False))
     ports = options.ports(args)
-    stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "proxy")))
+    stack.require(stack.busy_ports(ports, ("nginx", "nginx_status", "nginx_tls", "proxy")))
     # Every jar before any JVM starts: building lean-proxy (-am) packages proxy-app again, and a
     # JVM already running from that jar would lose its classes under it.
     singletons = [c.with_dimensions(lifetime="singleton") for c in cases]

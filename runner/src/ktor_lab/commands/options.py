@@ -17,7 +17,7 @@ from ..stack import PORT_OWNERS, Ports
 
 def add_stack_options(p: argparse.ArgumentParser) -> None:
     """nginx's and the proxy's ports, the proxy's JVM options, the run folder."""
-    add_ports(p, "nginx", "nginx_status", "proxy")
+    add_ports(p, "nginx", "nginx_status", "nginx_tls", "proxy")
     add_java_opts(p, "-Xmx512m")
     add_run_dir(p)
 
@@ -224,6 +224,6 @@ def add_warm_first(p: argparse.ArgumentParser, default: str) -> None:
         metavar="LOAD",
         help=f"warm each proxy once at this load on {WARM_FIRST_SCENARIO} before the warm-up at its measured "
         "load (the same rule, up to --warmup each): at a fixed rate or on the slow scenario the JIT compiles "
-        "the proxy's path for minutes, at capacity in 30-60 s; 'none' for no such warm-up (default: "
+        "the proxy's path for minutes, at capacity in 25-60 s; 'none' for no such warm-up (default: "
         "%(default)s)",
     )
