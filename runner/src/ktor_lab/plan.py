@@ -20,7 +20,7 @@ from .network import Network
 # `lab run`'s default load: the same open-model rate for every row (the equal work its CPU per
 # request and latency are compared at), below every recommended engine's capacity on 2 cores (per
 # call, Apache5 carried about 590 rps at capacity; Java per call collapses at any rate), and its
-# warm-up first at capacity, where the JIT compiles the proxy's path in 30-60 s.
+# warm-up first at capacity, where the JIT compiles the proxy's path in 25-60 s.
 DEFAULT_LOAD = "rate/400/40"
 DEFAULT_WARM_FIRST = "closed/50/0"
 # Its most seconds of warm-up, at each of the two loads: a window in which the JIT still compiles
@@ -142,7 +142,7 @@ class Plan:
     loads: list[Load]
     # Measured windows per row (and proxy): interleaved across the proxies, A B C A B C.
     repeats: int = 1
-    warmup_s: int = 150  # lab run's defaults (commands/run.py reads them from here)
+    warmup_s: int = 150  # lab verify's and lab swarm's; lab run's is DEFAULT_WARMUP_S (Plan.default)
     duration_s: int = 10
     workers: int = 0
     java_opts: str = "-Xmx512m"
@@ -168,7 +168,7 @@ class Plan:
     settle_s: int = 2
     # A load that warms each proxy once, on WARM_FIRST_SCENARIO, before its first warm-up at a
     # measured load (lab run --warm-first): at capacity the JIT compiles the proxy's path in
-    # 30-60 s, at a fixed 100 rps or on the slow scenario it still compiles after minutes.
+    # 25-60 s, at a fixed 100 rps or on the slow scenario it still compiles after minutes.
     warm_first: Load | None = None
 
     def __post_init__(self) -> None:

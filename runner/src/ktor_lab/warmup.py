@@ -109,7 +109,7 @@ class Warmup:
     collapsed: bool = False
     # A warm-up at capacity before this one (the plan's warm_first): its load, scenario, seconds
     # and how it ended (`end`; "": none). At a fixed rate of 50-100 rps the JIT compiles the
-    # proxy's path for minutes; at capacity in 30-60 s.
+    # proxy's path for minutes; at capacity in 25-60 s.
     first_load: str = ""
     first_scenario: str = ""
     first_seconds: int = 0
