@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from . import confidence, verdict
 from .cases import DEPRECATED_ENGINES, DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PROTOCOLS, Case
 from .confidence import Comparison, Estimate
-from .plan import Load
+from .plan import Load, parse_load
 from .results import Results, Run
 
 
@@ -782,37 +782,48 @@ def risks(results: Results, group: Group) -> list[str]:
 
 
 def stopped_answering(row: Row) -> str:
-    """`per-call-java in the warm-up at capacity (closed/50/0, --warm-first) of 1 of its 2 JVMs,
-    whose windows are left out of its figures`: the JVMs of a row that stopped answering in a
-    warm-up (verdict.stopped_answering), with the load they stopped at; "" when none did. The
-    engine failed at that load: what a user at it would meet, and why the row stands on fewer JVMs."""
+    """`per-call-java in the warm-up at capacity (closed/50/0, --warm-first) of 1 of its 2 JVMs; of
+    that JVM's 3 windows, 3 are left out of its figures`: the JVMs of a row that stopped answering
+    in a warm-up (verdict.stopped_answering), the load (and scenario, where not the row's) they
+    stopped at, and what became of their windows; "" when none did. The engine failed at that
+    load: what a user at it would meet, and why the row stands on fewer JVMs."""
     runs = [r for r in row.runs + row.left if verdict.stopped_answering(r.warmup)]
     if not runs:
         return ""
-    loads = sorted(
-        {
-            f"at capacity ({r.warmup.first_load}, --warm-first)"
-            if r.warmup.first_end == "stopped answering"
-            else f"at {r.load.label}"
-            for r in runs
-        }
-    )
+    loads = sorted({warm_up_load(r) for r in runs})
     forks, jvms = {r.fork for r in runs}, len({r.fork for r in row.runs + row.left})
     those = "that JVM's" if len(forks) == 1 else "those JVMs'"
     failed = [r for r in runs if r not in row.left and set(r.verdict.flags) & set(ENGINE_FLAGS)]
     few = [r for r in runs if r not in row.left and r not in failed]
     fate = []
     if left := len(runs) - len(failed) - len(few):
-        fate.append(f"{left} are left out of its figures")
+        fate.append(f"{left} {'is' if left == 1 else 'are'} left out of its figures")
     if failed:
         flags = sorted({f for r in failed for f in r.verdict.flags if f in ENGINE_FLAGS})
-        fate.append(f"{len(failed)} kept as it failed in them ({', '.join(flags)})")
+        fate.append(
+            f"{len(failed)} kept as it failed in {'it' if len(failed) == 1 else 'them'} ({', '.join(flags)})"
+        )
     if few:
-        fate.append(f"{len(few)} kept as too few others were free of flags")
+        fate.append(f"{len(few)} kept as too few of its other windows could be")
     return (
         f"{row.called} in the warm-up {' and '.join(loads)} of {len(forks)} of its {jvms} JVMs; "
         f"of {those} {len(runs)} windows, {', '.join(fate)}"
     )
+
+
+def warm_up_load(run: Run) -> str:
+    """The load a warm-up that stopped answering ran at: `at capacity (closed/50/0, --warm-first)`,
+    `at rate/100/40 (--warm-first) on static-small`, or the window's own `at rate/400/40`."""
+    w = run.warmup
+    if w.first_end != "stopped answering":
+        return f"at {run.load.label}"
+    first = parse_load(w.first_load)
+    said = (
+        f"at capacity ({w.first_load}, --warm-first)"
+        if first.model == "closed" and not first.wait_max
+        else (f"at {w.first_load} (--warm-first)")
+    )
+    return said + (f" on {w.first_scenario}" if w.first_scenario and w.first_scenario != run.scenario else "")
 
 
 def measurement_risks(group: Group) -> list[str]:
@@ -1116,6 +1127,75 @@ def warmth(group: Group) -> str | None:
         )
         + "."
     )
+
+
+def generator_cost(r: Run) -> float | None:
+    """The load generator's CPU seconds per 1,000 requests in the window (None: not recorded)."""
+    if r.machine is None:
+        return None
+    cores, seconds, requests = r.machine.generator_cores, r.machine.window_s, r.locust.requests
+    return cores * seconds / requests * 1000 if cores and cores > 0 and seconds and requests else None
+
+
+def machine_speed(group: Group) -> str | None:
+    """How far the proxy's CPU per request (less the JIT) moved with Locust's between windows of one
+    JVM (`shared_noise`), said for a group at a fixed rate (at capacity each window's requests
+    vary, and fixed costs per second would move both alike); None without the figures."""
+    found = shared_noise(group) if group.load.model == "rate" else None
+    if found is None:
+        return None
+    r, low, high, windows, jvms, before, after = found
+    said = (
+        f"Noise shared with the generator ({group.heading}): between windows of one JVM, the proxy's "
+        f"CPU per request less the JIT and Locust's CPU per request moved together by r = {r:.2f} "
+        f"({low:.2f} to {high:.2f}; {windows} windows of {jvms} JVMs)"
+    )
+    if low <= 0 <= high:
+        return said + ": no shared movement found."
+    return said + (
+        f". At a fixed rate Locust's work per request is the same in every window, so what moves "
+        f"both is the machine they share (or one's bursts taking CPU from the other), not the "
+        f"engine: {r**2:.0%} of the variance of the proxy's windows moved with Locust's; they "
+        f"varied by {before:.1%}, and by {after:.1%} less that part."
+    )
+
+
+def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, float] | None:
+    """The correlation of log CPU per request less the JIT with log generator CPU per request,
+    each taken from its JVM's mean (per row and fork, windows flagged neither NOT_ITS_COST nor
+    LEFT_OUT): r, its
+    95% interval (Fisher's z, with the JVMs' means taken out), the windows and JVMs, and the
+    windows' spread (log sd) before and after the generator's share is taken out. None with fewer
+    than 3 JVMs of 2 such windows, or without the generator's figures."""
+    xs, ys, jvms = [], [], 0
+    for row in group.rows:
+        by_jvm: dict[int, list[tuple[float, float]]] = {}
+        for run in row.runs:
+            y, x = cpu_without_jit(run), generator_cost(run)
+            if y and x and y > 0 and not set(run.verdict.flags) & {*NOT_ITS_COST, *LEFT_OUT}:
+                by_jvm.setdefault(run.fork, []).append((math.log(x), math.log(y)))
+        for pairs in by_jvm.values():
+            if len(pairs) < 2:
+                continue
+            jvms += 1
+            mx, my = statistics.mean(p[0] for p in pairs), statistics.mean(p[1] for p in pairs)
+            xs += [p[0] - mx for p in pairs]
+            ys += [p[1] - my for p in pairs]
+    n = len(xs)
+    df = n - jvms - 1  # each JVM's mean and the slope
+    sxx, syy, sxy = (
+        sum(x * x for x in xs),
+        sum(y * y for y in ys),
+        sum(x * y for x, y in zip(xs, ys, strict=True)),
+    )
+    if jvms < 3 or df < 3 or not sxx or not syy:
+        return None
+    r = sxy / math.sqrt(sxx * syy)
+    half = statistics.NormalDist().inv_cdf(0.5 + confidence.CONFIDENCE / 2) / math.sqrt(df - 1)
+    z = math.atanh(max(min(r, 0.999999), -0.999999))
+    before = math.sqrt(syy / (n - jvms))
+    after = math.sqrt(max(syy - sxy * sxy / sxx, 0.0) / df)
+    return r, math.tanh(z - half), math.tanh(z + half), n, jvms, before, after
 
 
 # Windows whose CPU per request is not the proxy's own work: left out of `later_cost`.

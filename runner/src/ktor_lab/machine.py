@@ -91,23 +91,23 @@ def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
     t = psutil.cpu_times()
     busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
     lab = _lab_cpu_seconds(container_ids)
-    generators = _generators(lab)
-    generator = sum(lab[pid] for pid in generators) if generators else None
-    return CpuSample(busy, t.steal, sum(lab.values()), generator)
+    generators = [seconds for pid, seconds in lab.items() if is_generator(_cmdline(pid))]
+    return CpuSample(busy, t.steal, sum(lab.values()), sum(generators) if generators else None)
 
 
-def _generators(pids) -> set[int]:
-    """Those of `pids` that run Locust on the lab's locustfile or config (natively, or in a
-    container: the host sees its command lines), to count their CPU; nothing is ended by it."""
-    out = set()
-    for pid in pids:
-        try:
-            cmdline = psutil.Process(pid).cmdline()
-        except psutil.Error:
-            continue
-        if any(a.endswith(("locustfile.py", "locust.conf")) or "locustfile.py," in a for a in cmdline):
-            out.add(pid)
-    return out
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []  # ended meanwhile
+
+
+def is_generator(cmdline: list[str]) -> bool:
+    """A command line of Locust on the lab's locustfile or config: natively (loadgen.argv), in its
+    container (`locust --config locust/locust.conf`) or as a worker; the host sees a container's
+    command lines. Only counted (the generator's CPU), never ended by it."""
+    names = {Path(part).name for arg in cmdline for part in arg.split(",")}
+    return "locust" in {Path(a).name for a in cmdline[:2]} and bool(names & {"locustfile.py", "locust.conf"})
 
 
 def processes_cpu_seconds(pids: list[int]) -> float:

@@ -71,7 +71,7 @@ NGINX_LOG_S = 1.5
 # Seconds the proxy has to answer its /metrics before the run is flagged `unresponsive`.
 PROXY_SCRAPE_S = 30
 # Proxies up at once natively (each up to -Xmx512m of heap and its threads): the default matrix's
-# 11 fit; a larger plan is measured in groups of this many (`batches`).
+# 9 a fork fit; a larger plan is measured in groups of this many (`batches`).
 MAX_PROXIES_UP = 12
 # Seconds a window waits for Prometheus to scrape the proxy it was switched to (at its next scrape:
 # stack.Stack.scrape_only); a proxy slow to answer its /metrics takes longer.
@@ -128,6 +128,9 @@ def machine_figures(before: machine.CpuSample, after: machine.CpuSample, seconds
     seconds = max(seconds, 1e-3)
     busy, lab = after.busy_s - before.busy_s, after.lab_s - before.lab_s
     others = max(0.0, busy - lab)
+    generator = None
+    if before.generator_s is not None and after.generator_s is not None:
+        generator = after.generator_s - before.generator_s
     return MachineFigures(
         cpus=cpus,
         window_s=round(seconds, 3),
@@ -137,9 +140,8 @@ def machine_figures(before: machine.CpuSample, after: machine.CpuSample, seconds
         others_share=round(others / seconds / cpus, 4),
         steal_share=round((after.steal_s - before.steal_s) / seconds / cpus, 4),
         load1=machine.load_average(),
-        generator_cores=None
-        if before.generator_s is None or after.generator_s is None
-        else round((after.generator_s - before.generator_s) / seconds, 4),
+        # None when a Locust process ended inside the window (its CPU left the second sum)
+        generator_cores=round(generator / seconds, 4) if generator is not None and generator >= 0 else None,
     )
 
 
@@ -465,7 +467,7 @@ def warm_first(
     web: LocustWeb, host: str, plan: Plan, spec: Spec, pid: int | None, meanwhile: Callable[[], None]
 ) -> Warmup:
     """The proxy warmed by the rule at the plan's warm_first load on WARM_FIRST_SCENARIO (capacity:
-    the JIT compiles the proxy's path in 30-60 s), then Locust stopped for the measured load.
+    the JIT compiles the proxy's path in 25-60 s), then Locust stopped for the measured load.
     `meanwhile` is done once that load has started, within the rule's first window."""
     assert plan.warm_first is not None
     swarm(web, host, WARM_FIRST_SCENARIO, plan.warm_first, spec.case.id)

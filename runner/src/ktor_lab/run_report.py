@@ -29,6 +29,7 @@ from .conclusions import (
     family_line,
     groups,
     lifetime_answer,
+    machine_speed,
     not_this,
     other_figures,
     risks,
@@ -403,6 +404,7 @@ def markdown(results: Results) -> str:
     lines += ["## The engines themselves", "", *[f"- {n}" for n in engine_notes(results)], ""]
     lines += [APPENDIX, ""]
     lines += [f"- {w}" for g in gs if (w := warmth(g))]
+    lines += [f"- {m}" for g in gs if (m := machine_speed(g))]
     lines += [f"- {s}" for s in settings(results)]
     lines += [f"- {w}" for w in warmups(results)]
     lines.append("")
@@ -454,7 +456,8 @@ def page(results: Results) -> str:
             body.append(ul(reasons))
         body.append('<div class="charts">' + "".join(charts(g) + over_time(g, start)) + "</div>")
     body.append(f"<h2>The engines themselves</h2>{ul(engine_notes(results))}")
-    appendix = [w for g in gs if (w := warmth(g))] + settings(results) + warmups(results)
+    appendix = [w for g in gs if (w := warmth(g))] + [m for g in gs if (m := machine_speed(g))]
+    appendix += settings(results) + warmups(results)
     body.append(
         f"<details><summary>{html.escape(APPENDIX.removeprefix('## '))}</summary>{ul(appendix)}</details>"
     )

@@ -34,6 +34,24 @@ def test_free_ports_are_never_handed_out_twice():
     assert len(set(ports)) == len(ports)
 
 
+def test_locust_is_told_by_its_command_line_as_the_lab_starts_it_and_nothing_else_is():
+    from ktor_lab.parts import loadgen
+
+    python = "/usr/local/bin/python"
+    assert machine.is_generator(
+        [sys.executable, *loadgen.argv("--headless")]
+    )  # a script: its interpreter first
+    assert machine.is_generator([sys.executable, *loadgen.argv(sweep=True)])
+    assert machine.is_generator(
+        [python, "/usr/local/bin/locust", "--config", "locust/locust.conf"]
+    )  # compose
+    assert machine.is_generator([python, "/usr/local/bin/locust", "-f", "locust/locustfile.py", "--worker"])
+    assert not machine.is_generator([python, "-m", "pytest", "tests/test_locustfile.py"])
+    assert not machine.is_generator(["nginx", "-c", "/etc/locust.conf"])
+    assert not machine.is_generator([python, "/usr/local/bin/locust", "--version"])
+    assert not machine.is_generator([])
+
+
 def test_the_generator_s_cpu_is_counted_apart_from_the_rest_of_the_lab_s():
     """A child of this process whose command line names a locustfile counts as the generator; with
     none, the generator's CPU is not known (None), not 0."""
@@ -41,7 +59,7 @@ def test_the_generator_s_cpu_is_counted_apart_from_the_rest_of_the_lab_s():
     spin = (
         "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
     )
-    child = subprocess.Popen([sys.executable, "-c", spin, "locust/locustfile.py"])
+    child = subprocess.Popen(["locust", "-c", spin, "-f", "locust/locustfile.py"], executable=sys.executable)
     try:
         for _ in range(100):  # bounded: 10 s for 0.3 s of CPU
             sample = machine.cpu_sample()

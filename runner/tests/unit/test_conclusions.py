@@ -499,5 +499,5 @@ def test_the_first_screen_names_a_row_whose_jvm_stopped_answering_in_a_warm_up_a
     (group,) = conclusions.groups(results)
     (said,) = [x for x in conclusions.risks(results, group) if x.startswith("Stopped")]
     assert said.endswith(
-        "of that JVM's 3 windows, 2 are left out of its figures, 1 kept as it failed in them (errors)."
+        "of that JVM's 3 windows, 2 are left out of its figures, 1 kept as it failed in it (errors)."
     )

@@ -114,6 +114,23 @@ def test_the_warm_up_paragraph_on_the_matrix_page_gives_its_runs_figures():
         assert f"{results.wall_seconds / 60:.1f}" in paragraph, folder
 
 
+def test_the_shared_noise_paragraph_on_the_matrix_page_gives_its_run_s_figures():
+    """docs/matrix.md's paragraph on the noise shared with the generator quotes run E's figures as
+    its report's appendix computes them from its results: r with its interval, windows and JVMs,
+    the share of the variance, and the spread before and less that part."""
+    from ktor_lab import conclusions
+    from ktor_lab.results import load
+
+    text = " ".join((REPO / "docs" / "matrix.md").read_text().split())
+    paragraph = text[text.index("**Half of the window noise is shared with the generator.**") :][:1200]
+    (group,) = conclusions.groups(load(REPO / "docs" / "matrix-runs" / "default-fourth"))
+    r, low, high, windows, jvms, before, after = conclusions.shared_noise(group)
+    said = f"r = {r:.2f} ({low:.2f} to {high:.2f}; {windows} windows of {jvms} JVMs): {r**2:.0%} of the"
+    assert said in paragraph, said
+    assert f"varied by {before:.1%}, and by {after:.1%} less that part" in paragraph
+    assert r**2 > 0.4 and "**Half" in paragraph  # the heading's "half" is the run's
+
+
 # A figure in prose: 1,234 or 12.5 (of 12.5%, 1.32x, 4,619 ms), not a part of a name or a version
 # (Apache5, HTTP/2, 3.5.2). Single digits are left out: they count JVMs, windows and the like.
 FIGURE = re.compile(r"(?<![\w.,/])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\.?\d)")

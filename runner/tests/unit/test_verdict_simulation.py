@@ -268,3 +268,49 @@ def test_between_two_runs_of_one_thing_an_interval_of_one_misses_the_other_s_est
                 missed += not low <= other <= high
     print(f"an interval of one run left out the other's estimate in {missed / tried:.0%} of {tried} claims")
     assert tried > 500 and 0.05 < missed / tried < 0.2, (missed, tried)
+
+
+def test_the_machine_line_measures_what_the_generator_and_the_proxy_share_and_nothing_when_they_do_not():
+    """Each window drawn with a machine factor (7% a window, log-normal) that multiplies the proxy's
+    CPU per request and Locust's alike, on top of their own noise (10% and 3%): the line finds their
+    correlation (0.53 expected), its interval holding it in about 95% of runs and leaving out 0 in
+    nearly all, and less spread less that part; with no shared factor, its interval holds 0 in about
+    95% of runs and the line says none was found."""
+    from ktor_lab.results import MachineFigures
+
+    def with_generator(rng: np.random.Generator, shared: float, generator: bool = True) -> Results:
+        results = draw(rng, {})
+        for r in results.runs:
+            machine = math.exp(rng.normal(0, shared))
+            r.proxy.cpu_seconds = r.proxy.cpu_seconds_per_1000_requests * machine
+            r.proxy.jit_cpu_seconds_in_window, r.proxy.upstream_requests = 0.0, 1000
+            per_1000 = 0.4 * machine * math.exp(rng.normal(0, 0.03))
+            r.machine = MachineFigures(cpus=2, window_s=10.0)
+            if generator:
+                r.machine.generator_cores = per_1000 * r.locust.requests / 1000 / 10.0
+        return results
+
+    rng = np.random.default_rng(13)
+    expected = 0.07**2 / math.sqrt((0.07**2 + WINDOW_NOISE**2) * (0.07**2 + 0.03**2))
+    held = found = 0
+    for _ in range(40):
+        (group,) = conclusions.groups(with_generator(rng, 0.07))
+        r, low, high, windows, jvms, before, after = conclusions.shared_noise(group)
+        held += low <= expected <= high
+        found += low > 0
+        assert windows == len(PLAN.proxies()) * PLAN.repeats and jvms == len(PLAN.proxies())
+        assert after < before
+    assert held >= 34 and found >= 36, (held, found)  # 95% intervals: about 38 of 40
+    (group,) = conclusions.groups(with_generator(rng, 0.07))
+    assert "moved with Locust's" in conclusions.machine_speed(group)
+    zero = 0
+    for _ in range(100):
+        (group,) = conclusions.groups(with_generator(rng, 0.0))
+        _, low, high, *_ = conclusions.shared_noise(group)
+        zero += low <= 0 <= high
+        if low <= 0 <= high:
+            assert conclusions.machine_speed(group).endswith("no shared movement found.")
+    print(f"no shared factor: the interval held 0 in {zero} of 100 runs")
+    assert zero >= 88, zero
+    (group,) = conclusions.groups(with_generator(rng, 0.07, generator=False))
+    assert conclusions.shared_noise(group) is None and conclusions.machine_speed(group) is None
