@@ -421,6 +421,8 @@ def test_lab_run_with_the_compose_backend(compose_engine, tmp_path):
         gap = run["locust"]["rps"] * run["window"]["edges_s"]
         assert abs(n - run["proxy"]["upstream_requests"]) <= 0.02 * n + gap, (run["proxy"], gap)
         assert run["proxy"]["settings"]["case"] == run["case"]
+        # Locust's container found by its command line, its CPU counted apart from the lab's rest
+        assert 0 < run["machine"]["generator_cores"] < run["machine"]["lab_cores"], run["machine"]
     (far,) = results["runs"]
     assert far["dims"]["rtt_ms"] == 20 and far["network"]["via"].startswith(
         compose.dotenv()["TOXIPROXY_IMAGE"]
