@@ -1154,8 +1154,8 @@ def machine_speed(group: Group) -> str | None:
         return said + ": no shared movement found."
     return said + (
         f". At a fixed rate Locust's work per request is the same in every window, so what moves "
-        f"both is the machine they share (or one's bursts taking CPU from the other), not the "
-        f"engine: {r**2:.0%} of the variance of the proxy's windows moved with Locust's; they "
+        f"both is the machine they share, or one's bursts taking CPU from the other: "
+        f"{r**2:.0%} of the variance of the proxy's windows moved with Locust's; they "
         f"varied by {before:.1%}, and by {after:.1%} less that part."
     )
 

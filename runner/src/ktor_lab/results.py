@@ -156,8 +156,8 @@ class MachineFigures:
     steal_share: float = 0.0
     load1: float = 0.0
     # The load generator's (Locust's) CPU, in cores over the window (None: not recorded). At a fixed
-    # rate its work per request is the same for every row, so what moves it between windows is the
-    # machine's: the report's Machine line reads the proxy's CPU per request against it.
+    # rate its work per request is the same in every window, so what moves it between windows is
+    # mostly the machine's: the report's noise line reads the proxy's CPU per request against it.
     generator_cores: float | None = None
 
 
