@@ -131,6 +131,38 @@ def test_the_shared_noise_paragraph_on_the_matrix_page_gives_its_run_s_figures()
     assert r**2 > 0.4 and "**Half" in paragraph  # the heading's "half" is the run's
 
 
+# The default runs the matrix page's table of claims gives, by its columns' names.
+DEFAULT_RUNS = {
+    "run A": "docs/guide/small-gets",
+    "run B": "docs/matrix-runs/default",
+    "run C": "docs/matrix-runs/default-again",
+    "run D": "docs/matrix-runs/default-third",
+    "run E": "docs/matrix-runs/default-fourth",
+}
+
+
+def test_each_cell_of_the_matrix_page_s_table_of_claims_is_its_own_run_s_first_screen():
+    """docs/matrix.md's table of the default runs' claims: every figure of a run's column is on
+    that run's own first screen (its report's Verdict section), not only somewhere among the runs
+    the page links: a figure copied into the wrong column, or left from an older run, fails."""
+    text = (REPO / "docs" / "matrix.md").read_text()
+    lines = [x for x in text.splitlines() if x.startswith("| claim | run A")]
+    assert lines, "the table of claims"
+    table = text[text.index(lines[0]) :].split("\n\n")[0].splitlines()
+    columns = [c.strip() for c in table[0].strip("|").split("|")][1:]
+    assert columns == list(DEFAULT_RUNS), columns
+    screens = {}
+    for name, folder in DEFAULT_RUNS.items():
+        report = (REPO / folder / "report.md").read_text()
+        screens[name] = set(figures(report.split("## Verdict")[1].split("\n## ")[0]))
+    bad = []
+    for row in table[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for name, cell in zip(columns, cells[1:], strict=True):
+            bad += [f"{name}, {cells[0]}: {f}" for f in figures(cell) if f not in screens[name]]
+    assert len(table) > 8 and not bad, bad
+
+
 # A figure in prose: 1,234 or 12.5 (of 12.5%, 1.32x, 4,619 ms), not a part of a name or a version
 # (Apache5, HTTP/2, 3.5.2). Single digits are left out: they count JVMs, windows and the like.
 FIGURE = re.compile(r"(?<![\w.,/])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\.?\d)")
