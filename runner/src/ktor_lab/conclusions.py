@@ -821,7 +821,7 @@ def warm_up_load(run: Run) -> str:
     said = (
         f"at capacity ({w.first_load}, --warm-first)"
         if first.model == "closed" and not first.wait_max
-        else (f"at {w.first_load} (--warm-first)")
+        else f"at {w.first_load} (--warm-first)"
     )
     return said + (f" on {w.first_scenario}" if w.first_scenario and w.first_scenario != run.scenario else "")
 
@@ -1163,10 +1163,10 @@ def machine_speed(group: Group) -> str | None:
 def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, float] | None:
     """The correlation of log CPU per request less the JIT with log generator CPU per request,
     each taken from its JVM's mean (per row and fork, windows flagged neither NOT_ITS_COST nor
-    LEFT_OUT): r, its
-    95% interval (Fisher's z, with the JVMs' means taken out), the windows and JVMs, and the
-    windows' spread (log sd) before and after the generator's share is taken out. None with fewer
-    than 3 JVMs of 2 such windows, or without the generator's figures."""
+    LEFT_OUT): r, its 95% interval (Fisher's z, with the JVMs' means taken out), the windows and
+    JVMs, and the windows' spread (log sd) before and less the part that moved with the
+    generator's. None with fewer than 3 JVMs of 2 such windows, or without the generator's
+    figures."""
     xs, ys, jvms = [], [], 0
     for row in group.rows:
         by_jvm: dict[int, list[tuple[float, float]]] = {}
