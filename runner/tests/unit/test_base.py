@@ -107,3 +107,14 @@ def test_the_window_totals_are_one_definition_for_the_export_and_the_results():
     )  # fmt: skip
     figures = LocustFigures.of(stats)
     assert figures.rps == 50.0 and figures.requests == 500 and figures.p99_ms == 9.0
+
+
+def test_the_generator_s_share_of_a_window_is_none_unless_both_edges_saw_it_and_it_did_not_shrink():
+    from ktor_lab.measure import machine_figures
+
+    def at(generator: float | None) -> machine.CpuSample:
+        return machine.CpuSample(busy_s=100.0, steal_s=0.0, lab_s=50.0, generator_s=generator)
+
+    assert machine_figures(at(1.0), at(3.0), 10.0).generator_cores == 0.2
+    assert machine_figures(at(None), at(3.0), 10.0).generator_cores is None  # Locust not seen at one edge
+    assert machine_figures(at(3.0), at(1.0), 10.0).generator_cores is None  # a Locust process ended
