@@ -91,13 +91,13 @@ def cpu_sample(container_ids: tuple[str, ...] = ()) -> CpuSample:
     t = psutil.cpu_times()
     busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
     lab = _lab_cpu_seconds(container_ids)
-    generators = [seconds for pid, seconds in lab.items() if is_generator(_cmdline(pid))]
+    generators = [seconds for p, seconds in lab.items() if is_generator(_cmdline(p))]
     return CpuSample(busy, t.steal, sum(lab.values()), sum(generators) if generators else None)
 
 
-def _cmdline(pid: int) -> list[str]:
+def _cmdline(p: psutil.Process) -> list[str]:
     try:
-        return psutil.Process(pid).cmdline()
+        return p.cmdline()
     except psutil.Error:
         return []  # ended meanwhile
 
@@ -122,9 +122,10 @@ def processes_cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _lab_cpu_seconds(container_ids: tuple[str, ...]) -> dict[int, float]:
+def _lab_cpu_seconds(container_ids: tuple[str, ...]) -> dict[psutil.Process, float]:
     """CPU seconds (its own and its waited-for children's) of this process, its descendants, and
-    the processes in the given containers' cgroups (and theirs), by PID."""
+    the processes in the given containers' cgroups (and theirs), by process (whose command line
+    cpu_sample reads from the same object: no second lookup by PID)."""
     me = psutil.Process()
     ours = {me, *me.children(recursive=True)}
     if container_ids:
@@ -137,7 +138,7 @@ def _lab_cpu_seconds(container_ids: tuple[str, ...]) -> dict[int, float]:
             t = p.cpu_times()
         except psutil.Error:
             continue  # ended meanwhile
-        out[p.pid] = t.user + t.system + t.children_user + t.children_system
+        out[p] = t.user + t.system + t.children_user + t.children_system
     return out
 
 
