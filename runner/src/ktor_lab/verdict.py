@@ -109,7 +109,7 @@ def jit_busy(run: Run) -> bool:
     in this window (the tail of its compiling: on 2 cores, mostly the first rounds after the
     warm-up): `not-warm` for the window."""
     jit = run.proxy.jit_cpu_seconds_in_window
-    settled = run.warmup.settled and not run.warmup.collapsed and run.warmup.first_end != "stopped answering"
+    settled = run.warmup.settled and not stopped_answering(run.warmup)
     return bool(
         settled and jit is not None and run.window.seconds and jit > JIT_WINDOW_SHARE * run.window.seconds
     )
