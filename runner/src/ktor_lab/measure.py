@@ -364,7 +364,10 @@ def load_and_measure(
         swarm(web, backend.locust_host(live.proxy), spec.scenario, load, spec.case.id)
         if cell not in live.warmups:
             live.warmups[cell] = warm_up(
-                lambda seconds: web.rate_over(seconds, meanwhile), plan.warmup_s, pid
+                lambda seconds: web.rate_over(seconds, meanwhile),
+                plan.warmup_s,
+                pid,
+                expected=answered_rate(live.first, spec),
             )
             if live.first is not None:
                 live.warmups[cell] = with_first(live.warmups[cell], live.first, plan)
@@ -475,6 +478,17 @@ def warm_first(
         return warm_up(lambda seconds: web.rate_over(seconds, meanwhile), plan.warmup_s, pid)
     finally:
         web.stop()
+
+
+def answered_rate(first: Warmup | None, spec: Spec) -> float:
+    """The rate the proxy is known to answer at `spec`'s load: at a fixed rate, its target, or the
+    best the warm-up at capacity (`first`) saw where lower, when that ran on the same scenario; 0
+    when unknown (no such warm-up, another scenario, or a load without a target)."""
+    if first is None or not first.window_rates or spec.scenario != WARM_FIRST_SCENARIO:
+        return 0.0
+    if spec.load.model != "rate" or not spec.load.target_rps:
+        return 0.0
+    return min(max(first.window_rates), spec.load.target_rps)
 
 
 def with_first(w: Warmup, first: Warmup, plan: Plan) -> Warmup:

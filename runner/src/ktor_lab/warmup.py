@@ -19,7 +19,12 @@ while it warmed.
 
 A proxy whose rate falls below COLLAPSED_SHARE of its best window for COLLAPSED_WINDOWS windows in a
 row has stopped answering (per-call Java under 50 users: it never settles); its warm-up ends there,
-not warm and `collapsed`, rather than loading a proxy that serves nothing until the limit.
+not warm and `collapsed`, rather than loading a proxy that serves nothing until the limit. Its best
+is this warm-up's, or the rate the proxy is known to answer at (`expected`: at a fixed rate after a
+warm-up at capacity on the same scenario, the target, or its best there where lower), and a window
+under COLLAPSED_SHARE of it never settles the warm-up: two windows of nothing agree too (per-call
+Java in the default run of docs/matrix-runs/default "settled" at 12 rps of 400 after 930 at
+capacity).
 """
 
 from __future__ import annotations
@@ -105,7 +110,8 @@ class Warmup:
     # the share of a core the JIT had to stay under in a window for the warm-up to end (None: the
     # JIT not seen, or a result written before this was recorded)
     jit_quiet_share: float | None = None
-    # the rate stayed under COLLAPSED_SHARE of its best for COLLAPSED_WINDOWS windows: ended early
+    # the rate stayed under COLLAPSED_SHARE of its best (or `expected`) for COLLAPSED_WINDOWS windows:
+    # ended early
     collapsed: bool = False
     # A warm-up at capacity before this one (the plan's warm_first): its load, scenario, seconds
     # and how it ended (`end`; "": none). At a fixed rate of 50-100 rps the JIT compiles the
@@ -125,10 +131,15 @@ class Warmup:
 
 
 def warm_up(
-    window: Callable[[int], float], limit_s: int, jvm_pid: int | None = None, jit: JitClock | None = None
+    window: Callable[[int], float],
+    limit_s: int,
+    jvm_pid: int | None = None,
+    jit: JitClock | None = None,
+    expected: float = 0.0,
 ) -> Warmup:
     """Calls `window(WINDOW_S)` (load for that long; returns the rate it saw) until warm or until
-    `limit_s` seconds are spent. `jit`: the JVM's compiler clock (made from `jvm_pid` when None)."""
+    `limit_s` seconds are spent. `jit`: the JVM's compiler clock (made from `jvm_pid` when None).
+    `expected`: a rate the proxy is known to answer at this load (0: none known)."""
     jit = jit if jit is not None else JitClock(jvm_pid) if jvm_pid else None
     result = Warmup(settled=limit_s == 0, jvm_visible=jit is not None)
     result.jit_quiet_share = JIT_QUIET_SHARE if jit is not None else None
@@ -139,8 +150,8 @@ def warm_up(
         while result.seconds + WINDOW_S <= limit_s:
             if result.jit_nice is not None:
                 jit.prioritize(JIT_NICE)  # compiler threads the JVM started since
-            settles = window_settles(window, result, jit, previous)
-            if collapsed(result.window_rates):  # two windows of nothing agree too: not warm
+            settles = window_settles(window, result, jit, previous, expected)
+            if collapsed(result.window_rates, expected):
                 result.collapsed, result.settled = True, False
                 break
             if settles:
@@ -152,8 +163,12 @@ def warm_up(
     return result
 
 
-def window_settles(window, result: Warmup, jit: JitClock | None, previous: float | None) -> bool:
-    """One window of load, recorded in `result`; True when it leaves the proxy warm."""
+def window_settles(
+    window, result: Warmup, jit: JitClock | None, previous: float | None, expected: float = 0.0
+) -> bool:
+    """One window of load, recorded in `result`; True when it leaves the proxy warm: never at a
+    rate under COLLAPSED_SHARE of its best before it (or of `expected`)."""
+    best = max([expected, *result.window_rates])
     rate = window(WINDOW_S)
     result.window_rates.append(round(rate, 1))
     result.seconds += WINDOW_S
@@ -162,7 +177,10 @@ def window_settles(window, result: Warmup, jit: JitClock | None, previous: float
         used = jit.lap()
         result.window_jit_s.append(round(used, 2))
         quiet = used < JIT_QUIET_SHARE * WINDOW_S
-    result.settled = bool(quiet and (agree(rate, previous) or repeats_in_waves(result.window_rates)))
+    answering = rate >= COLLAPSED_SHARE * best
+    result.settled = bool(
+        quiet and answering and (agree(rate, previous) or repeats_in_waves(result.window_rates))
+    )
     return result.settled
 
 
@@ -177,9 +195,10 @@ def repeats_in_waves(rates: list[float]) -> bool:
     return len(rates) >= 4 and agree(rates[-1], rates[-3]) and agree(rates[-2], rates[-4])
 
 
-def collapsed(rates: list[float]) -> bool:
-    """The last COLLAPSED_WINDOWS rates all under COLLAPSED_SHARE of the best one before them."""
-    if len(rates) <= COLLAPSED_WINDOWS:
+def collapsed(rates: list[float], expected: float = 0.0) -> bool:
+    """The last COLLAPSED_WINDOWS rates all under COLLAPSED_SHARE of the best one before them (or of
+    `expected`, a rate the proxy is known to answer at)."""
+    if len(rates) < COLLAPSED_WINDOWS or (len(rates) == COLLAPSED_WINDOWS and not expected):
         return False
-    best = max(rates[:-COLLAPSED_WINDOWS])
+    best = max([expected, *rates[:-COLLAPSED_WINDOWS]])
     return best > 0 and all(r < COLLAPSED_SHARE * best for r in rates[-COLLAPSED_WINDOWS:])

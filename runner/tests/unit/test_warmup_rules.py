@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 from ktor_lab import verdict, warmup
+from ktor_lab.cases import Case
+from ktor_lab.measure import answered_rate
+from ktor_lab.plan import WARM_FIRST_SCENARIO, Spec, parse_load
 from ktor_lab.warmup import JIT_NICE, WINDOW_S, JitClock, warm_up
 
 
@@ -56,6 +59,44 @@ def test_a_dip_shorter_than_the_rule_or_a_slow_start_is_not_a_collapse():
     assert (w.settled, w.collapsed, w.seconds) == (True, False, 8 * WINDOW_S)
     w = warm_up(scripted([0, 0, 0, 0, 0, 0, 0]), 35)  # nothing answered from the start: no best to fall from
     assert (w.settled, w.collapsed, w.seconds) == (False, False, 35)
+
+
+def test_windows_of_nothing_that_agree_do_not_settle_a_warm_up():
+    # per-call Java in the default run of docs/matrix-runs/default: 930 rps at capacity, then at
+    # rate/400 12-15 rps from the first window; it "settled" there, at 3% of its target
+    rates = [15.0, 5.2, 11.2, 7.2, 12.0, 11.4, 11.6]
+    w = warm_up(scripted(rates), 60, expected=400)
+    assert (w.settled, w.collapsed, w.seconds) == (False, True, 4 * WINDOW_S)
+    assert w.end == "stopped answering"
+    w = warm_up(scripted([14.0, 13.0, 12.6, 12.8]), 60, expected=400)
+    assert (w.settled, w.collapsed, w.seconds) == (False, True, 4 * WINDOW_S)
+    # unknown what it answers at: as before, a best of its own is needed to fall from
+    w = warm_up(scripted([14.0, 13.0, 12.6]), 60)
+    assert (w.settled, w.collapsed, w.seconds) == (True, False, 3 * WINDOW_S)
+    # within one warm-up: a fall to nothing whose windows agree is no settling either
+    w = warm_up(scripted([300, 600, 800, 40, 20, 20, 20, 20, 20]), 60)
+    assert (w.settled, w.collapsed, w.window_rates) == (False, True, [300, 600, 800, 40, 20, 20, 20])
+
+
+def test_a_proxy_at_its_expected_rate_or_somewhat_under_it_settles():
+    # at its target, or a steady 60% of it (capacity below the rate: the verdict flags the
+    # windows short of the target, the warm-up is still over)
+    assert warm_up(scripted([380, 400, 401]), 60, expected=400).seconds == 3 * WINDOW_S
+    w = warm_up(scripted([200, 240, 241]), 60, expected=400)
+    assert (w.settled, w.collapsed) == (True, False)
+
+
+def test_the_rate_expected_of_a_proxy_is_its_target_or_its_best_at_capacity_on_that_scenario():
+    first = warmup.Warmup(window_rates=[300.0, 930.0, 410.0])
+
+    def spec(scenario: str, load: str) -> Spec:
+        return Spec(1, Case.parse("per-call-java"), scenario, parse_load(load))
+
+    assert answered_rate(first, spec(WARM_FIRST_SCENARIO, "rate/400/40")) == 400
+    assert answered_rate(first, spec(WARM_FIRST_SCENARIO, "rate/5000/40")) == 930
+    assert answered_rate(None, spec(WARM_FIRST_SCENARIO, "rate/400/40")) == 0
+    assert answered_rate(first, spec("static-large", "rate/400/40")) == 0  # another scenario
+    assert answered_rate(first, spec(WARM_FIRST_SCENARIO, "closed/50/1-2")) == 0  # no target
 
 
 def compiler_thread(proc: Path, tid: int, name: str, ticks: int) -> None:
