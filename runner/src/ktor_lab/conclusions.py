@@ -1168,15 +1168,9 @@ def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, fl
     generator's. None with fewer than 3 JVMs of 2 such windows, or without the generator's
     figures."""
     xs, ys, jvms = [], [], 0
-    for row in group.rows:
-        by_jvm: dict[int, list[tuple[float, float]]] = {}
-        for run in row.runs:
-            y, x = cpu_without_jit(run), generator_cost(run)
-            if y and x and y > 0 and not set(run.verdict.flags) & {*NOT_ITS_COST, *LEFT_OUT}:
-                by_jvm.setdefault(run.fork, []).append((math.log(x), math.log(y)))
-        for pairs in by_jvm.values():
-            if len(pairs) < 2:
-                continue
+    for runs in jvm_windows(group, (*NOT_ITS_COST, *LEFT_OUT)):
+        pairs = [(math.log(x), math.log(cpu_without_jit(r))) for r in runs if (x := generator_cost(r))]
+        if len(pairs) >= 2:
             jvms += 1
             mx, my = statistics.mean(p[0] for p in pairs), statistics.mean(p[1] for p in pairs)
             xs += [p[0] - mx for p in pairs]
@@ -1202,22 +1196,30 @@ def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, fl
 NOT_ITS_COST = ("machine-busy", "errors", "unresponsive")
 
 
+def jvm_windows(group: Group, leave: tuple[str, ...]) -> list[list[Run]]:
+    """Per JVM of the group's rows (row and fork), its kept windows with a CPU per request less the
+    JIT above 0 and none of the flags `leave` (judged by today's rules in groups())."""
+    out = []
+    for row in group.rows:
+        by_jvm: dict[int, list[Run]] = {}
+        for r in row.runs:
+            v = cpu_without_jit(r)
+            if v is not None and v > 0 and not set(r.verdict.flags) & set(leave):
+                by_jvm.setdefault(r.fork, []).append(r)
+        out += by_jvm.values()
+    return out
+
+
 def later_cost(group: Group) -> tuple[float, float, float, int] | None:
     """Per JVM, the mean log of its later windows' CPU per request less the JIT (after idling) less
     its first window's (right after the warm-up), over the JVMs: the change as a share, its 95%
     interval (Student's t over the JVMs) and their number. None with fewer than 3 JVMs."""
     diffs = []
-    for row in group.rows:
-        by_jvm: dict[int, tuple[list[float], list[float]]] = {}
-        for r in row.runs:
-            v = cpu_without_jit(r)
-            if v is None or v <= 0 or r.after not in ("warm-up", "idle"):
-                continue
-            if set(r.verdict.flags) & set(NOT_ITS_COST):  # judged by today's rules in groups()
-                continue
-            first, later = by_jvm.setdefault(r.fork, ([], []))
-            (first if r.after == "warm-up" else later).append(math.log(v))
-        diffs += [statistics.mean(b) - statistics.mean(a) for a, b in by_jvm.values() if a and b]
+    for runs in jvm_windows(group, NOT_ITS_COST):
+        first = [math.log(cpu_without_jit(r)) for r in runs if r.after == "warm-up"]
+        later = [math.log(cpu_without_jit(r)) for r in runs if r.after == "idle"]
+        if first and later:
+            diffs.append(statistics.mean(later) - statistics.mean(first))
     if len(diffs) < 3:
         return None
     mean, se = statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
