@@ -93,11 +93,12 @@ def test_with_nothing_different_the_first_screen_rarely_names_a_difference():
     assert found <= 0.08, found
 
 
-def test_a_20_percent_costlier_engine_is_named_behind_in_most_runs():
+def test_the_default_design_names_a_20_percent_costlier_engine_in_under_half_of_runs():
     """One singleton engine 20% dearer in CPU per request, the other rows alike (no lifetime
     difference to lift the family): how often the first screen names it behind, printed. The goal
-    is 80%; the default 2 JVMs x 3 windows reach about half (49% of 200 draws), and the test holds
-    that floor with a margin: 40%."""
+    is 80%, which no design within 30 minutes reaches on 2 cores (docs/matrix.md's table of
+    designs, held below); the default 2 JVMs x 3 windows reach under half (42-49% by seed), and
+    the test holds 40% as its floor."""
     dearer = Case.parse("singleton-apache5").id
     found = rate(2, 120, {dearer: 1.2}, lambda c: any(x.endswith("< singleton-apache5") for x in c))
     print(f"power for 20% at 10% window noise and 3% between JVMs: {found:.0%}")
