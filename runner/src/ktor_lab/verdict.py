@@ -195,9 +195,9 @@ def warmth_flags(run: Run) -> Flags:
     jit, w = run.proxy.jit_cpu_seconds_in_window, run.warmup
     if stopped_answering(w):
         why = (
-            f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best, or of a "
-            f"fixed rate it answered at capacity, for "
-            f"{COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {w.seconds:.0f} s"
+            f"stopped answering in its warm-up (the rate under {COLLAPSED_SHARE:.0%} of its best"
+            + (f", or of the {w.expected:g} rps it answered at capacity," if w.expected else "")
+            + f" for {COLLAPSED_WINDOWS * WINDOW_S} s), which ended there, at {w.seconds:.0f} s"
             if w.collapsed
             else f"stopped answering in its first warm-up, at {w.first_load} (--warm-first), which "
             "ended there: its windows are of a proxy that collapsed before them"

@@ -113,6 +113,8 @@ class Warmup:
     # the rate stayed under COLLAPSED_SHARE of its best (or `expected`) for COLLAPSED_WINDOWS windows:
     # ended early
     collapsed: bool = False
+    # the rate the proxy was known to answer at this load (0: none known; warm_up's `expected`)
+    expected: float = 0.0
     # A warm-up at capacity before this one (the plan's warm_first): its load, scenario, seconds
     # and how it ended (`end`; "": none). At a fixed rate of 50-100 rps the JIT compiles the
     # proxy's path for minutes; at capacity in 25-60 s.
@@ -141,7 +143,7 @@ def warm_up(
     `limit_s` seconds are spent. `jit`: the JVM's compiler clock (made from `jvm_pid` when None).
     `expected`: a rate the proxy is known to answer at this load (0: none known)."""
     jit = jit if jit is not None else JitClock(jvm_pid) if jvm_pid else None
-    result = Warmup(settled=limit_s == 0, jvm_visible=jit is not None)
+    result = Warmup(settled=limit_s == 0, jvm_visible=jit is not None, expected=expected)
     result.jit_quiet_share = JIT_QUIET_SHARE if jit is not None else None
     previous = None
     if jit is not None and limit_s >= WINDOW_S and jit.prioritize(JIT_NICE):

@@ -9,6 +9,7 @@ from ktor_lab import verdict, warmup
 from ktor_lab.cases import Case
 from ktor_lab.measure import answered_rate
 from ktor_lab.plan import WARM_FIRST_SCENARIO, Spec, parse_load
+from ktor_lab.results import Run
 from ktor_lab.warmup import JIT_NICE, WINDOW_S, JitClock, warm_up
 
 
@@ -70,6 +71,19 @@ def test_windows_of_nothing_that_agree_do_not_settle_a_warm_up():
     assert w.end == "stopped answering"
     w = warm_up(scripted([14.0, 13.0, 12.6, 12.8]), 60, expected=400)
     assert (w.settled, w.collapsed, w.seconds) == (False, True, 4 * WINDOW_S)
+    # and its windows say what it fell from
+    load = parse_load("rate/400/40")
+    run = Run(
+        case="per-call-java",
+        engine="java",
+        lifetime="per-call",
+        scenario=WARM_FIRST_SCENARIO,
+        load=load,
+        repeat=1,
+        warmup=w,
+    )
+    (why,) = [why for flag, why in verdict.warmth_flags(run) if flag == "not-warm"]
+    assert "under 10% of its best, or of the 400 rps it answered at capacity, for 20 s" in why, why
     # unknown what it answers at: as before, a best of its own is needed to fall from
     w = warm_up(scripted([14.0, 13.0, 12.6]), 60)
     assert (w.settled, w.collapsed, w.seconds) == (True, False, 3 * WINDOW_S)
@@ -83,7 +97,15 @@ def test_a_proxy_at_its_expected_rate_or_somewhat_under_it_settles():
     # windows short of the target, the warm-up is still over)
     assert warm_up(scripted([380, 400, 401]), 60, expected=400).seconds == 3 * WINDOW_S
     w = warm_up(scripted([200, 240, 241]), 60, expected=400)
-    assert (w.settled, w.collapsed) == (True, False)
+    assert (w.settled, w.collapsed, w.expected) == (True, False, 400)
+    # the line is 10% of what it answered: 44 rps of 400 settles, 36 does not
+    w = warm_up(scripted([50, 44, 44]), 60, expected=400)
+    assert (w.settled, w.collapsed, w.seconds) == (True, False, 3 * WINDOW_S)
+    w = warm_up(scripted([37, 36, 36, 36, 36]), 60, expected=400)
+    assert (w.settled, w.collapsed, w.seconds) == (False, True, 4 * WINDOW_S)
+    # a slow start that climbs back within four windows is no collapse
+    w = warm_up(scripted([20, 30, 390, 400, 401]), 60, expected=400)
+    assert (w.settled, w.collapsed, w.seconds) == (True, False, 4 * WINDOW_S)
 
 
 def test_the_rate_expected_of_a_proxy_is_its_target_or_its_best_at_capacity_on_that_scenario():
