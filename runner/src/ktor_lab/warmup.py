@@ -152,8 +152,8 @@ def warm_up(
         while result.seconds + WINDOW_S <= limit_s:
             if result.jit_nice is not None:
                 jit.prioritize(JIT_NICE)  # compiler threads the JVM started since
-            settles = window_settles(window, result, jit, previous, expected)
-            if collapsed(result.window_rates, expected):
+            settles = window_settles(window, result, jit, previous)
+            if collapsed(result.window_rates, result.expected):
                 result.collapsed, result.settled = True, False
                 break
             if settles:
@@ -165,12 +165,10 @@ def warm_up(
     return result
 
 
-def window_settles(
-    window, result: Warmup, jit: JitClock | None, previous: float | None, expected: float = 0.0
-) -> bool:
+def window_settles(window, result: Warmup, jit: JitClock | None, previous: float | None) -> bool:
     """One window of load, recorded in `result`; True when it leaves the proxy warm: never at a
-    rate under COLLAPSED_SHARE of its best before it (or of `expected`)."""
-    best = max([expected, *result.window_rates])
+    rate under COLLAPSED_SHARE of its best before it (or of `result.expected`)."""
+    best = max([result.expected, *result.window_rates])
     rate = window(WINDOW_S)
     result.window_rates.append(round(rate, 1))
     result.seconds += WINDOW_S
