@@ -117,6 +117,10 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
 
         Gauge.builder("lab.server.connections.open", ServerGuards) { it.openConnections.get().toDouble() }
             .description("The callers' connections to the proxy, accepted and not yet closed").register(registry)
+        ServerGuards.refused.forEach { (status, count) ->
+            FunctionCounter.builder("lab.server.refused", count) { it.get().toDouble() }.tag("status", status.toString())
+                .description("Requests the proxy refused before Ktor saw them (RequestChecks), answered and closed").register(registry)
+        }
         Gauge.builder("lab.threads.active.unparked", ThreadSampler) { it.activeUnparked().toDouble() }
             .description("Live threads whose top stack frame is not park (runnable, blocked in I/O or waiting on a monitor)")
             .register(registry)

@@ -21,15 +21,6 @@ object ForwardedHeaders {
     /** Request headers the proxy replaces or must not forward. */
     private val requestOnly = setOf("host", "expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 
-    /** True when any value holds CR, LF or NUL: such a request is rejected, not forwarded. */
-    fun hasUnsafeValue(headers: Headers): Boolean {
-        var unsafe = false
-        headers.forEach { name, values ->
-            if (name.any { it < ' ' } || values.any { v -> v.any { it == '\r' || it == '\n' || it == '\u0000' } }) unsafe = true
-        }
-        return unsafe
-    }
-
     fun toUpstream(headers: Headers, remoteAddress: String, scheme: String): List<Pair<String, String>> {
         val named = connectionNamed(headers)
         val out = ArrayList<Pair<String, String>>(headers.names().size + 3)
@@ -76,7 +67,7 @@ object ForwardedHeaders {
     }
 
     /** The comma-separated tokens of every [name] header, trimmed and in lower case; empty without one. */
-    fun tokens(headers: Headers, name: String): List<String> =
+    private fun tokens(headers: Headers, name: String): List<String> =
         headers.getAll(name)?.flatMap { it.split(',') }?.map { it.trim().lowercase() }?.filter { it.isNotEmpty() }.orEmpty()
 
     /** The header names a `Connection` header lists (lower case). */

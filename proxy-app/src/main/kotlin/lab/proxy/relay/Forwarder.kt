@@ -6,7 +6,8 @@
  * ends cleanly on the other side (see [RelayedBodies]). Before the answer starts, failures
  * become 502 (no connection, broken exchange, body short of its length) or 504 (timeout),
  * with a short text body; a caller's body whose framing is invalid is a 400, and the connection
- * closes. After the answer started, the connection is dropped: a truncated body is never passed
+ * closes. Requests the proxy refuses never get here: the server's guards answer them
+ * ([lab.proxy.server.RequestChecks]). After the answer started, the connection is dropped: a truncated body is never passed
  * off as complete.
  */
 package lab.proxy.relay
@@ -34,7 +35,9 @@ import lab.proxy.client.ClientProvider
 import lab.proxy.config.ProxyConfig
 import lab.proxy.metrics.Outcome
 import lab.proxy.metrics.ProxyMetrics
+import lab.proxy.server.RequestTarget
 import lab.proxy.server.ServerGuards
+import lab.proxy.server.Target
 
 class Forwarder(
     private val config: ProxyConfig,
@@ -46,17 +49,14 @@ class Forwarder(
 
     suspend fun forward(call: ApplicationCall) {
         val request = call.request
-        RequestChecks.refusal(request.httpMethod, request.httpVersion, request.headers)?.let { return refuse(call, it) }
-        val target = RequestTarget.normalize(request.uri)
-        if (target is Target.Reject) {
-            return refuse(call, Refusal(HttpStatusCode.BadRequest, target.reason, close = hasBody(call)))
+        // The server's guards refused every request RequestChecks names before it got here; a target
+        // is resolved here for the path it sends (rejected still where no guard runs: a test engine).
+        val pathAndQuery = when (val target = RequestTarget.normalize(request.uri)) {
+            is Target.Forward -> target.pathAndQuery
+            is Target.Reject -> return refuse(call, HttpStatusCode.BadRequest, target.reason)
         }
-        val pathAndQuery = (target as Target.Forward).pathAndQuery
         if (request.httpMethod == HttpMethod.Get && own.serves(pathAndQuery)) return own.respond(call, pathAndQuery)
-        val contentType = request.headers[HttpHeaders.ContentType]?.let {
-            runCatching { ContentType.parse(it) }.getOrNull()
-                ?: return refuse(call, Refusal(HttpStatusCode.BadRequest, "malformed Content-Type", close = hasBody(call)))
-        }
+        val contentType = request.headers[HttpHeaders.ContentType]?.let { runCatching { ContentType.parse(it) }.getOrNull() }
 
         val started = System.nanoTime()
         var answered = false
@@ -95,7 +95,7 @@ class Forwarder(
                 // failed read), and the connection closes; the decoder reads nothing after it.
                 outcome = Outcome.ABORTED
                 failureLog.record("aborted", e)
-                return refuse(call, Refusal(HttpStatusCode.BadRequest, "invalid body framing: $broken", close = true))
+                return refuse(call, HttpStatusCode.BadRequest, "invalid body framing: $broken")
             }
             val timedOut = watch?.expired == true
             if (e is CancellationException && !timedOut) {
@@ -124,16 +124,10 @@ class Forwarder(
         }
     }
 
-    private suspend fun refuse(call: ApplicationCall, refusal: Refusal) {
-        // ServerGuards closes the connection after any response that says so.
-        if (refusal.close) call.response.header(HttpHeaders.Connection, "close")
-        call.respondText("${refusal.status.value} ${refusal.status.description}: ${refusal.reason}\n", status = refusal.status)
-    }
-
-    private fun hasBody(call: ApplicationCall): Boolean {
-        val headers = call.request.headers
-        return headers.contains(HttpHeaders.TransferEncoding) ||
-            (headers[HttpHeaders.ContentLength]?.toLongOrNull() ?: 0) > 0
+    /** A 4xx that closes the connection: ServerGuards closes it after any response that says so. */
+    private suspend fun refuse(call: ApplicationCall, status: HttpStatusCode, reason: String) {
+        call.response.header(HttpHeaders.Connection, "close")
+        call.respondText("${status.value} ${status.description}: $reason\n", status = status)
     }
 
     private suspend fun HttpClient.prepare(call: ApplicationCall, url: String, contentType: ContentType?, watch: Watchdog.Watch) =

@@ -1,5 +1,6 @@
 package lab.proxy.server
 
+import io.netty.buffer.ByteBuf
 import io.netty.buffer.Unpooled
 import io.netty.channel.ChannelHandlerContext
 import io.netty.channel.ChannelInboundHandlerAdapter
@@ -7,6 +8,8 @@ import io.netty.channel.embedded.EmbeddedChannel
 import io.netty.handler.codec.http.DefaultFullHttpResponse
 import io.netty.handler.codec.http.DefaultHttpContent
 import io.netty.handler.codec.http.DefaultHttpResponse
+import io.netty.handler.codec.http.HttpContent
+import io.netty.handler.codec.http.HttpResponse
 import io.netty.handler.codec.http.HttpRequest
 import io.netty.handler.codec.http.HttpResponseStatus
 import io.netty.handler.codec.http.HttpVersion
@@ -70,14 +73,97 @@ class ServerGuardsTest {
         assertEquals(1, received.lastContents)
     }
 
+    /** What went out on the connection, as the caller reads it. */
+    private fun EmbeddedChannel.written(): String {
+        runPendingTasks()
+        return generateSequence { readOutbound<ByteBuf>() }.joinToString("") { it.toString(Charsets.ISO_8859_1).also { _ -> it.release() } }
+    }
+
+    /** One whole refusal as the guard writes it: its status, `Connection: close`, and a text of its length. */
+    private val refusal400 = Regex("HTTP/1.1 400 Bad Request\r\n(?:[^\r]+\r\n)*?content-length: (\\d+)\r\n(?:[^\r]+\r\n)*\r\n400 Bad Request: [^\n]+\n")
+
+    private fun assertOneRefusal(text: String, what: String) {
+        val match = refusal400.find(text)
+        assertTrue(match != null && match.range.last == text.length - 1, "$what: $text")
+        assertEquals(match.value.substringAfter("\r\n\r\n").length, match.groupValues[1].toInt(), text)
+        assertTrue("connection: close" in match.value.lowercase(), text)
+    }
+
     @Test
-    fun `nothing after a request of doubtful framing is read`() {
+    fun `a refused request is answered by the guard and never handed on, nor anything after it`() {
+        for (smuggling in listOf(
+            // RFC 9112 6.3: two Content-Lengths, on HTTP/1.0 too, where Netty frames by the first
+            "POST /a HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 5\r\nContent-Length: 36\r\n\r\nhelloGET /smuggled HTTP/1.0\r\nHost: x\r\n\r\n",
+            "POST /a HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 36\r\nContent-Length: 5\r\n\r\nhelloGET /smuggled HTTP/1.0\r\nHost: x\r\n\r\n",
+            // 6.1 and 6.3: Content-Length beside Transfer-Encoding; an empty Transfer-Encoding
+            "POST /a HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: \r\nContent-Length: 5\r\n\r\nhelloGET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: lab\r\nTransfer-Encoding: \r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+            // A space in a header name: refused by Netty's decoder itself
+            "GET /bad HTTP/1.1\r\nHost: lab\r\nBad Header: x\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+            // 3.2: a Host that is not host[:port]
+            "GET /a HTTP/1.1\r\nHost: x, evil.example\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+        )) {
+            val (ch, received) = channel()
+            val before = ServerGuards.refused.getValue(400).get()
+            ch.send(smuggling)
+            val written = ch.written()
+            assertEquals(before + 1, ServerGuards.refused.getValue(400).get(), smuggling)
+            assertEquals(emptyList(), received.requests, smuggling)
+            assertTrue(written.startsWith("HTTP/1.1 400 "), written)
+            assertOneRefusal(written, smuggling)
+            assertFalse(ch.isOpen, smuggling)
+            ch.finishAndReleaseAll()
+        }
+    }
+
+    @Test
+    fun `a refusal pipelined behind a request waits for its answer, then comes whole, then the close`() {
+        val (ch, received) = channel()
+        ch.send("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\nabc")
+        assertEquals(listOf("/a"), received.requests)
+        assertEquals("", ch.written()) // nothing before the first answer
+        assertTrue(ch.isOpen)
+        ch.writeOutbound(DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.writeOutbound(DefaultHttpContent(Unpooled.copiedBuffer("first", Charsets.ISO_8859_1)))
+        ch.writeOutbound(LastHttpContent.EMPTY_LAST_CONTENT)
+        val written = ch.written()
+        assertTrue(written.startsWith("HTTP/1.1 200 OK\r\n") && "first" in written, written)
+        assertOneRefusal(written.substring(written.indexOf("HTTP/1.1 400")), "behind a POST")
+        assertFalse(ch.isOpen)
+        ch.finishAndReleaseAll()
+    }
+
+    @Test
+    fun `pipelined requests go on one at a time unless all are safe and bodiless`() {
         val (ch, received) = channel()
         ch.send(
-            "POST /a HTTP/1.1\r\nHost: lab\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" +
-                "GET /smuggled HTTP/1.1\r\nHost: lab\r\n\r\n",
+            "POST /1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" +
+                "GET /2 HTTP/1.1\r\nHost: x\r\n\r\nGET /3 HTTP/1.1\r\nHost: x\r\n\r\nPUT /4 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nz",
         )
+        assertEquals(listOf("/1"), received.requests) // the GET waits for the POST's answer
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.runPendingTasks()
+        assertEquals(listOf("/1", "/2", "/3"), received.requests) // two safe ones together
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.runPendingTasks()
+        assertEquals(listOf("/1", "/2", "/3"), received.requests) // the PUT waits for both
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.runPendingTasks()
+        assertEquals(listOf("/1", "/2", "/3", "/4"), received.requests)
+        assertEquals(4, received.lastContents)
+        ch.finishAndReleaseAll()
+    }
+
+    @Test
+    fun `nothing after a request that says close is read, and the connection closes after its answer`() {
+        val (ch, received) = channel()
+        ch.send("GET /a HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: lab\r\n\r\n")
         assertEquals(listOf("/a"), received.requests)
+        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.OK))
+        ch.runPendingTasks()
+        assertEquals(listOf("/a"), received.requests)
+        assertFalse(ch.isOpen)
         ch.finishAndReleaseAll()
     }
 
@@ -96,19 +182,6 @@ class ServerGuardsTest {
         assertTrue(written.none { it is LastHttpContent }, written.toString())
         assertFalse(ch.isOpen) // and the guard closed the connection itself
         written.forEach { ReferenceCountUtil.release(it) }
-    }
-
-    @Test
-    fun `a request the codec cannot decode gets its answer, then the connection closes and nothing after it is read`() {
-        val (ch, received) = channel()
-        // A space in a header name: refused by Netty's validation in 4.1 and 4.2 alike.
-        ch.send("GET /bad HTTP/1.1\r\nHost: lab\r\nBad Header: x\r\n\r\nGET /next HTTP/1.1\r\nHost: lab\r\n\r\n")
-        assertEquals(listOf("/bad"), received.requests)
-        assertTrue(ch.isOpen)
-        ch.writeOutbound(DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.BAD_REQUEST))
-        ch.runPendingTasks()
-        assertFalse(ch.isOpen)
-        ch.finishAndReleaseAll()
     }
 
     @Test

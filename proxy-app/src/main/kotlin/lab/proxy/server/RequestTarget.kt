@@ -6,7 +6,7 @@
  * climb above the root, hide a `/` or `\` in an encoded segment, or carry control characters
  * is rejected. Everything else is kept byte for byte, so the upstream sees what the client sent.
  */
-package lab.proxy.relay
+package lab.proxy.server
 
 
 sealed interface Target {

@@ -1,4 +1,4 @@
-package lab.proxy.relay
+package lab.proxy.server
 
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.CsvSource
