@@ -15,7 +15,11 @@ change then also holds what differs between two JVMs of one case. With 2 JVMs a 
 says little of their spread, so the spread is pooled over every row of the section in both runs
 (each run's own drift between its blocks of JVMs taken out), as the verdict pools it over a group.
 
-Windows flagged for errors, a busy machine or a saturated generator are left out, and counted.
+Which windows count is the verdict's rule (rules.py), so that a run's report and `lab compare` read
+the same windows alike: a row's windows not warm, on a busy machine or with missed scrapes are left
+out (unless the engine itself failed in them, or too few would be left), and counted; a row whose
+kept windows are flagged so that a figure does not compare (errors, a saturated generator, ...) or,
+at a fixed rate, fell short of it, is not tested on that figure, and says why.
 """
 
 from __future__ import annotations
@@ -27,16 +31,11 @@ import numpy as np
 
 from . import verdict
 from .cases import DIMENSIONS, Case
-from .conclusions import BY_KEY, Figure
 from .confidence import ALPHA, Estimate, Pool, compare, pool_of
 from .results import Results, Run
+from .rules import BY_KEY, COMPARED_FIGURES, Figure, kept_windows, why_not_compared
 
 CASE_FIELDS = {f.name: f for f in fields(Case)}
-
-# The figures compared, in their order (conclusions.FIGURES' keys): positive in every window.
-FIGURES = ("rps", "p50", "p99", "cpu_no_jit", "cpu", "threads", "heap")
-# A window with one of these flags does not measure the case: it is left out (and counted).
-LEFT_OUT = ("errors", "machine-busy", "generator-saturated")
 # Added to the new run's fork numbers: its JVMs are blocks of their own, apart from the old run's.
 NEW_FORKS = 1000
 
@@ -51,6 +50,7 @@ class Change:
     old: tuple[float, ...]
     new: tuple[float, ...]
     left_out: tuple[int, int]  # windows of each side flagged and left out
+    why_not: str = ""  # why the row is not tested on the figure (rules.why_not_compared), "" when it is
     ratio: float | None = None  # NEW / OLD, of the geometric means
     low: float | None = None
     high: float | None = None
@@ -64,6 +64,8 @@ class Change:
     def words(self) -> str:
         """`+4.1% [+1.0%, +7.3%] p=0.012`, `~ [-2.0%, +10.3%] p=0.42`, or why it is not tested."""
         if self.ratio is None:
+            if self.why_not:
+                return self.why_not
             if self.old and self.new and min(self.old + self.new) <= 0:
                 return "not tested: a window at 0"
             return "not tested: no spread to test with (one window a side, no other row)"
@@ -71,28 +73,18 @@ class Change:
         return f"{self.ratio - 1:+.1%} {span}" if self.significant else f"~ {span}"
 
 
-def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[int, ...], int]:
-    """The figure's windows and the fork (JVM) of each, but those whose verdict (judged by today's
-    rules in `changes`, as lab report judges them again) is LEFT_OUT; and how many were left out."""
-    kept, forks, left = [], [], 0
-    for r in runs:
-        v = figure.get(r)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            continue
-        if set(r.verdict.flags) & set(LEFT_OUT):
-            left += 1
-            continue
-        kept.append(float(v))
-        forks.append(r.fork)
-    return tuple(kept), tuple(forks), left
+def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """The figure's values in `runs` (a row's kept windows) and the fork (JVM) of each."""
+    pairs = [(float(v), r.fork) for r in runs if (v := figure.get(r)) is not None and not math.isnan(v)]
+    return tuple(v for v, _ in pairs), tuple(f for _, f in pairs)
 
 
-def estimates(old: list[Run], new: list[Run], figure: Figure) -> tuple[Estimate, Estimate, tuple[int, int]]:
-    """A row's figure in either run (confidence.Estimate over its kept windows and their JVMs), the new
-    run's JVMs numbered apart from the old's (they are other blocks), and the windows left out."""
-    a, forks_a, left_a = _windows(old, figure)
-    b, forks_b, left_b = _windows(new, figure)
-    return Estimate.of(a, forks_a), Estimate.of(b, [f + NEW_FORKS for f in forks_b]), (left_a, left_b)
+def estimates(old: list[Run], new: list[Run], figure: Figure) -> tuple[Estimate, Estimate]:
+    """A row's figure in either run (confidence.Estimate over its kept windows and their JVMs), the
+    new run's JVMs numbered apart from the old's (they are other blocks)."""
+    a, forks_a = _windows(old, figure)
+    b, forks_b = _windows(new, figure)
+    return Estimate.of(a, forks_a), Estimate.of(b, [f + NEW_FORKS for f in forks_b])
 
 
 def pooled_spread(rows: list[tuple[Estimate, Estimate]]) -> Pool | None:
@@ -106,11 +98,14 @@ def pooled_spread(rows: list[tuple[Estimate, Estimate]]) -> Pool | None:
     return Pool((a.variance * a.df + b.variance * b.df) / df, df, a.log, a.by_fork, a.blocks + b.blocks)
 
 
-def change(section: str, row: str, figure: Figure, pair: tuple[Estimate, Estimate], left_out, pool) -> Change:
-    """OLD against NEW on one row and figure, tested with the spread `pool` (pooled_spread)."""
+def change(
+    section: str, row: str, figure: Figure, pair: tuple[Estimate, Estimate], left_out, pool, why_not: str = ""
+) -> Change:
+    """OLD against NEW on one row and figure, tested with the spread `pool` (pooled_spread), unless
+    a side is not compared on it (`why_not`)."""
     a, b = pair
-    c = Change(section, row, figure, a.values, b.values, left_out)
-    if not a.values or not b.values or pool is None or min(a.values + b.values) <= 0:
+    c = Change(section, row, figure, a.values, b.values, left_out, why_not=why_not)
+    if why_not or not a.values or not b.values or pool is None or min(a.values + b.values) <= 0:
         return c
     test = compare(a.with_pool(pool), b.with_pool(pool))
     if test.p is None or test.low is None or test.high is None:
@@ -153,24 +148,30 @@ def _by_row(results: Results, across: list) -> dict[tuple[str, str], list[Run]]:
     return rows
 
 
-def changes(old: Results, new: Results, figures: tuple[str, ...] = FIGURES) -> list[Change]:
-    """Every row both measured, every figure either measured: OLD against NEW, rows paired without
-    the dimensions each run held at one value (a Ktor release or JDK changed between them), each
-    figure's spread pooled over the rows of its section (scenario and load) in both runs."""
+def changes(old: Results, new: Results, figures: tuple[str, ...] = COMPARED_FIGURES) -> list[Change]:
+    """Every row both measured, every figure either measured: OLD against NEW on each row's kept
+    windows (rules.kept_windows), rows paired without the dimensions each run held at one value (a
+    Ktor release or JDK changed between them), each figure's spread pooled over the rows of its
+    section (scenario and load) in both runs that compare on it."""
     for r in (*old.runs, *new.runs):  # once each, by today's rules, whatever the runs recorded
         r.verdict = verdict.judge(r)
     across = held(old, new)
     a, b = _by_row(old, across), _by_row(new, across)
     keys = [k for k in a if k in b]
+    kept = {k: (kept_windows(a[k]), kept_windows(b[k])) for k in keys}
     found: dict[tuple[tuple[str, str], str], Change] = {}
     for section in dict.fromkeys(k[0] for k in keys):
         rows = [k for k in keys if k[0] == section]
         for name in figures:
             figure = BY_KEY[name]
-            made = {k: estimates(a[k], b[k], figure) for k in rows}
-            pool = pooled_spread([(x, y) for x, y, _ in made.values()])
+            made, why = {}, {}
+            for k in rows:
+                (runs_a, left_a), (runs_b, left_b) = kept[k]
+                made[k] = (*estimates(runs_a, runs_b, figure), (len(left_a), len(left_b)))
+                why[k] = why_not_compared(figure, runs_a[0].load, runs_a, runs_b)
+            pool = pooled_spread([(x, y) for k, (x, y, _) in made.items() if not why[k]])
             for k, (x, y, left) in made.items():
-                found[k, name] = change(*k, figure, (x, y), left, pool)
+                found[k, name] = change(*k, figure, (x, y), left, pool, why[k])
     out = (found[k, name] for k in keys for name in figures)
     return [c for c in out if c.old or c.new]
 
@@ -280,6 +281,8 @@ def every_row(found: list[Change], section: str) -> str:
             heading = next(c.figure.heading for c in found if c.figure.key == key)
             parts.append(f"{heading} {math.exp(float(np.mean(np.log(ratios)))) - 1:+.1%}")
     rows = len({c.row for c in found if c.section == section and c.ratio})
+    if not rows:
+        return "no row compared"
     return "the geometric mean of the rows' changes: " + ", ".join(parts) + f" ({rows} rows)"
 
 

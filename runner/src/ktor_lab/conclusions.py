@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import confidence, verdict
@@ -28,117 +27,22 @@ from .cases import DEPRECATED_ENGINES, DIMENSIONS, ENGINE_TITLES, HTTP1_ONLY, PR
 from .confidence import Comparison, Estimate
 from .plan import Load, parse_load
 from .results import Results, Run
+from .rules import (
+    BY_KEY,
+    CHANGE_FIGURES,
+    CHANGE_FIGURES_BY_DIMENSION,
+    ENGINE_FLAGS,
+    FIGURES,
+    LEFT_OUT,
+    NOT_ITS_COST,
+    VERDICT_FIGURES,
+    Figure,
+    cpu_without_jit,
+    kept_rate,
+    kept_windows,
+    why_not_compared,
+)
 
-
-@dataclass(frozen=True)
-class Figure:
-    key: str
-    heading: str
-    get: Callable[[Run], float | None]
-    digits: int
-    better: str  # "higher", "lower", or "" (no better direction: a count)
-    # Flags that make a row's value of this figure not comparable with the others'.
-    not_comparable: tuple[str, ...] = (
-        "generator-saturated",
-        "errors",
-        "not-warm",
-        "machine-busy",
-        "unresponsive",
-    )
-    # What the first screen calls it.
-    words: str = ""
-
-
-def _mib(v: float | None) -> float | None:
-    return None if v is None else v / (1 << 20)
-
-
-def cpu_without_jit(r: Run) -> float | None:
-    """The proxy's CPU s per 1,000 requests less what its JIT compiler threads used in the window
-    (None when the JIT was not seen: the compose backend). The JIT's compiling is the JVM's
-    warming, not the requests' cost: where it still ran in a window (on a slow machine, in the
-    first rounds after the warm-up), it added up to a quarter to that window's CPU per request,
-    more to some rows than to others."""
-    p = r.proxy
-    if p.jit_cpu_seconds_in_window is None or p.cpu_seconds_per_1000_requests is None:
-        return None
-    if not p.upstream_requests:
-        return None
-    return max(0.0, p.cpu_seconds - p.jit_cpu_seconds_in_window) / p.upstream_requests * 1000
-
-
-FIGURES = [
-    Figure("rps", "rps", lambda r: r.locust.rps, 0, "higher", verdict.RATE_FLAGS, "rps"),
-    Figure("p50", "p50 ms", lambda r: r.locust.p50_ms, 1, "lower"),
-    Figure("p95", "p95 ms", lambda r: r.locust.p95_ms, 1, "lower"),
-    Figure("p99", "p99 ms", lambda r: r.locust.p99_ms, 1, "lower", words="p99 latency"),
-    Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
-    Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),
-    Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),
-    Figure(
-        "cpu",
-        "CPU s / 1000 req",
-        lambda r: r.proxy.cpu_seconds_per_1000_requests,
-        3,
-        "lower",
-        words="CPU per request (the JIT's included)",
-    ),
-    Figure(
-        "cpu_no_jit",
-        "CPU s / 1000 req less the JIT",
-        cpu_without_jit,
-        3,
-        "lower",
-        words="CPU per request",
-    ),
-    Figure("threads", "threads max", lambda r: r.prometheus.threads_live_max, 0, "lower", words="threads"),
-    Figure("unparked", "active unparked max", lambda r: r.prometheus.threads_active_unparked_max, 0, "lower"),
-    Figure("carriers", "carrier threads max", lambda r: r.prometheus.carriers_max, 0, ""),
-    Figure("pinned", "pinned virtual threads", lambda r: r.proxy.virtual_threads_pinned, 0, "lower"),
-    Figure(
-        "heap", "heap max MiB", lambda r: _mib(r.prometheus.heap_max_bytes), 0, "lower", words="heap (memory)"
-    ),
-    Figure(
-        "conns", "new conns / 1k req", lambda r: r.connections and r.connections.per_1000_requests, 1, "lower"
-    ),
-    Figure(
-        "tls_full",
-        "full TLS / 1k req",
-        lambda r: r.connections and r.connections.full_tls_per_1000_requests,
-        1,
-        "lower",
-    ),
-    Figure(
-        "connect_rtt",
-        "connect RTT ms / req (modelled)",
-        lambda r: r.connections and r.connections.connect_rtt_ms_per_request,
-        1,
-        "lower",
-    ),
-    Figure("pool_in_use", "pool in use max", lambda r: r.prometheus.pool_in_use_max, 0, ""),
-    Figure("pool_idle", "pool idle max", lambda r: r.prometheus.pool_idle_max, 0, ""),
-    Figure("time_wait", "TIME_WAIT max", lambda r: r.prometheus.time_wait_max, 0, "lower"),
-    Figure(
-        "threads_per_flight",
-        "active threads / req in flight",
-        lambda r: r.connections and r.connections.threads_per_in_flight,
-        2,
-        "lower",
-    ),
-]
-BY_KEY = {f.key: f for f in FIGURES}
-# The figures the first screen answers on, in its order. CPU per request without the JIT's
-# compiling where it was seen (`verdict_figures`), else with it.
-VERDICT_FIGURES = ("rps", "p99", "cpu_no_jit", "threads", "heap")
-# A window flagged with one of these is left out of its row's figures (the row stays, on the
-# windows that are not): the JVM still compiling or a warm-up that did not settle, other work on
-# the machine, scrapes Prometheus missed. When fewer than MIN_KEPT windows of a row are free of
-# them, the row keeps every window and is flagged as a whole (and named wherever it is left out).
-LEFT_OUT = ("not-warm", "machine-busy", "scrapes-missed")
-MIN_KEPT = 2
-# What the engine itself did: a window with one of these is never left out, whatever else it
-# carries (per-call Java's collapse also misses scrapes; leaving those windows out hid it).
-ENGINE_FLAGS = ("errors", "unresponsive")
 # The connection figure a "connection per request" risk is read from: at or above this many new
 # connections per 1,000 requests, the engine opened one for (nearly) every request.
 CONNECTION_PER_REQUEST = 900
@@ -210,7 +114,7 @@ class Row:
 
     def kept_rate(self, load: Load) -> bool:
         """At a fixed rate: whether every window reached it (the equal work the rows are compared at)."""
-        return load.model != "rate" or all("target" in r.verdict.flags for r in self.runs)
+        return kept_rate(self.runs, load)
 
 
 @dataclass
@@ -269,7 +173,7 @@ def groups(results: Results) -> list[Group]:
     for (scenario, _), (load_level, rows) in by_cell.items():
         made = []
         for name in sorted(rows, key=place):  # stable: releases and JDKs in the order they ran
-            runs, left = kept(rows[name])
+            runs, left = kept_windows(rows[name])
             made.append(
                 Row(
                     name,
@@ -304,23 +208,6 @@ def name_briefly(rows: list[Row]) -> None:
     for r, d in zip(rows, dims, strict=True):
         own = [f"{word} {value}" for word, value in d.items() if (word, value) not in common]
         r.said = " ".join([r.case.id, *own]) + (f" #{r.copy}" if r.copy else "")
-
-
-def kept(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """A row's windows split into those its figures are made of and those left out (LEFT_OUT, and
-    none of ENGINE_FLAGS): every window when fewer than MIN_KEPT would be kept."""
-    left = [r for r in runs if left_out_window(r)]
-    free = [r for r in runs if r not in left]
-    if left and len(free) >= MIN_KEPT:
-        return free, left
-    return runs, []
-
-
-def left_out_window(run: Run) -> bool:
-    """A window its row's figures leave out (a flag of LEFT_OUT), unless the engine itself failed
-    in it (ENGINE_FLAGS): such a window is the finding, never left out."""
-    flags = set(run.verdict.flags)
-    return bool(flags & set(LEFT_OUT)) and not flags & set(ENGINE_FLAGS)
 
 
 def left_out(left: list[Run], n: int) -> list[str]:
@@ -929,10 +816,6 @@ def aa_check(group: Group) -> str:
 
 # --- like with like: one dimension changed (lab run --ktor, --java, --protocols, --rtt) ---------
 
-# The figures a change of release or JDK is judged on; a change of round trip, on latency and what
-# explains it (at a fixed rate, rps is the target).
-CHANGE_FIGURES = ("rps", "cpu", "cpu_no_jit", "threads", "heap")
-CHANGE_FIGURES_BY_DIMENSION = {"RTT": ("p50", "p99", "errors", "cpu", "cpu_no_jit", "threads", "conns")}
 # The dimensions a change is spoken of by (cases.DIMENSIONS), as reports name them.
 DIMENSION_NAMES = tuple(d.title for d in DIMENSIONS)
 
@@ -962,14 +845,7 @@ class Change:
     def why_not(self, key: str) -> str:
         """Why the change on `key` is not tested (`not measured`, `not tested`: a rate its target
         set, `not compared: errors`), "" when it is."""
-        f, rows = BY_KEY[key], (self.before, self.after)
-        if any(r.figures[key].mean is None for r in rows):
-            return "not measured"
-        if flags := sorted({x for r in rows for x in r.flags if x in f.not_comparable}):
-            return f"not compared: {', '.join(flags)}"
-        if key == "rps":
-            return "not tested" if any(set(r.flags) & set(verdict.RATE_FLAGS) for r in rows) else ""
-        return "" if all(r.kept_rate(self.group.load) for r in rows) else "not compared: short of its rate"
+        return why_not_compared(BY_KEY[key], self.group.load, self.before.runs, self.after.runs)
 
     def figure(self, key: str, c: Comparison | None = None) -> tuple[str, bool | None]:
         """`rps 1,200 -> 1,320 (+10.0%, p=0.008)` and whether the change is clear (None: not judged);
@@ -1190,10 +1066,6 @@ def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, fl
     before = math.sqrt(syy / (n - jvms))
     after = math.sqrt(max(syy - sxy * sxy / sxx, 0.0) / df)
     return r, math.tanh(z - half), math.tanh(z + half), n, jvms, before, after
-
-
-# Windows whose CPU per request is not the proxy's own work: left out of `later_cost`.
-NOT_ITS_COST = ("machine-busy", "errors", "unresponsive")
 
 
 def jvm_windows(group: Group, leave: tuple[str, ...]) -> list[list[Run]]:

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from . import conclusions, machine, metrics, verdict
+from . import machine, metrics, rules, verdict
 from .cases import DIMENSIONS
 from .machine import environment
 from .parts import nginx
@@ -741,14 +741,14 @@ def fmt(v) -> str:
 
 def spare_round(plan: Plan, taken: dict[tuple[ProxySpec, str, Load], list[Run]], seed: int) -> list[Spec]:
     """The next round of spare windows: one more for each proxy, scenario and load (`taken`: its
-    windows so far) of which fewer than plan.repeats would be kept (conclusions.left_out_window)
+    windows so far) of which fewer than plan.repeats would be kept (rules.left_out_window)
     and that has had fewer than plan.spare spares; in an order of the round's own, as Plan.runs.
     None for a proxy whose warm-up stopped answering (verdict.stopped_answering): each window of it
     is left out, spares too."""
     out = [
         Spec(len(runs) + 1, p.case, scenario, load, p.copy, p.fork)
         for (p, scenario, load), runs in taken.items()
-        if sum(not conclusions.left_out_window(r) for r in runs) < plan.repeats
+        if sum(not rules.left_out_window(r) for r in runs) < plan.repeats
         and sum(r.spare for r in runs) < plan.spare
         and not any(verdict.stopped_answering(r.warmup) for r in runs)
     ]

@@ -24,7 +24,7 @@ from .network import Network
 DEFAULT_LOAD = "rate/400/40"
 DEFAULT_WARM_FIRST = "closed/50/0"
 # Its most seconds of warm-up, at each of the two loads: a window in which the JIT still compiles
-# is left out of its row (conclusions.LEFT_OUT), so a warm-up need not wait for every last method.
+# is left out of its row (rules.LEFT_OUT), so a warm-up need not wait for every last method.
 DEFAULT_WARMUP_S = 60
 LOAD_HELP = "closed/USERS/WAIT (e.g. closed/50/0, closed/1000/1-2) or rate/RPS[/USERS] (e.g. rate/500)"
 # What --warm-first loads: the smallest file, which exercises the proxy's whole path fastest.
@@ -156,7 +156,7 @@ class Plan:
     # Proxies per row: each warmed once, its windows pooled into the row (JMH's forks).
     forks: int = 1
     # At most this many more windows per proxy, scenario and load, measured one round at a time
-    # while fewer than `repeats` of its windows would be kept (conclusions.LEFT_OUT).
+    # while fewer than `repeats` of its windows would be kept (rules.LEFT_OUT).
     spare: int = 0
     # The case measured as two rows, the A/A pair that checks the method (its intervals include 0)
     # ("": none, unless --cases names a case twice).

@@ -18,8 +18,6 @@ from pathlib import Path
 from . import render, verdict
 from .cases import DIMENSIONS, ENGINE_FACTS, ENGINE_TITLES
 from .conclusions import (
-    BY_KEY,
-    FIGURES,
     Group,
     Row,
     aa_check,
@@ -39,6 +37,7 @@ from .conclusions import (
 )
 from .plan import WARM_FIRST_SCENARIO
 from .results import Results, load
+from .rules import BY_KEY, FIGURES
 
 # The figures whose cells say "not exposed" for an engine whose pool the proxy cannot see.
 POOL_KEYS = ("pool_in_use", "pool_idle")
@@ -477,7 +476,7 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
     return md, html_path
 
 
-# What names a window in results.csv, before its figures (conclusions.FIGURES, by their headings).
+# What names a window in results.csv, before its figures (rules.FIGURES, by their headings).
 # What names a window: its row and case, each dimension (by its field: ktor, java, protocol, ...),
 # then where it sits in the run.
 CSV_KEYS = ("row", "case", "engine", "lifetime", *(d.field for d in DIMENSIONS),

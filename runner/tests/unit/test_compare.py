@@ -19,6 +19,7 @@ from ktor_lab.results import (
     ProxyFigures,
     Results,
     Run,
+    Warmup,
     load,
 )
 
@@ -52,6 +53,7 @@ def results(
                     java="17.0.15",
                     dimensions=bool(ktor),
                     prometheus=PrometheusFigures(threads_live_max=40, heap_max_bytes=64 << 20),
+                    warmup=Warmup(seconds=60, settled=True),  # warm: the verdict's rule keeps the window
                 )
             )
     return out
@@ -89,7 +91,11 @@ def test_each_section_says_what_every_row_moved_by_and_why_that_is_not_a_change_
     new = results({"singleton-cio": [1.10, 1.155, 1.067], "per-call-apache": [3.3, 3.41, 3.19]})
     text = comparison.lines("old", "new", comparison.changes(old, new))
     (first,) = [x for x in text if x.startswith(comparison.EVERY_ROW)]
-    assert "CPU s / 1000 req +10.0%" in first and "rps +0.0%" in first and "(2 rows)" in first
+    assert "CPU s / 1000 req +10.0%" in first and "(2 rows)" in first
+    # at a fixed rate every row was given its rate: rps is not compared, as the verdict ranks nothing on it
+    assert "rps" not in first and line(comparison.changes(old, new), "singleton-cio", "rps").words() == (
+        "not compared: target"
+    )
     assert any("the machine's as much as the change's" in x for x in text[:3])
 
 
@@ -187,7 +193,13 @@ def test_a_run_against_itself_shows_no_change(dry, capsys):
     if dry:
         assert out.startswith("lab compare: dry run; ")
     else:
-        assert "0 with a change" in out and "~ [" in out
+        # Its windows were measured before the warm-up was recorded: today's verdict finds none warm,
+        # so, as in the report lab run writes from it, no row is compared, and each line says why.
+        assert "0 lines tested, 0 with a change" in out
+        rows = [x for x in out.splitlines() if x.startswith(("singleton-", "per-call-"))]
+        assert rows and all(
+            "not compared: " in x and "not-warm" in x.split("not compared: ")[1] for x in rows
+        )
 
 
 def test_rows_pair_across_a_dimension_each_run_held_at_its_own_value():
@@ -237,3 +249,31 @@ def test_with_several_jvms_a_row_the_units_are_the_jvms_not_the_windows():
         np.log([1.10, 1.11, 1.09, 1.12, 1.13, 1.11]), np.log([1.00, 1.01, 0.99, 1.20, 1.21, 1.19])
     )
     assert windows.pvalue < c.p  # windows as units would read more into it
+
+
+def test_lab_compare_reads_a_kept_pair_of_runs_as_their_reports_do():
+    """Two kept default runs (docs/matrix-runs): for every row and figure, `lab compare` takes the
+    windows `lab run`'s report makes that row's figure of (rules.kept_windows), and tests it exactly
+    where the report compares the row on that figure (rules.not_compared), saying the report's
+    reason where it does not."""
+    from ktor_lab import conclusions, rules
+
+    runs = Path(__file__).parents[3] / "docs" / "matrix-runs"
+    old, new = load(runs / "default-third"), load(runs / "default-fourth")
+    found = comparison.changes(old, new)
+    checked = 0
+    for side, results_ in (("old", old), ("new", new)):
+        for group in conclusions.groups(results_):
+            for row in group.rows:
+                for key in rules.COMPARED_FIGURES:
+                    c = line(
+                        [x for x in found if x.section == group.scenario + " " + group.load.label],
+                        row.name,
+                        key,
+                    )
+                    figure = rules.BY_KEY[key]
+                    assert getattr(c, side) == row.figures[key].values, (row.name, key)
+                    why = rules.why_not_compared(figure, group.load, row.runs)
+                    assert not why or c.why_not, (row.name, key, why)
+                    checked += 1
+    assert checked >= 2 * 9 * len(rules.COMPARED_FIGURES)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ktor_lab import conclusions, confidence, run_report
+from ktor_lab import conclusions, confidence, rules, run_report
 from ktor_lab.cases import Case
 from ktor_lab.confidence import Estimate
 from ktor_lab.plan import Load, Plan
@@ -114,7 +114,7 @@ def test_the_standing_names_leaders_and_those_clearly_behind_never_the_aa_copy()
         }
     )
     (group,) = conclusions.groups(results)
-    s = conclusions.standing(group, conclusions.BY_KEY["rps"])
+    s = conclusions.standing(group, rules.BY_KEY["rps"])
     leaders = [r.name for r, _ in s.leaders]
     assert "singleton-apache5" in leaders and "singleton-cio" not in leaders
     assert [r.name for r, _ in s.behind] == ["singleton-cio"] and "singleton-okhttp #2" not in leaders
@@ -246,7 +246,7 @@ def test_a_flagged_window_is_left_out_of_its_row_not_the_row_out_of_the_ranking(
     assert "errors" in rows["singleton-okhttp"].flags
     whole = rows["singleton-cio"]
     assert whole.windows == 5 and not whole.left and not whole.capacity and "machine-busy" in whole.flags
-    s = conclusions.standing(group, conclusions.BY_KEY["rps"])
+    s = conclusions.standing(group, rules.BY_KEY["rps"])
     assert [r.name for r, _ in s.leaders] == ["singleton-apache5"] and not s.behind
     assert "Left out: singleton-okhttp (errors), singleton-cio (machine-busy)." in conclusions.sentence(s)
     first = run_report.busy_line(results, [group])
@@ -265,7 +265,7 @@ def test_a_row_alone_is_never_said_to_lead():
         if r.engine == "cio":
             r.locust.failures = 500  # errors in every window: not comparable
     (group,) = conclusions.groups(results)
-    text = conclusions.sentence(conclusions.standing(group, conclusions.BY_KEY["rps"]))
+    text = conclusions.sentence(conclusions.standing(group, rules.BY_KEY["rps"]))
     assert "only singleton-okhttp" in text and "could be ranked" in text and "leads" not in text
     assert "Left out: singleton-cio (errors)." in text
 
@@ -288,7 +288,7 @@ def test_cpu_per_request_is_judged_without_the_jits_compiling_where_the_jit_was_
     assert group.cpu_key == "cpu_no_jit" and "cpu_no_jit" in group.verdict_figures
     okhttp = next(r for r in group.rows if r.case.engine == "okhttp")
     assert okhttp.figures["cpu_no_jit"].mean == pytest.approx(okhttp.figures["cpu"].mean - 0.15, rel=0.01)
-    cpu = conclusions.standing(group, conclusions.BY_KEY["cpu"])
+    cpu = conclusions.standing(group, rules.BY_KEY["cpu"])
     assert cpu.leaders[0][0].case.engine == "apache5"  # with the JIT's CPU
     line = conclusions.engines_answer(conclusions.screen(group))
     assert line.startswith("Among the rows, okhttp uses the least CPU per request; clearly more: apache5 +")

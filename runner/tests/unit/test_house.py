@@ -34,6 +34,7 @@ MACHINERY = {
     "verdict",
     "render",
     "confidence",
+    "rules",
     "measure",
     "conclusions",
     "comparison",

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ktor_lab import cli, measure, versions
+from ktor_lab import cli, measure, rules, versions
 from ktor_lab.cases import BY_FIELD, Case
 from ktor_lab.plan import Plan, parse_load
 from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, Warmup
@@ -387,7 +387,7 @@ def test_a_count_no_window_saw_reads_0_in_the_table_not_minus_0():
     many = Estimate.of([998.0, 1001.0, 999.0, 1003.0, 997.0, 1000.0], forks=[1, 1, 1, 2, 2, 2])
     pool = pool_of([none, many])
     assert pool is not None and not pool.log
-    conns = next(f for f in conclusions.FIGURES if f.key == "conns")
+    conns = next(f for f in rules.FIGURES if f.key == "conns")
     shifted = none.with_pool(pool)
     shifted = replace(shifted, mean=-1e-13)  # 0 less what taking out a block leaves
     text = conclusions.value(conclusions.Row("singleton-apache5", [], {"conns": shifted}), conns)
@@ -400,7 +400,7 @@ def test_an_interval_wider_than_its_centre_is_given_by_its_ends_not_as_a_share_o
 
     wild = Estimate.of([0.01, 5.0, 0.2, 40.0, 0.05, 9.0], forks=[1, 1, 1, 2, 2, 2])
     assert wild.half_width is not None and wild.half_width > 1
-    figure = next(f for f in conclusions.FIGURES if f.key == "cpu")
+    figure = next(f for f in rules.FIGURES if f.key == "cpu")
     text = conclusions.value(conclusions.Row("per-call-java", [], {"cpu": wild}), figure)
     assert re.fullmatch(r"[\d.]+ \([\d.e-]+ to [\d,.]+\)", text) and "%" not in text, text
     low, high = (float(x.replace(",", "")) for x in text.split("(")[1].rstrip(")").split(" to "))

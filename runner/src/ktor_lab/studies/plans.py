@@ -27,19 +27,18 @@ from .. import conclusions, confidence, measure, run_report
 from ..backends import NativeBackend
 from ..cases import BY_FIELD
 from ..commands import run as lab_run
-from ..conclusions import BY_KEY, Change, Group
+from ..conclusions import Change, Group
 from ..confidence import Comparison
 from ..errors import LabError
 from ..plan import Plan
 from ..results import Results
 from ..results import load as load_results
+from ..rules import BY_KEY, STUDY_FIGURES, not_compared
 from ..rundirs import results_dir
 from ..verdict import RATE_FLAGS
 
 # The file that makes a folder a study's (its name, command and parts), beside the parts' folders.
 STUDY_FILE = "study.json"
-# The figures a study's tables give per change, unless it names its own.
-FIGURES = ("rps", "p50", "p99", "cpu_no_jit", "threads", "heap")
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class PlanStudy:
     # The dimensions (cases.DIMENSIONS' fields) whose one-changed comparisons are the verdict; none:
     # each part's first screen (its engines and lifetimes) is.
     compares: tuple[str, ...] = ()
-    figures: tuple[str, ...] = FIGURES
+    figures: tuple[str, ...] = STUDY_FIGURES  # the figures its tables give per change
     # More of the verdict in words, from the parts' results (by part name).
     words: Callable[[dict[str, Results]], list[str]] | None = None
     notes: tuple[str, ...] = ()  # what the study does not measure here, and where it is measured
@@ -406,13 +405,8 @@ def judged(c: Change, key: str) -> Comparison | None:
 
 def why_not(c: Change, key: str, name: str = "") -> str:
     """`singleton-cio (not-warm)`: the case of a change not judged on `key` (or `name`), and why."""
-    f = BY_KEY[key]
-    flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in f.not_comparable})
-    if not flags and key == "rps":
-        flags = sorted({x for r in (c.before, c.after) for x in r.flags if x in RATE_FLAGS})
-    if not flags and not all(r.kept_rate(c.group.load) for r in (c.before, c.after)):
-        flags = ["short of its rate"]
-    return f"{name or c.case} ({', '.join(flags) or 'not measured'})"
+    reasons = not_compared(BY_KEY[key], c.group.load, c.before.runs, c.after.runs)
+    return f"{name or c.case} ({', '.join(reasons) or 'not measured'})"
 
 
 def case_names(cs: Sequence[Change]) -> dict[int, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import conclusions
+from .. import conclusions, rules
 from ..results import Results
 from .plans import Part, PlanStudy
 
@@ -78,7 +78,7 @@ def words(results: dict[str, Results]) -> list[str]:
             if g.load.model == "closed" and g.load.wait_max == 0:
                 # one row a case: the A/A pair's first copy, named as its case
                 rows = [replace(row, said=row.called.removesuffix(" #1")) for row in g.rows if row.copy <= 1]
-                ranked = conclusions.standing(g, conclusions.BY_KEY["rps"], rows)
+                ranked = conclusions.standing(g, rules.BY_KEY["rps"], rows)
                 out.append(
                     f"Capacity ({g.load.label}: a closed loop without wait, each case as fast as it "
                     f"answers): {conclusions.sentence(ranked)}"
