@@ -25,13 +25,12 @@ at a fixed rate, fell short of it, is not tested on that figure, and says why.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, fields, replace
-
-import numpy as np
 
 from . import verdict
 from .cases import DIMENSIONS, Case
-from .confidence import ALPHA, Estimate, Pool, compare, pool_of
+from .confidence import ALPHA, Estimate, Pool, compare, geometric_mean, pool_of
 from .results import Results, Run
 from .rules import BY_KEY, COMPARED_FIGURES, Figure, kept_windows, why_not_compared
 
@@ -279,7 +278,7 @@ def every_row(found: list[Change], section: str) -> str:
         ratios = [c.ratio for c in found if c.section == section and c.figure.key == key and c.ratio]
         if ratios:
             heading = next(c.figure.heading for c in found if c.figure.key == key)
-            parts.append(f"{heading} {math.exp(float(np.mean(np.log(ratios)))) - 1:+.1%}")
+            parts.append(f"{heading} {geometric_mean(ratios) - 1:+.1%}")
     rows = len({c.row for c in found if c.section == section and c.ratio})
     if not rows:
         return "no row compared"
@@ -290,5 +289,5 @@ def _centre(values: tuple[float, ...], figure: Figure) -> str:
     """The geometric mean of the windows with n (the arithmetic one where a window is 0)."""
     if not values:
         return "-"
-    mean = math.exp(float(np.log(values).mean())) if min(values) > 0 else float(np.mean(values))
+    mean = geometric_mean(values) if min(values) > 0 else statistics.fmean(values)
     return f"{mean:,.{figure.digits}f} n={len(values)}"

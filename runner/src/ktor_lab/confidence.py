@@ -319,6 +319,13 @@ def t_tested(
     return Comparison(a, b, p, difference, d=d, se=se, df=df, log=log).interval_at(CONFIDENCE)
 
 
+def geometric_mean(values: Sequence[float | None]) -> float | None:
+    """The centre of values above 0 (exp of the mean of their logarithms), the one the lab's
+    figures and ratios give; None when there is none."""
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return math.exp(_mean(logs)) if logs else None
+
+
 def paired(ratios: Sequence[float]) -> Comparison | None:
     """Ratios of B to A taken in pairs (one per round of `lab bench`) as one difference: their
     geometric mean, a one-sample t test of their logarithms against 0 and its interval; no

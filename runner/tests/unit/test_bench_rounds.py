@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -10,12 +12,12 @@ from ktor_lab.cases import Case
 
 
 def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_round_with_its_interval():
-    from ktor_lab.commands.bench import summarize
+    from ktor_lab.commands.bench import BenchWindow, summarize
 
     def run(n, target, rps, cpu):
-        return dict(
-            round=n, target=target, rps=rps, p50_us=1000, p99_us=5000, requests=rps * 10, errors=0,
-            warmup_s=30, warmup_settled=True, cpu_ms_per_request=cpu,
+        return BenchWindow(
+            target, n, rps=rps, p50_us=1000, p99_us=5000, requests=rps * 10, warmup_s=30, warmup_settled=True,
+            cpu_ms_per_request=cpu,
         )  # fmt: skip
 
     rounds = []
@@ -29,89 +31,85 @@ def test_rounds_give_medians_and_the_ratio_to_the_minimal_proxy_within_each_roun
             run(n, "plain-limits cio", 2100, 0.60 * drift),
             run(n, "plain-limits streamed cio", 2050, 0.55 * drift),
         ]
-    third = next(r for r in rounds if (r["round"], r["target"]) == (3, "singleton-cio"))
-    third["cpu_ms_per_request"] = 0.72  # round 3: 1.20 against plain-limits
-    rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-cio")])}
+    third = next(r for r in rounds if (r.round, r.target) == (3, "singleton-cio"))
+    third.cpu_ms_per_request = 0.72  # round 3: 1.20 against plain-limits
+    rows = {r.target: r for r in summarize(rounds, [Case.parse("singleton-cio")])}
     cio = rows["singleton-cio"]
-    assert cio["rounds"] == 3 and cio["requests"] == 60000 and cio["rps"] == 2000
-    assert cio["cpu_to_plain_limits_rounds"] == [1.1, 1.1, 1.2]
+    assert cio.rounds == 3 and cio.requests == 60000 and cio.rps == pytest.approx(2000)
+    limits = cio.cpu_to["plain-limits"]
+    assert limits.rounds == [1.1, 1.1, 1.2]
     # the ratios' geometric mean, and its 95% interval over the rounds (Student's t on their logs)
     logs = np.log([1.1, 1.1, 1.2])
     half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
-    assert cio["cpu_to_plain_limits"] == pytest.approx(np.exp(logs.mean()))
-    assert cio["cpu_to_plain_limits_low"] == pytest.approx(np.exp(logs.mean() - half))
-    assert cio["cpu_to_plain_limits_high"] == pytest.approx(np.exp(logs.mean() + half))
+    assert limits.centre == pytest.approx(np.exp(logs.mean()))
+    assert limits.low == pytest.approx(np.exp(logs.mean() - half))
+    assert limits.high == pytest.approx(np.exp(logs.mean() + half))
     # 1.02-1.26 holds the goal's 1.15: not within it, not clearly above it
-    assert cio["goal"] == "at 1.15x (its interval holds it)"
-    assert cio["rps_to_plain_limits"] == pytest.approx(2000 / 2100)
-    assert cio["cpu_ms_per_request"] == pytest.approx(0.72)  # median of 0.66, 0.99, 0.72
-    assert cio["cpu_to_plain_limits_streamed_rounds"] == [1.2, 1.2, 1.309]
-    assert cio["cpu_to_plain_limits_streamed"] == pytest.approx((1.2 * 1.2 * 0.72 / 0.55) ** (1 / 3))
-    assert cio["cpu_to_plain"] == pytest.approx((1.32 * 1.32 * 1.44) ** (1 / 3))
-    assert cio["rps_to_plain"] == pytest.approx(2000 / 2200)
-    assert rows["plain cio"]["goal"] is None  # a reference is not the lab's proxy
-    assert rows["plain-limits cio"]["cpu_to_plain_limits"] is None
-    assert rows["nginx proxy_pass"]["ratio_to_proxy_pass"] == 1.0
+    assert cio.goal == "at 1.15x (its interval holds it)"
+    assert cio.rps_to["plain-limits"] == pytest.approx(2000 / 2100)
+    assert cio.cpu_ms_per_request == pytest.approx((0.66 * 0.99 * 0.72) ** (1 / 3))  # their geometric mean
+    assert cio.cpu_to["plain-limits streamed"].rounds == [1.2, 1.2, 1.309]
+    assert cio.cpu_to["plain-limits streamed"].centre == pytest.approx((1.2 * 1.2 * 0.72 / 0.55) ** (1 / 3))
+    assert cio.cpu_to["plain"].centre == pytest.approx((1.32 * 1.32 * 1.44) ** (1 / 3))
+    assert cio.rps_to["plain"] == pytest.approx(2000 / 2200)
+    assert rows["plain cio"].goal is None  # a reference is not the lab's proxy
+    assert rows["plain-limits cio"].cpu_to["plain-limits"].centre is None
+    assert rows["nginx proxy_pass"].ratio_to_proxy_pass == 1.0
     # A reference against the others: the plain client's cost of the lab's limits.
-    assert rows["plain-limits cio"]["cpu_to_plain"] == pytest.approx(1.2)
-    assert rows["plain-limits streamed cio"]["cpu_to_plain_limits_streamed"] is None
+    assert rows["plain-limits cio"].cpu_to["plain"].centre == pytest.approx(1.2)
+    assert rows["plain-limits streamed cio"].cpu_to["plain-limits streamed"].centre is None
 
 
 def test_the_ladder_s_rungs_are_judged_against_its_first_rung_within_each_round():
-    from ktor_lab.commands.bench import LADDER, rung_target, summarize
+    from ktor_lab.commands.bench import LADDER, BenchWindow, rung_target, summarize
 
-    rounds = [dict(round=1, target="nginx proxy_pass", rps=40000, p50_us=1, p99_us=1, requests=1, errors=0,
-                   warmup_s=1, warmup_settled=True, cpu_ms_per_request=None)]  # fmt: skip
+    rounds = [BenchWindow("nginx proxy_pass", 1, rps=40000, p50_us=1, p99_us=1, requests=1, warmup_s=1)]
     for i, (rung, _) in enumerate(LADDER):
         cost = 0.5 * (1 + 0.1 * i)
         rounds.append(
-            dict(rounds[0], target=rung_target("okhttp", rung), cpu_ms_per_request=cost, rps=1000 / cost)
+            replace(rounds[0], target=rung_target("okhttp", rung), cpu_ms_per_request=cost, rps=1000 / cost)
         )
-    rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-okhttp")], ladder=True)}
+    rows = {r.target: r for r in summarize(rounds, [Case.parse("singleton-okhttp")], ladder=True)}
     base = [rung for rung, _ in LADDER].index("plain-limits")
-    assert rows["lab proxy okhttp"]["cpu_to_plain_limits"] == pytest.approx(
+    assert rows["lab proxy okhttp"].cpu_to["plain-limits"].centre == pytest.approx(
         (1 + 0.1 * (len(LADDER) - 1)) / (1 + 0.1 * base)
     )
-    assert rows["+ streaming okhttp"]["rps_to_plain_limits"] == pytest.approx(
+    assert rows["+ streaming okhttp"].rps_to["plain-limits"] == pytest.approx(
         (1 + 0.1 * base) / (1 + 0.1 * (base + 1))
     )
-    assert rows["plain okhttp"]["cpu_to_plain_limits"] == pytest.approx(1 / (1 + 0.1 * base))
+    assert rows["plain okhttp"].cpu_to["plain-limits"].centre == pytest.approx(1 / (1 + 0.1 * base))
     assert LADDER[0][0] == "plain" and LADDER[-1][0] == "lab proxy"
-    assert rows["+ streaming okhttp"]["below"] == "plain-limits okhttp"
-    assert rows["+ streaming okhttp"]["cpu_to_below"] == pytest.approx(
+    assert rows["+ streaming okhttp"].below == "plain-limits okhttp"
+    assert rows["+ streaming okhttp"].cpu_to_below.centre == pytest.approx(
         (1 + 0.1 * (base + 1)) / (1 + 0.1 * base)
     )
-    assert "cpu_to_below_p" not in rows["+ streaming okhttp"]  # one round: nothing to test with
+    assert rows["+ streaming okhttp"].cpu_to_below.p is None  # one round: nothing to test with
 
 
 def test_each_rung_is_tested_against_the_one_below_and_an_engine_s_ladder_is_one_family():
     """Five rounds that drift together: a rung 30% dearer than the one below is named, with an
     interval that holds 1.30 and excludes 1; a rung that adds nothing is not, and the p values of
     the ladder are adjusted together (its family is its number of comparisons)."""
-    from ktor_lab.commands.bench import rung_target, summarize
+    from ktor_lab.commands.bench import BenchWindow, rung_target, summarize
 
     rng = np.random.default_rng(3)
     costs = {"plain-limits": 0.5, "+ streaming": 0.65, "+ metrics": 0.65, "lab proxy": 0.65}
     rounds = []
     for n in range(1, 6):
         drift = float(rng.uniform(0.8, 1.3))
-        rounds.append(dict(round=n, target="nginx proxy_pass", rps=40000, p50_us=1, p99_us=1, requests=1,
-                           errors=0, warmup_s=1, warmup_settled=True, cpu_ms_per_request=None))  # fmt: skip
+        rounds.append(BenchWindow("nginx proxy_pass", n, rps=40000, p50_us=1, p99_us=1, requests=1))
         for rung, cost in costs.items():
             cpu = cost * drift * float(rng.normal(1, 0.02))
             rounds.append(
-                dict(rounds[-1], target=rung_target("apache5", rung), cpu_ms_per_request=cpu, rps=1 / cpu)
+                replace(rounds[-1], target=rung_target("apache5", rung), cpu_ms_per_request=cpu, rps=1 / cpu)
             )
-    rows = {r["target"]: r for r in summarize(rounds, [Case.parse("singleton-apache5")], ladder=True)}
-    streaming, metrics = rows["+ streaming apache5"], rows["+ metrics apache5"]
-    assert streaming["cpu_to_below_family"] == 3 and streaming["cpu_to_below_p"] < 0.05
-    assert streaming["cpu_to_below_low"] < 1.3 < streaming["cpu_to_below_high"]
-    assert streaming["cpu_to_below_low"] > 1
-    assert metrics["cpu_to_below_p"] >= 0.05 and metrics["cpu_to_below_words"].startswith(
-        "no clear difference"
-    )
-    assert rows["lab proxy apache5"]["goal"] == "above 1.15x"
-    assert "below" not in rows["plain-limits apache5"]
+    rows = {r.target: r for r in summarize(rounds, [Case.parse("singleton-apache5")], ladder=True)}
+    streaming, metrics = rows["+ streaming apache5"].cpu_to_below, rows["+ metrics apache5"].cpu_to_below
+    assert streaming.family == 3 and streaming.p < 0.05
+    assert 1 < streaming.low < 1.3 < streaming.high
+    assert metrics.p >= 0.05 and metrics.words.startswith("no clear difference")
+    assert rows["lab proxy apache5"].goal == "above 1.15x"
+    assert rows["plain-limits apache5"].below is None
 
 
 def test_a_sample_is_charged_to_the_first_frame_of_known_code_below_the_jdk_s():

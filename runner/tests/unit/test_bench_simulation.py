@@ -14,6 +14,7 @@ test runs in seconds and prints its rate.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -32,13 +33,13 @@ CPU_NOISE_WORST = 0.25
 
 def draw(
     rng: np.random.Generator, rounds: int, steps: dict[str, float], cpu_noise: float = CPU_NOISE
-) -> list[dict]:
+) -> list[bench.BenchWindow]:
     """One bench run's rounds: every rung costs 1 (in CPU and switches) times the steps of the rungs
     up to it on its line (`steps[rung]` the factor a rung adds; a side rung's does not carry on)."""
     out = []
     for n in range(1, rounds + 1):
-        out.append(dict(round=n, target="nginx proxy_pass", rps=40000, p50_us=1, p99_us=1, requests=1,
-                        errors=0, warmup_s=1, warmup_settled=True, cpu_ms_per_request=None))  # fmt: skip
+        nginx = bench.BenchWindow("nginx proxy_pass", n, requests=1, p50_us=1, p99_us=1, rps=40000)
+        out.append(nginx)
         level = 1.0
         for rung in RUNGS:
             cost = level * steps.get(rung, 1.0)
@@ -47,23 +48,23 @@ def draw(
             cpu = cost * math.exp(rng.normal(0, cpu_noise))
             switches = cost * math.exp(rng.normal(0, SWITCH_NOISE))
             out.append(
-                dict(
-                    out[-1],
+                replace(
+                    nginx,
                     target=bench.rung_target(ENGINE, rung),
                     cpu_ms_per_request=cpu,
                     rps=1 / cpu,
                     switches_per_request=switches,
-                )  # fmt: skip
+                )
             )
     return out
 
 
-def named(rows: list[dict], key: str) -> set[str]:
+def named(rows: list[bench.BenchRow], key: str) -> set[str]:
     """The rungs a bench.md would name as differing from the one below on `key` (cpu, switches)."""
     return {
-        r["target"].removesuffix(f" {ENGINE}")
+        r.target.removesuffix(f" {ENGINE}")
         for r in rows
-        if f"{key}_to_below_words" in r and not r[f"{key}_to_below_words"].startswith("no clear")
+        if (below := getattr(r, f"{key}_to_below")) and below.words and not below.words.startswith("no clear")
     }
 
 
@@ -131,8 +132,8 @@ def goal_rate(seed: int, draws: int, ratio: float, verdict: str) -> float:
     found = 0
     for _ in range(draws):
         rows = bench.summarize(draw(rng, 6, {"lab proxy": ratio}), [CASE], ladder=True)
-        (proxy,) = [r for r in rows if r["target"] == bench.rung_target(ENGINE, "lab proxy")]
-        found += (proxy["goal"] or "").startswith(verdict)
+        (proxy,) = [r for r in rows if r.target == bench.rung_target(ENGINE, "lab proxy")]
+        found += (proxy.goal or "").startswith(verdict)
     return found / draws
 
 

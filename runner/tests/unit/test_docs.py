@@ -472,11 +472,14 @@ def test_a_kept_bench_run_s_summary_and_table_are_what_its_rounds_give():
     `lab bench --report` writes from its rounds (a hand-edited figure, or a summary left from older
     code, fails here)."""
     from ktor_lab.commands import bench
+    from ktor_lab.results import CONVERTER
 
     kept = sorted((REPO / "docs").rglob("bench.json"))
     assert kept
     for path in kept:
         run = json.loads(path.read_text())
-        results, text = bench.summary(run["settings"], run["rounds"])
-        assert json.loads(json.dumps(results)) == run["results"], path
+        results, text = bench.summary(
+            run["settings"], CONVERTER.structure(run["rounds"], list[bench.BenchWindow])
+        )
+        assert json.loads(json.dumps(CONVERTER.unstructure(results))) == run["results"], path
         assert path.with_name("bench.md").read_text() == text + "\n", path

@@ -30,11 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+
+import cattrs
 
 from .. import confidence, render, stack, versions
 from ..backends import NativeBackend, ProxyHandle
@@ -52,6 +53,7 @@ from ..machine import (
 from ..measure import machine_figures
 from ..network import Network
 from ..parts import jfr, wrk
+from ..results import CONVERTER
 from ..rundirs import run_dir
 from ..warmup import JitClock, Warmup, warm_up
 from . import options
@@ -80,8 +82,9 @@ def add_parser(sub) -> None:
         "--repeats",
         type=int,
         default=1,
-        help="rounds over every target, interleaved (A B A B); the table gives medians, and each case's "
-        "CPU and rate against its references as the medians of the rounds' ratios (default: %(default)s)",
+        help="rounds over every target, interleaved (A B A B); the table gives geometric means over them, "
+        "and each case's CPU and rate against its references as the geometric mean of the rounds' ratios "
+        "with its interval (default: %(default)s)",
     )
     add_what(p)
 
@@ -150,6 +153,39 @@ class Target:
     recording: jfr.Recording | None = None
 
 
+@dataclass
+class BenchWindow:
+    """One target's measured window in a round, as bench.json keeps it: wrk's figures (latency in
+    µs), and for a JVM its CPU, context switches and JIT over the window, and a profile with
+    --profile; what a busy machine took of it (others' CPU and the hypervisor's steal, as shares)."""
+
+    target: str = ""
+    round: int = 0
+    requests: int = 0
+    duration_us: int = 0
+    bytes: int = 0
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+    max_us: float = 0.0
+    connect_errors: int = 0
+    read_errors: int = 0
+    write_errors: int = 0
+    timeouts: int = 0
+    non_2xx_3xx: int = 0
+    rps: float = 0.0
+    errors: int = 0
+    pid: int | None = None
+    warmup_s: float = 0.0
+    warmup_settled: bool = False
+    settle_s: int = 0
+    others_share: float | None = None
+    steal_share: float | None = None
+    cpu_ms_per_request: float | None = None
+    switches_per_request: float | None = None
+    jit_cpu_s_in_window: float | None = None
+    profile: dict | None = None
+
+
 def warm(target: Target, args: argparse.Namespace) -> None:
     """The target's warm-up (warmup.py's rule); a JFR recording starts before it with --profile."""
     if target.pid and args.profile:
@@ -161,68 +197,62 @@ def warm(target: Target, args: argparse.Namespace) -> None:
     )
 
 
-def window(target: Target, args: argparse.Namespace, settle: int = 0) -> dict:
-    """One measured window of the warm target (after `settle` s of unmeasured load)."""
+def window(target: Target, args: argparse.Namespace, n: int, settle: int = 0) -> BenchWindow:
+    """Round `n`'s measured window of the warm target (after `settle` s of unmeasured load)."""
     if settle:
         wrk.run(target.url, args.connections, args.threads, settle)
-    jvm_pid = target.pid
-    jit = JitClock(jvm_pid) if jvm_pid else None
-    cpu_before = process_cpu_seconds(jvm_pid) if jvm_pid else 0.0
-    switches_before = process_context_switches(jvm_pid) if jvm_pid else 0
+    pid = target.pid
+    jit = JitClock(pid) if pid else None
+    cpu_before = process_cpu_seconds(pid) if pid else 0.0
+    switches_before = process_context_switches(pid) if pid else 0
     began = jfr.now()
     machine_before, wall = cpu_sample(), time.monotonic()
-    r = wrk.run(target.url, args.connections, args.threads, args.duration)
+    w = CONVERTER.structure(wrk.run(target.url, args.connections, args.threads, args.duration), BenchWindow)
     busy = machine_figures(machine_before, cpu_sample(), time.monotonic() - wall)
     recording, target.recording = target.recording, None  # the first window's profile
     if recording:
         recording.stop(began, jfr.now())
-    r.update(
-        target=target.name,
-        pid=jvm_pid,
-        warmup_s=target.warm.seconds,
-        warmup_settled=target.warm.settled,
-        settle_s=settle,
-        # Others' CPU in the window (not the lab's processes) and the hypervisor's steal, as shares of
-        # the machine: what a busy machine took from the figures.
-        others_share=busy.others_share,
-        steal_share=busy.steal_share,
-        cpu_ms_per_request=None,
-        switches_per_request=None,
-    )
-    if jvm_pid:
-        r["jit_cpu_s_in_window"] = round(jit.lap(), 2)
-        if r["requests"]:
-            r["cpu_ms_per_request"] = (process_cpu_seconds(jvm_pid) - cpu_before) * 1000 / r["requests"]
-            switches = process_context_switches(jvm_pid) - switches_before
-            r["switches_per_request"] = switches / r["requests"]
+    warmed = target.warm
+    w = replace(
+        w, target=target.name, round=n, pid=pid, warmup_s=warmed.seconds, warmup_settled=warmed.settled,
+        settle_s=settle, others_share=busy.others_share, steal_share=busy.steal_share,
+    )  # fmt: skip
+    if pid:
+        w.jit_cpu_s_in_window = round(jit.lap(), 2)
+        if w.requests:
+            w.cpu_ms_per_request = (process_cpu_seconds(pid) - cpu_before) * 1000 / w.requests
+            w.switches_per_request = (process_context_switches(pid) - switches_before) / w.requests
     if recording:
-        r["profile"] = recording.read().to_json()
-    note = "" if target.warm.settled else "  (not warm at the end of the warm-up)"
-    cpu = f"  CPU {r['cpu_ms_per_request']:.3f} ms/req" if r["cpu_ms_per_request"] is not None else ""
-    if r["switches_per_request"] is not None:
-        cpu += f"  {r['switches_per_request']:.1f} switches/req"
+        w.profile = recording.read().to_json()
+    print_window(w)
+    return w
+
+
+def print_window(w: BenchWindow) -> None:
+    note = "" if w.warmup_settled else "  (not warm at the end of the warm-up)"
+    cpu = f"  CPU {w.cpu_ms_per_request:.3f} ms/req" if w.cpu_ms_per_request is not None else ""
+    if w.switches_per_request is not None:
+        cpu += f"  {w.switches_per_request:.1f} switches/req"
     print(
-        f"  {target.name:<22} {r['rps']:>9.0f} rps  p50 {r['p50_us'] / 1000:7.2f} ms  "
-        f"p99 {r['p99_us'] / 1000:7.2f} ms  errors {r['errors']}{cpu}  "
-        f"warm-up {target.warm.seconds:.0f} s{note}",
+        f"  {w.target:<22} {w.rps:>9.0f} rps  p50 {w.p50_us / 1000:7.2f} ms  "
+        f"p99 {w.p99_us / 1000:7.2f} ms  errors {w.errors}{cpu}  warm-up {w.warmup_s:.0f} s{note}",
         flush=True,
     )
-    return r
 
 
 def _file_name(target: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in target).strip("-")
 
 
-def profiles(rounds: list[dict]) -> str:
+def profiles(rounds: list[BenchWindow]) -> str:
     """Per profiled target, where its CPU went in the window: by owner of the code, and top frames."""
     lines = []
     for r in rounds:
-        if not (p := r.get("profile")):
+        if not (p := r.profile):
             continue
         owners = ", ".join(f"{k} {v:.0%}" for k, v in p["owners"].items())
         lines += [
-            f"### {r['target']} (round {r['round']}, {p['samples']} samples)",
+            f"### {r.target} (round {r.round}, {p['samples']} samples)",
             "",
             f"By whose code: {owners}.",
             "",
@@ -288,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     print("lab bench: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     print(f"lab bench: {plan_text(plan, args)}", flush=True)
-    rounds: list[dict] = []
+    rounds: list[BenchWindow] = []
     options.handle_signals()
     lab = NativeBackend(ports=ports)
     try:
@@ -335,25 +365,28 @@ def settings_of(args: argparse.Namespace) -> dict:
     }
 
 
-def write(d: Path, settings: dict, rounds: list[dict]) -> None:
+def write(d: Path, settings: dict, rounds: list[BenchWindow]) -> None:
     """bench.json (every setting and round, and their summary) and bench.md (the table) in `d`."""
     results, text = summary(settings, rounds)
     print("\n" + text)
-    (d / "bench.json").write_text(
-        json.dumps({"settings": settings, "results": results, "rounds": rounds}, indent=2)
-    )
+    kept = {
+        "settings": settings,
+        "results": CONVERTER.unstructure(results),
+        "rounds": CONVERTER.unstructure(rounds),
+    }
+    (d / "bench.json").write_text(json.dumps(kept, indent=2))
     (d / "bench.md").write_text(text + "\n")
     print(f"\nlab bench: written {d / 'bench.json'} and bench.md")
 
 
-def summary(settings: dict, rounds: list[dict]) -> tuple[list[dict], str]:
+def summary(settings: dict, rounds: list[BenchWindow]) -> tuple[list[BenchRow], str]:
     """A run's rows (`summarize`) and the text of its bench.md."""
     cases = [Case.parse(name) for name in settings["cases"]]
     results = summarize(rounds, cases, settings["ladder"])
     text = (
         explanation(settings) + busy_machine(rounds) + "\n\n" + table(results, settings["ladder"]).markdown()
     )
-    if any(r.get("profile") for r in rounds):
+    if any(r.profile for r in rounds):
         text += "\n\n## Profiles of the measured windows (JFR)\n\n" + profiles(rounds)
     return results, text
 
@@ -369,18 +402,19 @@ def explanation(settings: dict) -> str:
         else ""
     )
     return (
-        f"Ratios are taken within each round and summed up by their geometric mean, with its 95% interval "
-        f"over the {rounds} round(s){below}. The rounds measure the same JVMs again (each warmed once), so "
+        f"A target's figures are their geometric means over the {rounds} round(s). Ratios are taken within "
+        f"each round and summed up by their geometric mean, with its 95% interval "
+        f"over the rounds{below}. The rounds measure the same JVMs again (each warmed once), so "
         f"an interval is of these JVMs; another run's may differ by more. Goal: the lab's proxy within "
         f"{GOAL}x of plain-limits in CPU per request."
     )
 
 
-def busy_machine(rounds: list[dict]) -> str:
+def busy_machine(rounds: list[BenchWindow]) -> str:
     """What else ran on the machine in the windows: the most that processes other than the lab's
     and the hypervisor's steal took of it in a window (runs before this was recorded: nothing)."""
-    others = [r["others_share"] for r in rounds if r.get("others_share") is not None]
-    steal = [r["steal_share"] for r in rounds if r.get("steal_share") is not None]
+    others = [r.others_share for r in rounds if r.others_share is not None]
+    steal = [r.steal_share for r in rounds if r.steal_share is not None]
     if not others:
         return ""
     return (
@@ -395,9 +429,9 @@ def report(folder: str, dry: bool = False) -> int:
     d = Path(folder)
     try:
         kept = json.loads((d / "bench.json").read_text())
-        settings, rounds = kept["settings"], kept["rounds"]
+        settings, rounds = kept["settings"], CONVERTER.structure(kept["rounds"], list[BenchWindow])
         settings["ladder"], settings["cases"]  # what summary() reads besides the rounds
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError, cattrs.BaseValidationError) as e:
         raise LabError(f"--report {folder}: give a folder with a lab bench run's bench.json ({e})") from None
     if dry:
         summary(settings, rounds)
@@ -479,7 +513,7 @@ def start(lab: NativeBackend, spec: Spec) -> Target:
     return Target(name, proxy.url, proxy.pid, proxy)
 
 
-def measure_nginx(lab: NativeBackend, args: argparse.Namespace) -> list[dict]:
+def measure_nginx(lab: NativeBackend, args: argparse.Namespace) -> list[BenchWindow]:
     """nginx direct and nginx proxy_pass, each warmed, then a window of each per round."""
     reference, url = lab.proxy_pass()
     targets = [
@@ -488,12 +522,12 @@ def measure_nginx(lab: NativeBackend, args: argparse.Namespace) -> list[dict]:
     ]
     for t in targets:
         warm(t, args)
-    out = [dict(window(t, args), round=n) for n in range(1, args.repeats + 1) for t in targets]
+    out = [window(t, args, n) for n in range(1, args.repeats + 1) for t in targets]
     lab.stop_reference(reference)
     return out
 
 
-def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespace) -> list[dict]:
+def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespace) -> list[BenchWindow]:
     """One engine's JVMs: each warmed once and measured once per round, in turn (A B C A B C); with
     --fresh, a fresh JVM warmed for every window."""
     out = []
@@ -504,7 +538,7 @@ def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespac
                 t.url += args.path
                 try:
                     warm(t, args)
-                    out.append(dict(window(t, args), round=n))
+                    out.append(window(t, args, n))
                 finally:
                     lab.stop_case(t.proxy)
                 time.sleep(1)
@@ -520,7 +554,7 @@ def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespac
         for n in range(1, args.repeats + 1):
             if args.repeats > 1:
                 print(f"round {n} of {args.repeats}", flush=True)
-            out.extend(dict(window(t, args, settle=args.settle), round=n) for t in up)
+            out.extend(window(t, args, n, settle=args.settle) for t in up)
     finally:
         for t in up:
             lab.stop_case(t.proxy)
@@ -574,145 +608,173 @@ def rung_target(engine: str, rung: str) -> str:
     return f"{rung} {engine}"
 
 
-def summarize(rounds: list[dict], cases: list[Case], ladder: bool = False) -> list[dict]:
-    """One row per target in the order measured: medians over the rounds of its own figures, and
-    each case's (or rung's) CPU per request and rate against its engine's references as the
-    geometric mean of the ratios taken within a round (the two ran minutes apart, not a whole round
-    apart), with the 95% interval of that ratio over the rounds (`within_rounds`). The lab's proxy
-    gets a verdict against GOAL; with `ladder`, each rung its difference from the rung below it,
-    the p values of an engine's ladder adjusted together."""
-    targets = list(dict.fromkeys(r["target"] for r in rounds))
-    rows = []
-    for target in targets:
-        runs = [r for r in rounds if r["target"] == target]
-        row = {
-            "target": target,
-            "rounds": len(runs),
-            **{k: median([r[k] for r in runs]) for k in ("rps", "p50_us", "p99_us")},
-            "requests": sum(r["requests"] for r in runs),
-            "errors": sum(r["errors"] for r in runs),
-            "warmup_s": max(r["warmup_s"] for r in runs),
-            "warmup_settled": all(r["warmup_settled"] for r in runs),
-            "cpu_ms_per_request": median([r["cpu_ms_per_request"] for r in runs]),
-            "switches_per_request": median([r.get("switches_per_request") for r in runs]),
-        }
-        rows.append(row)
-    reference_rps = next(r for r in rows if r["target"] == "nginx proxy_pass")["rps"]
-    by_round = {(r["round"], r["target"]): r for r in rounds}
-    numbers = sorted({r["round"] for r in rounds})
-    engines = {case.name: case.engine for case in cases}
+@dataclass
+class Ratio:
+    """B over A, taken within each round: the ratios, their geometric mean and its 95% interval over
+    the rounds (confidence.paired: a t test of their logarithms against 0); where a family of them
+    was adjusted together (confidence.adjust), its p, size and words."""
 
-    def ratios(target: str, base: str, figure: str) -> list[float]:
-        out = []
-        for n in numbers:
-            mine, ref = by_round.get((n, target)), by_round.get((n, base))
-            if mine and ref and mine.get(figure) and ref.get(figure):
-                out.append(mine[figure] / ref[figure])
+    rounds: list[float] = field(default_factory=list)
+    centre: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p: float | None = None
+    family: int = 1
+    words: str = ""
+
+    @classmethod
+    def of(cls, values: list[float], c: confidence.Comparison | None = None) -> Ratio:
+        """The ratios `values` as one difference, tested alone unless `c` is their family's test."""
+        tested = c or confidence.paired(values)
+        out = cls([round(x, 3) for x in values], confidence.geometric_mean(values))
+        if tested is not None:
+            out.low, out.high, out.p = 1 + tested.low, 1 + tested.high, tested.p
+        if c is not None:
+            out.family, out.words = c.family, c.words()
         return out
 
+    def span(self) -> str | None:
+        """`1.08-1.22`: the interval as a table cell."""
+        return None if self.low is None or self.high is None else f"{self.low:.2f}-{self.high:.2f}"
+
+
+@dataclass
+class BenchRow:
+    """A target over the rounds: its figures' geometric means (confidence.Estimate's centre, the
+    verdict's), and a JVM's against its engine's references (`cpu_to`, `rps_to`, by reference), the
+    lab's proxy's against GOAL, and with --ladder a rung's against the rung below it."""
+
+    target: str
+    rounds: int
+    rps: float | None = None
+    p50_us: float | None = None
+    p99_us: float | None = None
+    requests: int = 0
+    errors: int = 0
+    warmup_s: float = 0.0
+    warmup_settled: bool = True
+    cpu_ms_per_request: float | None = None
+    switches_per_request: float | None = None
+    ratio_to_proxy_pass: float | None = None
+    cpu_to: dict[str, Ratio] = field(default_factory=dict)
+    rps_to: dict[str, float | None] = field(default_factory=dict)
+    switches_to_plain_limits: Ratio | None = None
+    goal: str | None = None
+    below: str | None = None
+    cpu_to_below: Ratio | None = None
+    switches_to_below: Ratio | None = None
+
+
+def centre(values: list[float | None]) -> float | None:
+    """The verdict's centre of a target's rounds (confidence.Estimate: their geometric mean)."""
+    return confidence.Estimate.of(values).mean
+
+
+# A figure of a round against the same figure of another target in that round.
+Ratios = dict[tuple[int, str], BenchWindow]
+
+
+def ratios(by_round: Ratios, target: str, base: str, figure: str) -> list[float]:
+    """`target`'s `figure` over `base`'s, round by round (the two ran minutes apart, not a round apart)."""
+    out = []
+    for (n, name), mine in by_round.items():
+        ref = by_round.get((n, base))
+        if name == target and ref and getattr(mine, figure) and getattr(ref, figure):
+            out.append(getattr(mine, figure) / getattr(ref, figure))
+    return out
+
+
+def summarize(rounds: list[BenchWindow], cases: list[Case], ladder: bool = False) -> list[BenchRow]:
+    """One row per target in the order measured: its figures over the rounds, and each case's (or
+    rung's) CPU per request and rate against its engine's references, as the geometric mean of the
+    ratios taken within a round with the 95% interval of it over the rounds. The lab's proxy gets a
+    verdict against GOAL; with `ladder`, each rung its difference from the rung below it, the p
+    values of an engine's ladder adjusted together."""
+    rows = []
+    for target in dict.fromkeys(r.target for r in rounds):
+        runs = [r for r in rounds if r.target == target]
+        rows.append(
+            BenchRow(
+                target, len(runs), centre([r.rps for r in runs]), centre([r.p50_us for r in runs]),
+                centre([r.p99_us for r in runs]), sum(r.requests for r in runs), sum(r.errors for r in runs),
+                max(r.warmup_s for r in runs), all(r.warmup_settled for r in runs),
+                centre([r.cpu_ms_per_request for r in runs]), centre([r.switches_per_request for r in runs]),
+            )
+        )  # fmt: skip
+    reference_rps = next(r for r in rows if r.target == "nginx proxy_pass").rps
+    by_round = {(r.round, r.target): r for r in rounds}
+    engines = {case.name: case.engine for case in cases}
     for row in rows:
-        row["ratio_to_proxy_pass"] = row["rps"] / reference_rps
-        engine = engines.get(row["target"]) or _engine_of_rung(row["target"])
+        row.ratio_to_proxy_pass = row.rps / reference_rps
+        engine = engines.get(row.target) or _engine_of_rung(row.target)
         if engine:
-            _against_references(row, engine, ratios)
-        lab_proxy = row["target"] in engines or (engine and row["target"] == rung_target(engine, "lab proxy"))
-        row["goal"] = goal_verdict(row) if lab_proxy else None
+            _against_references(row, engine, by_round)
+        if row.target in engines or (engine and row.target == rung_target(engine, "lab proxy")):
+            row.goal = goal_verdict(row)
     if ladder:
-        _against_the_rung_below(rows, ratios)
+        _against_the_rung_below(rows, by_round)
     return rows
 
 
-def _put_ratio(row: dict, key: str, values: list[float]) -> None:
-    """`key` (a ratio's name in a row): the geometric mean of `values`, and its 95% interval."""
-    row[key] = geometric_mean(values)
-    _put_interval(row, key, within_rounds(values))
-
-
-def _put_interval(row: dict, key: str, c: confidence.Comparison | None) -> None:
-    """`key`'s interval as ratios (`key_low`, `key_high`): None without one."""
-    row[f"{key}_low"] = None if c is None or c.low is None else 1 + c.low
-    row[f"{key}_high"] = None if c is None or c.high is None else 1 + c.high
-
-
-def _against_references(row: dict, engine: str, ratios) -> None:
+def _against_references(row: BenchRow, engine: str, by_round: Ratios) -> None:
     """A row's CPU per request and rate against each reference of its engine (BASES), and its
     switches per request against plain-limits', each ratio taken within a round."""
     for base in BASES:
-        key = base.replace("-", "_").replace(" ", "_")
         reference = rung_target(engine, base)
-        mine = row["target"] != reference
-        cpu = ratios(row["target"], reference, "cpu_ms_per_request") if mine else []
-        row[f"cpu_to_{key}_rounds"] = [round(x, 3) for x in cpu]
-        _put_ratio(row, f"cpu_to_{key}", cpu)
-        row[f"rps_to_{key}"] = geometric_mean(ratios(row["target"], reference, "rps") if mine else [])
+        mine = row.target != reference
+        cpu = ratios(by_round, row.target, reference, "cpu_ms_per_request") if mine else []
+        row.cpu_to[base] = Ratio.of(cpu)
+        row.rps_to[base] = confidence.geometric_mean(
+            ratios(by_round, row.target, reference, "rps") if mine else []
+        )
         if base == "plain-limits":
-            _put_ratio(
-                row,
-                "switches_to_plain_limits",
-                ratios(row["target"], reference, "switches_per_request") if cpu else [],
-            )
+            switches = ratios(by_round, row.target, reference, "switches_per_request") if cpu else []
+            row.switches_to_plain_limits = Ratio.of(switches)
 
 
 # The lab's proxy against `plain-limits`, in CPU per request: the goal its overhead is held to.
 GOAL = 1.15
 
 
-def goal_verdict(row: dict) -> str | None:
+def goal_verdict(row: BenchRow) -> str | None:
     """`within 1.15x`, `above 1.15x`, or `at 1.15x` (its interval holds it): the lab's proxy's CPU per
     request against plain-limits' by the 95% interval of its ratio; None without an interval."""
-    low, high = row.get("cpu_to_plain_limits_low"), row.get("cpu_to_plain_limits_high")
-    if low is None or high is None:
+    ratio = row.cpu_to.get("plain-limits")
+    if ratio is None or ratio.low is None or ratio.high is None:
         return None
-    if high <= GOAL:
+    if ratio.high <= GOAL:
         return f"within {GOAL}x"
-    return f"above {GOAL}x" if low > GOAL else f"at {GOAL}x (its interval holds it)"
+    return f"above {GOAL}x" if ratio.low > GOAL else f"at {GOAL}x (its interval holds it)"
 
 
-def within_rounds(ratios: list[float]) -> confidence.Comparison | None:
-    """Ratios taken within each round as one difference: their geometric mean, the 95% interval of
-    it and a t test against no difference, on their logarithms (scipy's t). The rounds measure the
-    same JVMs again, so the interval is of these JVMs, not of every JVM of the engine. None with
-    fewer than two rounds."""
-    return confidence.paired(ratios)
-
-
-def _against_the_rung_below(rows: list[dict], ratios) -> None:
+def _against_the_rung_below(rows: list[BenchRow], by_round: Ratios) -> None:
     """Each rung against the one it builds on, measured before it on its engine, within each round,
     in CPU per request and in switches per request; a side rung (SIDE_RUNGS) is set against the one
     below it, and the next rung against the one below the side rung. An engine's comparisons of a
     figure are one family (confidence.adjust: Benjamini-Hochberg, intervals to match)."""
-    by_engine: dict[str, list[dict]] = {}
+    by_engine: dict[str, list[BenchRow]] = {}
     for row in rows:
-        if engine := _engine_of_rung(row["target"]):
+        if engine := _engine_of_rung(row.target):
             by_engine.setdefault(engine, []).append(row)
     for ladder in by_engine.values():
-        pairs = []
+        pairs: dict[str, list[tuple[BenchRow, list[float]]]] = {"cpu": [], "switches": []}
         base = None
         for row in ladder:
-            side = row["target"].removesuffix(" " + _engine_of_rung(row["target"])) in SIDE_RUNGS
             if base is not None:
-                row["below"] = base["target"]
+                row.below = base.target
                 for figure, key in (("cpu_ms_per_request", "cpu"), ("switches_per_request", "switches")):
-                    values = ratios(row["target"], base["target"], figure)
-                    row[f"{key}_to_below_rounds"] = [round(x, 3) for x in values]
-                    row[f"{key}_to_below"] = geometric_mean(values)
-                    if (c := within_rounds(values)) is not None:
-                        pairs.append((row, key, c))
-            if not side:
+                    pairs[key].append((row, ratios(by_round, row.target, base.target, figure)))
+            if row.target.removesuffix(" " + _engine_of_rung(row.target)) not in SIDE_RUNGS:
                 base = row
-        for key in ("cpu", "switches"):
-            mine = [(row, c) for row, k, c in pairs if k == key]
-            for (row, _), c in zip(mine, confidence.adjust([c for _, c in mine]), strict=True):
-                _put_interval(row, f"{key}_to_below", c)
-                row[f"{key}_to_below_p"] = c.p
-                row[f"{key}_to_below_family"] = c.family
-                row[f"{key}_to_below_words"] = c.words()
-
-
-def geometric_mean(values: list[float]) -> float | None:
-    """The centre of ratios (None when there is none)."""
-    known = [v for v in values if v is not None and v > 0]
-    return statistics.geometric_mean(known) if known else None
+        for key, mine in pairs.items():
+            tested = [
+                (row, values, c) for row, values in mine if (c := confidence.paired(values)) is not None
+            ]
+            adjusted = dict(
+                zip((id(r) for r, _, _ in tested), confidence.adjust([c for *_, c in tested]), strict=True)
+            )
+            for row, values in mine:
+                setattr(row, f"{key}_to_below", Ratio.of(values, adjusted.get(id(row))))
 
 
 def _engine_of_rung(target: str) -> str | None:
@@ -722,65 +784,51 @@ def _engine_of_rung(target: str) -> str | None:
     return word if target.removesuffix(" " + word) in known else None
 
 
-def median(values: list) -> float | None:
-    """The median of the known values (a nginx target has no CPU figure); None when none is known."""
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
+def _centre(ratio: Ratio | None) -> float | None:
+    return ratio.centre if ratio else None
 
 
-def interval(row: dict, key: str) -> str | None:
-    """`1.08-1.22`: the 95% interval of a ratio, as a table cell."""
-    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
-    return None if low is None or high is None else f"{low:.2f}-{high:.2f}"
+def _per_round(r: BenchRow) -> str:
+    """`1.15 1.14 1.17`: the CPU ratios to plain-limits, round by round (more than one round)."""
+    limits = r.cpu_to.get("plain-limits")
+    return " ".join(f"{x:.2f}" for x in limits.rounds) if limits and r.rounds > 1 else ""
 
 
-def table(results: list[dict], ladder: bool = False) -> render.Table:
-    columns = [
-        (render.Column("target", lambda r: r["target"]), False),
-        (render.Column("rps", lambda r: r["rps"]), True),
-        (render.Column("p50 ms", lambda r: r["p50_us"] / 1000, 2), True),
-        (render.Column("p99 ms", lambda r: r["p99_us"] / 1000, 2), True),
-        (render.Column("errors", lambda r: r["errors"]), True),
-        (render.Column("x proxy_pass", lambda r: r["ratio_to_proxy_pass"], 3), True),
-        (render.Column("CPU ms / req", lambda r: r["cpu_ms_per_request"], 3), True),
-        (render.Column("CPU x plain-limits", lambda r: r.get("cpu_to_plain_limits"), 2), True),
-        (render.Column("95%", lambda r: interval(r, "cpu_to_plain_limits")), False),
-        (
-            render.Column(
-                "x plain-limits per round",
-                lambda r: (
-                    " ".join(f"{x:.2f}" for x in r.get("cpu_to_plain_limits_rounds", []))
-                    if r["rounds"] > 1
-                    else ""
-                ),
-            ),
-            False,
-        ),
-        (render.Column(f"goal: {GOAL}x", lambda r: r.get("goal")), False),
-        (render.Column("switches x plain-limits", lambda r: r.get("switches_to_plain_limits"), 2), True),
-        (render.Column("95% ", lambda r: interval(r, "switches_to_plain_limits")), False),
-        (render.Column("rps x plain-limits", lambda r: r.get("rps_to_plain_limits"), 2), True),
-    ]
-    if ladder:
-        columns += [
-            (render.Column("rung below", lambda r: r.get("below")), False),
-            (render.Column("CPU against the rung below", lambda r: r.get("cpu_to_below_words")), False),
-            (render.Column("switches against it", lambda r: r.get("switches_to_below_words")), False),
-        ]
-    else:
-        columns += [
-            (render.Column("CPU x plain", lambda r: r.get("cpu_to_plain"), 2), True),
-            (render.Column("rps x plain", lambda r: r.get("rps_to_plain"), 2), True),
-            (render.Column("CPU x streamed", lambda r: r.get("cpu_to_plain_limits_streamed"), 2), True),
-        ]
-    columns += [
-        (render.Column("switches / req", lambda r: r["switches_per_request"], 1), True),
-        (
-            render.Column(
-                "warm-up s",
-                lambda r: f"{r['warmup_s']:.0f}" + ("" if r["warmup_settled"] else " (unsettled)"),
-            ),
-            True,
-        ),
-    ]
-    return render.Table([c for c, _ in columns], results, numeric=[n for _, n in columns])
+# The table's columns: heading, cell, digits (None: text); then the ladder's or the references'.
+COLUMNS = [
+    ("target", lambda r: r.target, None),
+    ("rps", lambda r: r.rps, 0),
+    ("p50 ms", lambda r: r.p50_us / 1000, 2),
+    ("p99 ms", lambda r: r.p99_us / 1000, 2),
+    ("errors", lambda r: r.errors, 0),
+    ("x proxy_pass", lambda r: r.ratio_to_proxy_pass, 3),
+    ("CPU ms / req", lambda r: r.cpu_ms_per_request, 3),
+    ("CPU x plain-limits", lambda r: _centre(r.cpu_to.get("plain-limits")), 2),
+    ("95%", lambda r: r.cpu_to["plain-limits"].span() if "plain-limits" in r.cpu_to else None, None),
+    ("x plain-limits per round", _per_round, None),
+    (f"goal: {GOAL}x", lambda r: r.goal, None),
+    ("switches x plain-limits", lambda r: _centre(r.switches_to_plain_limits), 2),
+    ("95% ", lambda r: r.switches_to_plain_limits and r.switches_to_plain_limits.span(), None),
+    ("rps x plain-limits", lambda r: r.rps_to.get("plain-limits"), 2),
+]
+LADDER_COLUMNS = [
+    ("rung below", lambda r: r.below, None),
+    ("CPU against the rung below", lambda r: r.cpu_to_below.words if r.cpu_to_below else None, None),
+    ("switches against it", lambda r: r.switches_to_below.words if r.switches_to_below else None, None),
+]
+REFERENCE_COLUMNS = [
+    ("CPU x plain", lambda r: _centre(r.cpu_to.get("plain")), 2),
+    ("rps x plain", lambda r: r.rps_to.get("plain"), 2),
+    ("CPU x streamed", lambda r: _centre(r.cpu_to.get("plain-limits streamed")), 2),
+]
+LAST_COLUMNS = [
+    ("switches / req", lambda r: r.switches_per_request, 1),
+    ("warm-up s", lambda r: f"{r.warmup_s:.0f}" + ("" if r.warmup_settled else " (unsettled)"), ""),
+]
+
+
+def table(results: list[BenchRow], ladder: bool = False) -> render.Table:
+    """bench.md's table: a row per target (digits "" is a number written as text: right-aligned)."""
+    columns = [*COLUMNS, *(LADDER_COLUMNS if ladder else REFERENCE_COLUMNS), *LAST_COLUMNS]
+    made = [render.Column(h, get, digits) if digits else render.Column(h, get) for h, get, digits in columns]
+    return render.Table(made, results, numeric=[digits is not None for _, _, digits in columns])
