@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from . import confidence, verdict
@@ -32,7 +33,6 @@ from .rules import (
     CHANGE_FIGURES,
     CHANGE_FIGURES_BY_DIMENSION,
     ENGINE_FLAGS,
-    FIGURES,
     LEFT_OUT,
     NOT_ITS_COST,
     VERDICT_FIGURES,
@@ -55,7 +55,7 @@ class Row:
 
     name: str
     runs: list[Run]
-    figures: dict[str, Estimate] = field(default_factory=dict)
+    figures: Mapping[str, Estimate] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
     capacity: bool = True
     reasons: list[str] = field(default_factory=list)
@@ -171,32 +171,73 @@ def groups(results: Results) -> list[Group]:
 
     out = []
     for (scenario, _), (load_level, rows) in by_cell.items():
-        made = []
+        made: list[Row] = []
+        figures = GroupFigures(made)
         for name in sorted(rows, key=place):  # stable: releases and JDKs in the order they ran
             runs, left = kept_windows(rows[name])
             made.append(
                 Row(
                     name,
                     runs,
-                    {f.key: Estimate.of([f.get(r) for r in runs], [r.fork for r in runs]) for f in FIGURES},
+                    figures.of(len(made)),
                     sorted({f for r in runs for f in r.verdict.flags}),
                     all(r.verdict.capacity for r in runs),
                     reasons(runs) + left_out(left, len(runs)) + spares(runs + left),
                     left,
                 )
             )
-        for f in FIGURES:
-            pool = confidence.pool_of([r.figures[f.key] for r in made if r.comparable(f)])
-            for r in made:
-                if pool is not None and r.comparable(f):
-                    r.figures[f.key] = r.figures[f.key].with_pool(pool)
-                elif not r.comparable(f) and r.figures[f.key].pool is not None:
-                    # A flagged row is in no test: its centre alone (two JVMs, one of them
-                    # collapsed, give an interval that says nothing).
-                    r.figures[f.key] = r.figures[f.key].with_pool(None)
         name_briefly(made)
         out.append(Group(scenario, load_level, made))
     return out
+
+
+class GroupFigures:
+    """The figures of a group's rows, each made when it is first read, for every row at once: an
+    Estimate over a row's kept windows and their JVMs, its spread pooled over the rows that can be
+    compared on it (confidence.Pool); a row that cannot is given its centre alone (two JVMs, one
+    of them collapsed, give an interval that says nothing)."""
+
+    def __init__(self, rows: list[Row]):
+        self.rows = rows
+        self.made: dict[str, list[Estimate]] = {}
+
+    def of(self, index: int) -> RowFigures:
+        return RowFigures(self, index)
+
+    def estimates(self, key: str) -> list[Estimate]:
+        if key not in self.made:
+            f = BY_KEY[key]
+            own = [Estimate.of([f.get(r) for r in row.runs], [r.fork for r in row.runs]) for row in self.rows]
+            ok = [
+                e.mean is not None and not set(row.flags) & set(f.not_comparable)
+                for row, e in zip(self.rows, own, strict=True)
+            ]
+            pool = confidence.pool_of([e for e, good in zip(own, ok, strict=True) if good])
+            self.made[key] = [
+                e.with_pool(pool)
+                if good and pool is not None
+                else e
+                if good or e.pool is None
+                else e.with_pool(None)
+                for e, good in zip(own, ok, strict=True)
+            ]
+        return self.made[key]
+
+
+class RowFigures(Mapping[str, Estimate]):
+    """One row's figures by key (rules.BY_KEY), made by its group when first read."""
+
+    def __init__(self, group: GroupFigures, index: int):
+        self.group, self.index = group, index
+
+    def __getitem__(self, key: str) -> Estimate:
+        return self.group.estimates(key)[self.index]
+
+    def __iter__(self):
+        return iter(BY_KEY)
+
+    def __len__(self) -> int:
+        return len(BY_KEY)
 
 
 def name_briefly(rows: list[Row]) -> None:

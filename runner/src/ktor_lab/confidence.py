@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from scipy import stats
+from scipy import special, stats
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -315,7 +315,9 @@ def t_tested(
     if se == 0:
         p = 1.0 if d == 0 else 0.0
         return Comparison(a, b, p, difference, difference, difference, d=d, se=0.0, df=df, log=log)
-    p = float(2 * stats.t.sf(abs(d) / se, df))
+    p = float(
+        2 * special.stdtr(df, -abs(d) / se)
+    )  # Student's t tail: stats.t.sf's own, at a fraction of its cost
     return Comparison(a, b, p, difference, d=d, se=se, df=df, log=log).interval_at(CONFIDENCE)
 
 
@@ -334,7 +336,8 @@ def paired(ratios: Sequence[float]) -> Comparison | None:
     if len(logs) < 2:
         return None
     d, n = _mean(logs), len(logs)
-    return t_tested(Estimate(0), Estimate(0), d, math.expm1(d), statistics.stdev(logs) / math.sqrt(n), n - 1)
+    sd = math.sqrt(math.fsum((x - d) ** 2 for x in logs) / (n - 1))
+    return t_tested(Estimate(0), Estimate(0), d, math.expm1(d), sd / math.sqrt(n), n - 1)
 
 
 def adjust(comparisons: Sequence[Comparison]) -> list[Comparison]:

@@ -670,16 +670,17 @@ def centre(values: list[float | None]) -> float | None:
     return confidence.Estimate.of(values).mean
 
 
-# A figure of a round against the same figure of another target in that round.
-Ratios = dict[tuple[int, str], BenchWindow]
+# Each target's windows by round.
+Ratios = dict[str, dict[int, BenchWindow]]
 
 
 def ratios(by_round: Ratios, target: str, base: str, figure: str) -> list[float]:
     """`target`'s `figure` over `base`'s, round by round (the two ran minutes apart, not a round apart)."""
+    refs = by_round.get(base, {})
     out = []
-    for (n, name), mine in by_round.items():
-        ref = by_round.get((n, base))
-        if name == target and ref and getattr(mine, figure) and getattr(ref, figure):
+    for n, mine in by_round.get(target, {}).items():
+        ref = refs.get(n)
+        if ref and getattr(mine, figure) and getattr(ref, figure):
             out.append(getattr(mine, figure) / getattr(ref, figure))
     return out
 
@@ -702,7 +703,9 @@ def summarize(rounds: list[BenchWindow], cases: list[Case], ladder: bool = False
             )
         )  # fmt: skip
     reference_rps = next(r for r in rows if r.target == "nginx proxy_pass").rps
-    by_round = {(r.round, r.target): r for r in rounds}
+    by_round: Ratios = {}
+    for r in rounds:
+        by_round.setdefault(r.target, {})[r.round] = r
     engines = {case.name: case.engine for case in cases}
     for row in rows:
         row.ratio_to_proxy_pass = row.rps / reference_rps
