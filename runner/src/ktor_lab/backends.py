@@ -5,16 +5,19 @@ A backend checks a plan before anything starts (`check`: a LabError of one line 
 cannot do), starts the shared parts once (`open`), a fresh proxy per case (`start_case`), and
 tells the measurement where Locust's web API, the proxy's /metrics and Prometheus answer. Each
 owns its rules: how a case's dimensions are applied (a jar and a java natively, an image's build
-argument in compose) and what it refuses. `BACKENDS` names them for `lab run --backend`.
+argument in compose). `Backend` holds what they answer alike; what a backend can do beyond one
+proxy's windows is a capability it declares (`can`, of `CAPABILITIES`), and `Backend.need` is the
+one place that refuses the rest. `BACKENDS` names them for `lab run --backend`.
 """
 
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from . import metrics, versions
 from .cases import Case
@@ -26,7 +29,22 @@ from .parts.loadgen import LocustWeb
 from .plan import Plan
 from .processes import free_port, local_url, wait_until
 from .results import NetworkRecord
-from .stack import Ports, Stack, grafana_binary, missing, require
+from .stack import Ports, Proxy, Stack, grafana_binary, missing, require
+
+# What a backend may do beyond lab run's windows on one proxy, each with what a backend that does
+# not declare it (`Backend.can`) answers when asked (`Backend.need`: "the compose backend <this>").
+CAPABILITIES = {
+    # start_case(keep=True): a proxy kept up between its windows, warmed once (`keeps_proxies`)
+    "kept proxies": "runs a fresh proxy per window: proxies kept up between windows run natively",
+    # start_case(keep=True) with another up: several at once, their windows interleaved
+    "several proxies": "runs one proxy at a time: several side by side run natively",
+    "another upstream": "forwards its proxy to its own nginx: run this natively",  # start_case(upstream_url)
+    "network": "puts no network between its proxy and nginx: run this natively or with --backend compose",
+    "nginx alone": "runs lab run's matrices only: the studies run natively",  # open_upstream
+    "faults": "has no fault server: lab study faults runs natively",  # fault_server
+    "logs": "keeps its parts' logs in its containers (docker logs)",  # run_dir
+    "connections": "cannot read nginx's connection log: it stays on nginx's node",  # else None
+}
 
 
 @dataclass
@@ -41,33 +59,57 @@ class ProxyHandle:
     handle: object = None  # the backend's own (natively the Stack's Proxy)
 
 
-class Backend(Protocol):
+class Backend(ABC):
+    """What every backend answers alike; the defaults are the container backends' (one proxy,
+    nginx at `nginx:80` on their network), which the native backend overrides."""
+
     kind: ClassVar[str]
+    can: ClassVar[frozenset[str]]  # of CAPABILITIES
     # How often Prometheus scrapes: the measurement waits for the window's last scrape.
     scrape_seconds: int
-    # Whether several proxies can be up at once, each warmed once and measured in windows
-    # interleaved with the others' (natively); otherwise a fresh proxy per window (compose).
-    keeps_proxies: ClassVar[bool]
+    workers = 0  # Locust's, the plan's (open)
+    auth: tuple[str, str] | None = None  # the login Locust and Prometheus ask for (Swarm's)
+    proxy: ProxyHandle | None = None  # the last start_case started, until stop_case
+
+    def need(self, *capabilities: str) -> None:
+        """LabError (one line) naming this backend and what to use instead, for the first of
+        `capabilities` it does not declare."""
+        for c in capabilities:
+            if c not in self.can:
+                raise LabError(f"the {self.kind} backend {CAPABILITIES[c]}")
 
     @property
-    def locust_url(self) -> str: ...  # Locust's web API, from this process
+    def keeps_proxies(self) -> bool:
+        """Whether a proxy stays up between its windows, warmed once and measured in windows
+        interleaved with the others' (natively; Swarm's one); otherwise a fresh one per window."""
+        return "kept proxies" in self.can
+
+    @abstractmethod
+    def url(self, part: str) -> str:
+        """Where `part` (locust, prometheus, nginx...) answers from this process."""
+
+    @property
+    def locust_url(self) -> str:
+        return self.url("locust")  # Locust's web API
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.url("prometheus")
 
     def locust_host(self, proxy: ProxyHandle) -> str:
-        """`proxy` as Locust reaches it."""
-
-    @property
-    def prometheus_url(self) -> str: ...
-
-    @property
-    def auth(self) -> tuple[str, str] | None: ...  # the login Locust and Prometheus ask for (Swarm's)
+        """`proxy` as Locust reaches it (on the containers' network: its service)."""
+        return "http://proxy:8080"
 
     def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
         """`proxy`'s /metrics now; requests.RequestException when it does not answer in `timeout`."""
+        return metrics.scrape(proxy.url, timeout)
 
+    @abstractmethod
     def check(self, plan: Plan, machine: bool = True) -> None:
         """LabError (one line) when the plan cannot run here; nothing has started yet. Without
         `machine` (a dry run), only what the plan asks of the backend, not what is installed."""
 
+    @abstractmethod
     def open(self, plan: Plan, out_dir: Path) -> None:
         """The parts every run shares; logs under `out_dir`."""
 
@@ -80,69 +122,107 @@ class Backend(Protocol):
         upstream_url: str | None = None,
     ) -> ProxyHandle:
         """A fresh proxy for `case` with the extra variables `env`, `network` between it and nginx
-        (Toxiproxy when it is on, nothing otherwise). With `keep` (only where `keeps_proxies`), the
-        proxies started before stay up beside it; otherwise it replaces them. `upstream_url`: another
-        upstream than nginx (natively only: the fault server of `lab study faults`)."""
+        (Toxiproxy when it is on, nothing otherwise). With `keep`, the proxies started before stay
+        up beside it; otherwise it replaces them. `upstream_url`: another upstream than nginx (the
+        fault server of `lab study faults`). What the backend cannot do of these: `need`'s error."""
+        asked = {
+            "kept proxies": keep,
+            "several proxies": keep and self.proxy is not None,
+            "another upstream": bool(upstream_url),
+            "network": network.on,
+        }
+        self.need(*(c for c, wanted in asked.items() if wanted))
+        self.proxy = self.start(case, env, network, keep, upstream_url)
+        return self.proxy
 
-    def use(self, proxy: ProxyHandle) -> None:
-        """Makes `proxy` the one under load: the network between it and nginx is its own."""
+    @abstractmethod
+    def start(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool, upstream_url: str | None
+    ) -> ProxyHandle:
+        """start_case's proxy, once the backend can start it."""
 
-    def scrape(self, *proxies: ProxyHandle) -> None:
+    def use(self, proxy: ProxyHandle) -> None:  # noqa: B027 (one proxy up: nothing to do)
+        """Makes `proxy` the one under load: the network between it and nginx is its own (a
+        container's only proxy has had its own since it started)."""
+
+    def scrape(self, *proxies: ProxyHandle) -> None:  # noqa: B027 (one proxy up: nothing to do)
         """Prometheus scrapes `proxies` alone from now on, at its next scrape: the one under load,
         and the one whose window has just ended until its last scrape is in; the idle ones are left
-        alone."""
+        alone (one proxy up: nothing to leave)."""
 
     def stop_case(self, proxy: ProxyHandle) -> None:
-        """Stops `proxy` (`close` stops every one left)."""
+        """Stops `proxy` (`close` stops every one left); a container's stays until the next one
+        replaces it or `close` removes it (Swarm's: for `lab swarm run --keep` and its report)."""
+        self.proxy = None
 
     def network_record(self, network: Network) -> NetworkRecord:
         """What lies between the proxy and nginx now: `network`, and Toxiproxy's toxics as it reports them."""
+        return NetworkRecord(via="none")
 
     def connections(self, since: float, until: float) -> list[nginx.Connection] | None:
         """The new connections nginx logged between `since` and `until` (seconds since the epoch);
-        None where its log cannot be read (Swarm: it stays on nginx's node)."""
+        None where its log cannot be read (no "connections": Swarm, it stays on nginx's node)."""
+        return None
 
+    @abstractmethod
     def proxy_log(self, proxy: ProxyHandle) -> str | None:
         """What `proxy` has logged since it started (None: it cannot be read)."""
 
     def container_ids(self) -> tuple[str, ...]:
-        """Containers whose processes count as the lab's (machine figures)."""
+        """Containers whose processes count as the lab's (machine figures); natively none, every
+        part is a child of this process."""
+        return ()
 
+    @abstractmethod
     def close(self) -> None:
         """Stops and removes everything `open` and `start_case` started."""
 
+    @abstractmethod
     def describe(self) -> dict:
         """What results.json records of the backend."""
 
-    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
-        """Only nginx (or nothing): for the studies whose own clients measure transfers, bursts or
-        faults through a proxy; their proxies start through start_case. LabError where a backend
-        cannot (compose, Swarm: the studies run natively)."""
-
-    def fault_server(self) -> FaultServer:
-        """The lab's misbehaving upstream (parts/faults.py) beside the parts, started once."""
-
-    @property
-    def upstream_url(self) -> str: ...  # nginx, as the proxies reach it
-
-    @property
-    def run_dir(self) -> Path: ...  # where the parts' logs go
-
+    @abstractmethod
     def urls(self) -> dict[str, str]:
         """Where each part answers, from this machine, as a user opens it: part -> URL and what to
         open there (lab up prints them)."""
 
     def exited(self) -> str | None:
-        """A part that has exited since it started, with the end of its log; None while all run."""
+        """A part that has exited since it started, with the end of its log; None while all run
+        (compose's healthchecks and the swarm restart or report a part that stops)."""
+        return None
+
+    # --- the studies' parts: natively only ("nginx alone", "faults", "logs"; a backend that
+    # declares one has its own member: test_backends.py holds it) ----------------------------------
+
+    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
+        """Only nginx (or nothing, `with_nginx` off): for the studies whose own clients measure
+        transfers, bursts or faults through a proxy (streaming, threads, faults, protocols'
+        uploads); their proxies start through start_case as a run's do, with no Locust or
+        Prometheus beside them. Logs in `out_dir`."""
+        self.need("nginx alone")
+
+    def fault_server(self) -> FaultServer:
+        """The lab's misbehaving upstream (parts/faults.py) beside the parts, started once."""
+        self.need("faults")
+
+    @property
+    def run_dir(self) -> Path:
+        """Where the parts' logs go."""
+        self.need("logs")
+
+    @property
+    def upstream_url(self) -> str:
+        """nginx, as the proxies reach it (a transfer straight to it is a study's reference)."""
+        return "http://nginx:80"  # on the containers' network (UPSTREAM_URL)
 
 
-class NativeBackend:
+class NativeBackend(Backend):
     """Every part a child process of this one on 127.0.0.1 (stack.Stack), on free ports."""
 
     kind = "native"
+    can = frozenset(CAPABILITIES)
     # Every 2 s (timeout 2 s): an overloaded proxy can take over a second to answer /metrics.
     scrape_seconds = 2  # measure.SCRAPE_S: what lab run's planned time assumes
-    keeps_proxies = True
 
     def __init__(self, grafana: bool = False, ports: Ports | None = None, scrape_seconds: int = 0):
         """`ports`: the parts' ports (lab up's, which a user gives); by default free ones, so that a
@@ -152,28 +232,17 @@ class NativeBackend:
         self.scrape_seconds = scrape_seconds or self.scrape_seconds
         self.stack: Stack | None = None
         self.java_opts = ""
-        self.workers = 0
 
     @property
     def _stack(self) -> Stack:
         assert self.stack is not None, "open() first"
         return self.stack
 
-    @property
-    def locust_url(self) -> str:
-        return self._stack.locust_url
+    def url(self, part: str) -> str:
+        return local_url(getattr(self._stack.ports, part))
 
     def locust_host(self, proxy: ProxyHandle) -> str:
         return proxy.url
-
-    @property
-    def prometheus_url(self) -> str:
-        return self._stack.prometheus_url
-
-    auth = None  # every part on loopback, no login
-
-    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
-        return metrics.scrape(proxy.url, timeout)
 
     def check(self, plan: Plan, machine: bool = True) -> None:
         if not machine:
@@ -200,17 +269,12 @@ class NativeBackend:
             self._stack.grafana()
 
     def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
-        """Only nginx (or nothing, `with_nginx` off): for the studies whose own clients measure
-        transfers, bursts or faults through a proxy (streaming, threads, faults, protocols'
-        uploads); their proxies start through start_case as a run's do, with no Locust or
-        Prometheus beside them. Logs in `out_dir`."""
         self.java_opts = java_opts
         self.stack = Stack(out_dir, self.ports or Ports.free(), java_opts.split(), f"{self.scrape_seconds}s")
         if with_nginx:
             self.stack.nginx()
 
     def fault_server(self) -> FaultServer:
-        """The lab's misbehaving upstream (parts/faults.py) beside the parts, started once."""
         return self._stack.faults()
 
     @property
@@ -219,20 +283,16 @@ class NativeBackend:
 
     @property
     def upstream_url(self) -> str:
-        """nginx, as the proxies reach it (a transfer straight to it is a study's reference)."""
-        return self._stack.upstream_url
+        return self.url("nginx")
 
-    def start_case(
-        self,
-        case: Case,
-        env: dict[str, str],
-        network: Network,
-        keep: bool = False,
-        upstream_url: str | None = None,
+    def start(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool, upstream_url: str | None
     ) -> ProxyHandle:
-        """A fresh proxy for `case`: the jar of its Ktor release, on its JDK (Stack.proxy),
-        through Toxiproxy on loopback when `network` is on; with `keep`, on a port of its own."""
-        started = self._stack.proxy(case, upstream_url, network=network, keep=keep, **env)
+        """The jar of the case's Ktor release, on its JDK (Stack.proxy), through Toxiproxy on
+        loopback when `network` is on; with `keep`, on a port of its own."""
+        return self._handle(self._stack.proxy(case, upstream_url, network=network, keep=keep, **env), network)
+
+    def _handle(self, started: Proxy, network: Network) -> ProxyHandle:
         instance = started.url.removeprefix("http://")
         return ProxyHandle(started.url, started.service.pid, instance, network, started)
 
@@ -263,9 +323,6 @@ class NativeBackend:
     def proxy_log(self, proxy: ProxyHandle) -> str | None:
         return proxy.handle.service.own_log() if proxy.handle is not None else None  # type: ignore[attr-defined]
 
-    def container_ids(self) -> tuple[str, ...]:
-        return ()  # every part is a child of this process
-
     def close(self) -> None:
         if self.stack is not None:
             self.stack.stop()
@@ -282,13 +339,14 @@ class NativeBackend:
 
     def urls(self) -> dict[str, str]:
         lab = self._stack
-        out = {"Locust": f"{lab.locust_url}/  (start a run there; its stats at /metrics)"}
+        out = {"Locust": f"{self.locust_url}/  (start a run there; its stats at /metrics)"}
         if self.grafana:
-            out["Grafana"] = f"{lab.grafana_url}/  (Lab overview, no login to view)"
-        out["Prometheus"] = f"{lab.prometheus_url}/"
+            out["Grafana"] = f"{self.url('grafana')}/  (Lab overview, no login to view)"
+        out["Prometheus"] = f"{self.prometheus_url}/"
         if proxies := [p.url for p in [lab.current_proxy, *lab.kept] if p is not None]:
             out["proxy"] = f"{', '.join(proxies)}/  (/metrics, /health)"
-        out["nginx"] = f"{lab.upstream_url}/files/manifest.json  (status {lab.status_url}/stub_status)"
+        status = self.url("nginx_status")
+        out["nginx"] = f"{self.upstream_url}/files/manifest.json  (status {status}/stub_status)"
         if lab.toxiproxy is not None and lab.toxics:
             out["network"] = f"Toxiproxy {lab.toxiproxy.api}/proxies between them"
         return out
@@ -298,28 +356,19 @@ class NativeBackend:
             return None
         return f"{gone[0].name} exited with {gone[0].proc.returncode}:\n{gone[0].tail()}"
 
-    # --- natively only: what lab verify, bench and bench-locust take beside the Protocol ---------
+    # --- natively only: what lab verify, bench and bench-locust take beside the Backend ---------
 
     def endpoints(self) -> dict[str, str]:
         """Each part's base URL from this machine (lab verify checks each): nginx, its status
         listener, its exporter, Locust, Prometheus, Grafana (when started)."""
-        lab = self._stack
-        out = {
-            "nginx": lab.upstream_url,
-            "nginx_status": lab.status_url,
-            "exporter": local_url(lab.ports.exporter),
-            "locust": lab.locust_url,
-            "prometheus": lab.prometheus_url,
-        }
-        return out | ({"grafana": lab.grafana_url} if self.grafana else {})
+        parts = ("nginx", "nginx_status", "exporter", "locust", "prometheus")
+        return {p: self.url(p) for p in (*parts, *(("grafana",) if self.grafana else ()))}
 
     def start_reference(self, case: Case, jar: Path, env: dict[str, str]) -> ProxyHandle:
         """Another program in the proxy's place (`jar`: lean-proxy, lab bench's reference) for
         `case`, with its variables `env`, beside the proxies up; stop_case stops it."""
         network = Network(case.rtt_ms)
-        started = self._stack.proxy(case, jar=jar, network=network, keep=True, **env)
-        instance = started.url.removeprefix("http://")
-        return ProxyHandle(started.url, started.service.pid, instance, network, started)
+        return self._handle(self._stack.proxy(case, jar=jar, network=network, keep=True, **env), network)
 
     def proxy_pass(self) -> tuple[object, str]:
         """nginx proxy_pass to the lab's nginx on a free port (lab bench's reference): a handle
@@ -338,42 +387,20 @@ class NativeBackend:
         self._stack.stop_locust()
 
 
-class ContainerParts:
-    """What the container backends (compose, Swarm) answer alike for the studies, which run
-    natively: no nginx-only mode, no fault server, logs in the containers; nginx is the proxy
-    container's `nginx:80`."""
-
-    kind: ClassVar[str]
-
-    def open_upstream(self, out_dir: Path, java_opts: str, with_nginx: bool = True) -> None:
-        raise LabError(f"the {self.kind} backend runs lab run's matrices only: the studies run natively")
-
-    def fault_server(self) -> FaultServer:
-        raise LabError(f"the {self.kind} backend has no fault server: lab study faults runs natively")
-
-    @property
-    def upstream_url(self) -> str:
-        return "http://nginx:80"  # as the proxy's container reaches it (UPSTREAM_URL)
-
-    @property
-    def run_dir(self) -> Path:
-        raise LabError(f"the {self.kind} backend keeps its parts' logs in its containers (docker logs)")
-
-
-class ComposeBackend(ContainerParts):
+class ComposeBackend(Backend):
     """The compose stack as a project of its own (`ktor-lab-run-<pid>`, free host ports), brought
     up per case with that case's overlay; only the services a run needs (Grafana if asked for).
-    `close` removes its containers, network and volumes."""
+    `close` removes its containers, network and volumes. Its ports on loopback: no login (the
+    UIs' login is for a LAN, docs/security.md)."""
 
     kind = "compose"
+    can = frozenset({"network", "connections"})  # one proxy service per project, to its nginx
     scrape_seconds = 5  # prometheus/prometheus.yml, used as is
-    keeps_proxies = False  # one proxy service per project
 
     def __init__(self, grafana: bool = False, name: str | None = None):
         self.grafana = grafana
         self.name = name or f"ktor-lab-run-{os.getpid()}"
         self.project: compose.Project | None = None
-        self.workers = 0
         # The release of a case that names none: the shell's KTOR_VERSION, else .env's.
         self.default_ktor = os.environ.get("KTOR_VERSION") or compose.dotenv()["KTOR_VERSION"]
 
@@ -382,21 +409,8 @@ class ComposeBackend(ContainerParts):
         assert self.project is not None, "open() first"
         return self.project
 
-    @property
-    def locust_url(self) -> str:
-        return self._project.url("locust")
-
-    def locust_host(self, proxy: ProxyHandle) -> str:
-        return "http://proxy:8080"
-
-    @property
-    def prometheus_url(self) -> str:
-        return self._project.url("prometheus")
-
-    auth = None  # its ports on loopback; the UIs' login is for a LAN (docs/security.md)
-
-    def proxy_metrics(self, proxy: ProxyHandle, timeout: float = 30) -> metrics.Samples:
-        return metrics.scrape(proxy.url, timeout)
+    def url(self, part: str) -> str:
+        return self._project.url(part)
 
     def check(self, plan: Plan, machine: bool = True) -> None:
         if plan.dims.get("java") or any(c.java for c in plan.cases):
@@ -441,13 +455,8 @@ class ComposeBackend(ContainerParts):
         the engine's last release when that one does not publish it (apache: 3.4.1)."""
         return versions.release_of(case, versions.release(self.default_ktor)).name
 
-    def start_case(
-        self,
-        case: Case,
-        env: dict[str, str],
-        network: Network,
-        keep: bool = False,
-        upstream_url: str | None = None,
+    def start(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool, upstream_url: str | None
     ) -> ProxyHandle:
         """The case's overlay up with a fresh proxy, of the image of its Ktor release (a tag per
         release), and compose/network.yml stacked on it when `network` is on (its values in the
@@ -459,25 +468,12 @@ class ComposeBackend(ContainerParts):
         release = self.release_of(case)
         # The case's overlay builds an engine the default release lacks on its own variable (.env).
         project.env.update({"KTOR_VERSION": release, compose.release_variable(case.engine): release})
-        if keep:
-            raise LabError("the compose stack runs one proxy at a time: a fresh one per window")
-        if upstream_url:
-            raise LabError("the compose stack's proxy forwards to its nginx: run this natively")
         project.up(case, fresh_proxy=True, network=network.on)
         return ProxyHandle(project.url("proxy"), project.container_pid("proxy"), "proxy:8080", network)
 
-    def use(self, proxy: ProxyHandle) -> None:
-        pass  # the only proxy up, its network set when it started
-
-    def scrape(self, *proxies: ProxyHandle) -> None:
-        pass  # the only proxy up
-
-    def stop_case(self, proxy: ProxyHandle) -> None:
-        pass  # replaced by the next window's, removed by close()
-
     def network_record(self, network: Network) -> NetworkRecord:
         if not network.on:
-            return NetworkRecord(via="none")
+            return super().network_record(network)
         image = compose.dotenv()["TOXIPROXY_IMAGE"]
         return NetworkRecord(
             network.rtt_ms,
@@ -537,13 +533,10 @@ class ComposeBackend(ContainerParts):
     def urls(self) -> dict[str, str]:
         names = {"locust": "Locust", "grafana": "Grafana", "prometheus": "Prometheus"}
         names |= {"proxy": "proxy", "nginx": "nginx"}
-        return {names[s]: f"{self._project.url(s)}/" for s in names if s in self._project.ports}
-
-    def exited(self) -> str | None:
-        return None  # compose's own healthchecks restart or report a part that stops
+        return {names[s]: f"{self.url(s)}/" for s in names if s in self._project.ports}
 
 
-class SwarmBackend(ContainerParts):
+class SwarmBackend(Backend):
     """docker-stack.yml deployed on a swarm as the stack `name` (`lab swarm up|run`), one case
     at a time: `open` labels the nodes and builds and pushes the images of the plan's release to
     `registry` (one started on this machine when None); `start_case` deploys the case's stack from
@@ -558,8 +551,8 @@ class SwarmBackend(ContainerParts):
     `backend.nodes`). Not a `lab run --backend`: one case, one JVM, no A/A pair (docs/swarm.md)."""
 
     kind = "swarm"
+    can = frozenset({"kept proxies"})  # one stack, one proxy service: kept up between its windows
     scrape_seconds = 5  # prometheus/swarm.yml
-    keeps_proxies = True  # one stack, one proxy service: kept up between its windows
 
     def __init__(
         self,
@@ -582,24 +575,14 @@ class SwarmBackend(ContainerParts):
         self.push = push
         self.grafana = grafana
         self.timeout = timeout
-        self.workers = 0
         self.login: swarm.Login | None = None
         self.env: dict[str, str] = {}  # what the stack was deployed with
         self.counts: dict[str, tuple[int, int]] = {}  # each service's tasks when it became healthy
-        self.proxy: ProxyHandle | None = None  # the one deployed, until stop_case
         # Called with the case once its stack is healthy (lab swarm prints where each part runs).
         self.deployed: Callable[[Case], None] | None = None
 
-    @property
-    def locust_url(self) -> str:
-        return swarm.url(self.name, "locust", self.env)
-
-    def locust_host(self, proxy: ProxyHandle) -> str:
-        return "http://proxy:8080"
-
-    @property
-    def prometheus_url(self) -> str:
-        return swarm.url(self.name, "prometheus", self.env)
+    def url(self, part: str) -> str:
+        return swarm.url(self.name, part, self.env)
 
     @property
     def auth(self) -> tuple[str, str]:
@@ -674,19 +657,12 @@ class SwarmBackend(ContainerParts):
                 print(f"  pushed {tag}")
         self.login = swarm.ensure_password(self.name, os.environ.get("LAB_PASSWORD"))
 
-    def start_case(
-        self,
-        case: Case,
-        env: dict[str, str],
-        network: Network,
-        keep: bool = False,
-        upstream_url: str | None = None,
+    def start(
+        self, case: Case, env: dict[str, str], network: Network, keep: bool, upstream_url: str | None
     ) -> ProxyHandle:
         """The stack deployed for `case` (its proxy's variables from `Case.proxy_env()`, `env`
         over .env, the shell and --set) and healthy; the proxy is `proxy:8080` on the overlay, with
         its host PID when its task runs on this machine's engine."""
-        if (keep and self.proxy is not None) or upstream_url or network.on:
-            raise LabError("the swarm stack runs one proxy, to its own nginx, with no network between")
         assert self.registry is not None and self.login is not None, "open() first"
         base = {**compose.dotenv(), **os.environ, **self.settings, **env}
         self.env = swarm.stack_env(case, self.registry, base, self.workers, grafana=self.grafana)
@@ -698,10 +674,9 @@ class SwarmBackend(ContainerParts):
         if self.deployed is not None:
             self.deployed(case)
         published = swarm.publishes_proxy(self.env)
-        url = swarm.url(self.name, "proxy", self.env) if published else "http://proxy:8080"
+        url = self.url("proxy") if published else "http://proxy:8080"
         pid = next(filter(None, map(swarm.local_pid, swarm.local_containers(self.name, "proxy"))), None)
-        self.proxy = ProxyHandle(url, pid, "proxy:8080", network)
-        return self.proxy
+        return ProxyHandle(url, pid, "proxy:8080", network)
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Until Locust's workers have joined its master (LabError when they have not in `timeout`),
@@ -719,22 +694,6 @@ class SwarmBackend(ContainerParts):
 
         if not wait_until(lambda: seen() >= count, timeout=timeout, interval=1):
             print(f"lab swarm: Prometheus has {seen()} of {count} nodes' figures; the others' are null")
-
-    def use(self, proxy: ProxyHandle) -> None:
-        pass  # the stack's only proxy
-
-    def scrape(self, *proxies: ProxyHandle) -> None:
-        pass  # the stack's only proxy
-
-    def stop_case(self, proxy: ProxyHandle) -> None:
-        """Nothing until `close`: the stack stays up for `lab swarm run --keep` and its report."""
-        self.proxy = None
-
-    def network_record(self, network: Network) -> NetworkRecord:
-        return NetworkRecord(via="none")
-
-    def connections(self, since: float, until: float) -> list[nginx.Connection] | None:
-        return None  # nginx's connection log stays on its node
 
     def proxy_log(self, proxy: ProxyHandle) -> str | None:
         r = swarm.docker("service", "logs", "--raw", "--no-task-ids", f"{self.name}_proxy", check=False)
@@ -761,9 +720,6 @@ class SwarmBackend(ContainerParts):
 
     def urls(self) -> dict[str, str]:
         return {"Locust": f"{self.locust_url}/", "Prometheus": f"{self.prometheus_url}/"}
-
-    def exited(self) -> str | None:
-        return None  # the swarm reschedules a task that stops
 
 
 # `lab run --backend NAME`: the kinds of backend, each made with the run's --grafana.

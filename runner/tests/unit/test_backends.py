@@ -24,6 +24,7 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
     assert set(backends.BACKENDS) == {"native", "compose"}
     for kind, cls in backends.BACKENDS.items():
         backend = backends.make(kind)
+        assert isinstance(backend, backends.Backend)
         assert backend.kind == kind and isinstance(backend.scrape_seconds, int)
         assert isinstance(backend.keeps_proxies, bool)
         for name in (
@@ -33,6 +34,60 @@ def test_every_backend_is_one_of_the_registry_and_does_what_the_interface_says()
             assert callable(getattr(cls, name)), (kind, name)
         for name in ("locust_url", "prometheus_url"):
             assert hasattr(cls, name), (kind, name)
+
+
+# What each backend can do beyond one proxy's windows (backends.CAPABILITIES), as declared.
+CAN = {
+    backends.NativeBackend: set(backends.CAPABILITIES),
+    backends.ComposeBackend: {"network", "connections"},
+    backends.SwarmBackend: {"kept proxies"},
+}
+# The capabilities a member of the backend's own offers (the base's refuses, or reads None).
+MEMBERS = {"nginx alone": "open_upstream", "faults": "fault_server", "logs": "run_dir"}
+MEMBERS |= {"connections": "connections"}
+CASE = Case("singleton", "cio")
+# How each refusable capability is asked for (natively the first three would start nginx).
+ASKS = {
+    "nginx alone": lambda b: b.open_upstream(REPO / "nonexistent", ""),
+    "faults": lambda b: b.fault_server(),
+    "logs": lambda b: b.run_dir,
+    "kept proxies": lambda b: b.start_case(CASE, {}, Network(), keep=True),
+    "another upstream": lambda b: b.start_case(CASE, {}, Network(), upstream_url="http://127.0.0.1:1"),
+    "network": lambda b: b.start_case(CASE, {}, Network(20)),
+}
+
+
+@pytest.mark.parametrize("cls", list(CAN), ids=lambda cls: cls.kind)
+def test_what_a_backend_cannot_do_is_what_it_declares_and_is_refused_in_one_line(cls):
+    """Each backend declares what it can do (`can`); a member that needs a capability is its own
+    where it declares it, else the base's, which refuses through `need`: one line naming the
+    backend and what to use instead. start_case refuses what it is asked beyond the backend's."""
+    backend = cls()
+    assert cls.can == CAN[cls] and cls.can <= set(backends.CAPABILITIES)
+    assert backend.keeps_proxies is ("kept proxies" in cls.can)
+    for capability, member in MEMBERS.items():
+        assert (member in vars(cls)) is (capability in cls.can), (cls.kind, member)
+    if "connections" not in cls.can:
+        assert backend.connections(0, 1) is None  # not readable: no connection figures
+    backend.start = lambda *a: backends.ProxyHandle("http://127.0.0.1:1", None, "", Network())
+    for capability, ask in ASKS.items():
+        backend.proxy = None
+        if capability in cls.can:
+            if capability not in MEMBERS:
+                ask(backend)  # started (here: the fake's handle)
+            continue
+        with pytest.raises(LabError) as e:
+            ask(backend)
+        assert str(e.value) == f"the {cls.kind} backend {backends.CAPABILITIES[capability]}"
+        assert "\n" not in str(e.value) and ("natively" in str(e.value) or "docker logs" in str(e.value))
+    if "kept proxies" in cls.can:  # a second proxy kept beside the first: "several proxies"
+        backend.proxy = None
+        ASKS["kept proxies"](backend)
+        if "several proxies" in cls.can:
+            ASKS["kept proxies"](backend)
+        else:
+            with pytest.raises(LabError, match=f"^the {cls.kind} backend runs one proxy at a time: "):
+                ASKS["kept proxies"](backend)
 
 
 @pytest.mark.parametrize(
