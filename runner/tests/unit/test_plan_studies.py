@@ -41,7 +41,7 @@ def parsed(*argv: str):
 
 def test_the_user_s_options_win_over_a_part_s_and_the_others_keep_the_part_s():
     args = parsed("protocols", "--protocols", "http,https", "--forks", "3", "--cases", "singleton-okhttp")
-    ((part, plan),) = plans.plans(STUDIES["protocols"], args)
+    ((part, plan),) = plans.planned_parts(STUDIES["protocols"], args)
     assert part.name == "rate" and plan.dims == {"protocol": ["http", "https"]}
     assert plan.forks == 3 and [c.id for c in plan.cases] == ["singleton-okhttp"]
     assert plan.loads == [parse_load("rate/200/40")]  # the part's, not lab run's default
@@ -66,7 +66,7 @@ def test_the_help_gives_lab_run_s_defaults_and_each_part_s_command(capsys):
 def test_the_dry_run_gives_each_part_s_plan_and_the_time_of_all(capsys):
     assert cli.main(["study", "dispatchers", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    planned = plans.plans(STUDIES["dispatchers"], parsed("dispatchers"))
+    planned = plans.planned_parts(STUDIES["dispatchers"], parsed("dispatchers"))
     total = sum(measure.planned_seconds(p) for _, p in planned)
     assert [line.split(": ")[1] for line in out if "JVMs x" in line] == ["slow", "distance"]
     assert out[-1] == (
@@ -76,7 +76,7 @@ def test_the_dry_run_gives_each_part_s_plan_and_the_time_of_all(capsys):
 
 
 def test_a_case_a_dimension_value_cannot_take_is_skipped_by_name():
-    (_, plan), *_ = plans.plans(STUDIES["distance"], parsed("distance"))
+    (_, plan), *_ = plans.planned_parts(STUDIES["distance"], parsed("distance"))
     skipped = {case.name for case, _ in plan.skipped()}
     assert "singleton-okhttp pipelining on" in skipped and "singleton-cio pipelining on" not in skipped
     assert Case.parse("singleton-cio pipelining on") in plan.cases_to_run()
@@ -221,7 +221,7 @@ def test_replay_names_the_rate_each_case_held_only_where_rates_were_measured():
 
 def test_a_release_the_user_gives_is_each_part_s():
     args = parsed("versions", "--ktor", "3.5.1,3.5.2")
-    (_, ktor), (_, jdk) = plans.plans(STUDIES["versions"], args)
+    (_, ktor), (_, jdk) = plans.planned_parts(STUDIES["versions"], args)
     assert ktor.dims["ktor"] == jdk.dims["ktor"] == ["3.5.1", "3.5.2"]
     assert ktor.dims["java"] == ["17"] and jdk.dims["java"] == ["17", "25"]
 

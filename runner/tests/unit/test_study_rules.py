@@ -75,17 +75,17 @@ def test_a_burst_answered_in_full_is_finished_even_with_errors():
 
 def test_threads_rows_make_one_table_per_kind_of_limits():
     from ktor_lab.studies import machinery
-    from ktor_lab.studies.threads import Row
+    from ktor_lab.studies.threads import BurstRow
 
     def row(engine, limits, finished=True):
-        return Row(
+        return BurstRow(
             engine, limits, 10, 10 if finished else 4, 0, 0 if finished else 6, [200], finished,
             0.8 if finished else None, 2, 40.0, 20.0, 0.2, 50.0, 25.0, 10.0, 5.0, 52.0, 10.0,
         )  # fmt: skip
 
     # Every request answered, 6 of them with an error (a 504 from a connect timeout): finished, at
     # the last answer's time, the errors in their own column; not "4 of 10 done".
-    failing = Row(
+    failing = BurstRow(
         "apache", "defaults", 10, 4, 6, 0, [200, 504], True, 0.7, 1, 40.0, 20.0, 0.2, 50.0, 25.0,
         10.0, 5.0, 52.0, 10.0,
     )  # fmt: skip
@@ -123,11 +123,11 @@ def test_faults_rows_make_a_summary_a_matrix_and_times():
 
 
 def test_streaming_rows_are_set_beside_nginx_direct():
-    from ktor_lab.studies.streaming import DIRECT, Row, Transfer
+    from ktor_lab.studies.streaming import DIRECT, Transfer, TransferRow
 
     def row(target, rate):
         t = Transfer(1.0, rate, True, None, None)
-        return Row(target, "1m", 1 << 20, "download", [t], rate, rate, rate, True, None, None)
+        return TransferRow(target, "1m", 1 << 20, "download", [t], rate, rate, rate, True, None, None)
 
     rows = [row(DIRECT, 400.0), row("cio", 100.0)]
     report = STUDIES["streaming"].report(rows, options("streaming", "--sizes", "1m"))

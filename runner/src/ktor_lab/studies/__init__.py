@@ -49,24 +49,17 @@ def add_parser(sub) -> None:
 
 
 def dry_run_lines(items: list) -> list[str]:
-    """Per kind of item (a benchmark, a burst, transfers: its `planned_seconds()`, with its KIND and
-    EACH): how many and their most time; then the study's in all."""
-    lines, others, untimed = [], {}, 0
+    """Per kind of item (a benchmark, a burst, transfers: its KIND and EACH): how many and their most
+    time (each its `planned_seconds()`); then the study's in all."""
+    kinds: dict[tuple[str, str], list[float]] = {}
     for item in items:
-        if callable(timed := getattr(item, "planned_seconds", None)):
-            kind = getattr(item, "KIND", type(item).__name__), getattr(item, "EACH", "")
-            others.setdefault(kind, []).append(timed())
-        else:
-            untimed += 1
-    for (kind, each), seconds in others.items():
-        said = f"{len(seconds)} {kind} item(s)" + (f" ({each})" if each else "")
-        lines.append(f"{said}: at most about {measure.format_seconds(sum(seconds))}")
-    if others:
-        total = sum(sum(s) for s in others.values())
-        lines.append(f"the study: at most about {measure.format_seconds(total)} in all")
-    if untimed:
-        lines.append(f"{untimed} other item(s): their time is not estimated")
-    return lines
+        kinds.setdefault((item.KIND, item.EACH), []).append(item.planned_seconds())
+    lines = [
+        f"{len(seconds)} {kind} item(s) ({each}): at most about {measure.format_seconds(sum(seconds))}"
+        for (kind, each), seconds in kinds.items()
+    ]
+    total = sum(sum(seconds) for seconds in kinds.values())
+    return [*lines, f"the study: at most about {measure.format_seconds(total)} in all"] if kinds else []
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -74,32 +67,24 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     command = shlex.join(["lab", "study", *argv[argv.index(args.study) :]])
     if isinstance(study, plans.PlanStudy):
         return run_plans(study, args, command)
-    if args.dry_run:
-        try:
-            items = study.plan(args)
-        except ValueError as e:
-            raise LabError(f"study {args.study}: {e}") from None
-        print(f"lab study {args.study}: dry run; {len(items)} item(s) planned")
-        for line in dry_run_lines(items):
-            print(f"lab study {args.study}: {line}")
-        return 0
-    if study.needs != "java":
-        stack.require(stack.missing(prometheus_too=study.needs == "prometheus"))
-    options.handle_signals()
     try:
-        items = study.plan(args)
-        report = machinery.run(study, args, command, items)
+        if args.dry_run:
+            items = study.plan(args)
+            print(f"lab study {args.study}: dry run; {len(items)} item(s) planned")
+            for line in dry_run_lines(items):
+                print(f"lab study {args.study}: {line}")
+            return 0
+        if study.needs != "java":
+            stack.require(stack.missing(prometheus_too=False))
+        options.handle_signals()
+        return show_page(study.name, machinery.run_items(study, args, command, study.plan(args)))
     except ValueError as e:
         raise LabError(f"study {args.study}: {e}") from None
-    print(f"lab study {args.study}: {report}")
-    print()
-    print(report.read_text())
-    return 0
 
 
 def run_plans(study: plans.PlanStudy, args: argparse.Namespace, command: str) -> int:
     """A study made of `lab run` parts: its dry run (each part's plan and time), or its run."""
-    planned = plans.plans(study, args)
+    planned = plans.planned_parts(study, args)
     if args.dry_run:
         print(f"lab study {study.name}: dry run; {len(planned)} part(s), each a lab run")
         for line in plans.dry_run(study, planned, args.out or f"results/study-{study.name}-<time>"):
@@ -108,11 +93,17 @@ def run_plans(study: plans.PlanStudy, args: argparse.Namespace, command: str) ->
     plans.check_out(args.out)
     stack.require(stack.missing(prometheus_too=True))
     options.handle_signals()
-    page, runs = plans.run(study, args, command)
-    print(f"lab study {study.name}: {page}")
+    page, runs = plans.run_parts(study, planned, args, command)
+    show_page(study.name, page)
+    return lab_run.failed_checks(runs, getattr(args, "fail_on", ()))
+
+
+def show_page(name: str, page: Path) -> int:
+    """A study's page as it ends: where it is, then what it says; 0."""
+    print(f"lab study {name}: {page}")
     print()
     print(page.read_text())
-    return lab_run.failed_checks(runs, getattr(args, "fail_on", ()))
+    return 0
 
 
 def report_again(args: argparse.Namespace) -> int:

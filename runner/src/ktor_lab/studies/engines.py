@@ -19,7 +19,7 @@ import argparse
 import json
 import statistics
 import subprocess
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -87,7 +87,7 @@ class Bench:
 
 
 @dataclass
-class Row:
+class BenchRow:
     """What the benchmark printed (`output`, as results.json always held it), and what the tables use."""
 
     engine: str
@@ -137,18 +137,9 @@ def plan(args: argparse.Namespace) -> list[Bench]:
         raise ValueError(f"no engine of --engines can run on Ktor {args.ktor}")
     modes = [args.concurrency] + ([0] if args.as_published else [])
     clients = LADDER if args.ladder else CLIENTS
+    batches = {k: getattr(args, k) for k in ("warmup_batches", "batches", "batch_size", "timeout")}
     return [
-        Bench(
-            engine,
-            concurrency,
-            client,
-            options,
-            repeat,
-            warmup_batches=args.warmup_batches,
-            batches=args.batches,
-            batch_size=args.batch_size,
-            timeout=args.timeout,
-        )
+        Bench(engine, concurrency, client, options, repeat, **batches)
         for repeat in range(1, args.repeats + 1)
         for concurrency in modes
         for engine in engines
@@ -160,7 +151,7 @@ def mode_name(concurrency: int, batch_size: int) -> str:
     return f"all {batch_size} at once (as published)" if concurrency == 0 else f"limit {concurrency}"
 
 
-def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[Row]:
+def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[BenchRow]:
     url = lab.upstream_url + args.path
     log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}.log"
     argv = [
@@ -181,7 +172,7 @@ def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[Row]:
     out = json.loads(lines[-1])
     batch_rps = [b["rps"] for b in out["batches"]]
     return [
-        Row(
+        BenchRow(
             engine=bench.engine,
             concurrency=bench.concurrency,
             mode=mode_name(bench.concurrency, bench.batch_size),
@@ -203,7 +194,7 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:40]
 
 
-def progress(r: Row) -> str:
+def progress(r: BenchRow) -> str:
     cpu = f", CPU {r.cpu_ms_per_request:.3f} ms/req" if r.cpu_ms_per_request is not None else ""
     return (
         f"{r.engine:8} {r.mode} {r.client} #{r.repeat}: {r.rps:,.0f} rps, p50 {r.p50_ms:.1f} ms, "
@@ -211,40 +202,46 @@ def progress(r: Row) -> str:
     )
 
 
-def summarize(rows: list[Row]) -> list[Row]:
+def summarize(rows: list[BenchRow]) -> list[BenchRow]:
     """One row per engine, mode and client: the median over the repeats (rps, CPU per request,
     latency), and the ratios to the references as medians of the ratios within each round."""
-    by = {(r.engine, r.concurrency, r.client, r.repeat): r for r in rows}
     out = []
     for key in dict.fromkeys((r.engine, r.concurrency, r.client) for r in rows):
         runs = [r for r in rows if (r.engine, r.concurrency, r.client) == key]
-        first = runs[0]
-
-        def med(attr: str, runs=runs):
-            known = [getattr(r, attr) for r in runs if getattr(r, attr) is not None]
-            return statistics.median(known) if known else None
-
-        row = Row(**{**asdict(first), "output": first.output})
-        for attr in ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_ms_per_request"):
-            setattr(row, attr, med(attr))
-        row.failures = sum(r.failures for r in runs)
-        row.batch_rps_min = min(r.batch_rps_min for r in runs)
-        row.batch_rps_max = max(r.batch_rps_max for r in runs)
-        row.rounds = len(runs)
-
-        def ratio(base: str, attr: str, runs=runs, key=key):
-            values = []
-            for r in runs:
-                ref = by.get((key[0], key[1], base, r.repeat))
-                if ref is not None and getattr(ref, attr) and getattr(r, attr) is not None:
-                    values.append(getattr(r, attr) / getattr(ref, attr))
-            return statistics.median(values) if values and key[2] != base else None
-
-        row.rps_to_plain_limits = ratio(BASE, "rps")
-        row.rps_to_plain = ratio("plain", "rps")
-        row.cpu_to_plain_limits = ratio(BASE, "cpu_ms_per_request")
+        row = replace(
+            runs[0],
+            **{a: machinery.median_of(getattr(r, a) for r in runs) for a in MEDIANS},
+            failures=sum(r.failures for r in runs),
+            batch_rps_min=min(r.batch_rps_min for r in runs),
+            batch_rps_max=max(r.batch_rps_max for r in runs),
+            rounds=len(runs),
+        )
+        row.rps_to_plain_limits = ratio_to(BASE, "rps", runs, rows)
+        row.rps_to_plain = ratio_to("plain", "rps", runs, rows)
+        row.cpu_to_plain_limits = ratio_to(BASE, "cpu_ms_per_request", runs, rows)
         out.append(row)
     return out
+
+
+# The figures summarize gives as their median over the repeats.
+MEDIANS = ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_ms_per_request")
+
+
+def ratio_to(base: str, attr: str, runs: list[BenchRow], rows: list[BenchRow]) -> float | None:
+    """The median over the rounds of `runs` (one engine, mode and client) of `attr` over the same
+    round's `base` client's; None for the base client itself, or where it has no such figure."""
+    first = runs[0]
+    refs = {
+        r.repeat: r
+        for r in rows
+        if (r.engine, r.concurrency, r.client) == (first.engine, first.concurrency, base)
+    }
+    values = [
+        getattr(r, attr) / getattr(ref, attr)
+        for r in runs
+        if (ref := refs.get(r.repeat)) is not None and getattr(ref, attr) and getattr(r, attr) is not None
+    ]
+    return statistics.median(values) if values and first.client != base else None
 
 
 COLUMNS = [
@@ -265,7 +262,7 @@ COLUMNS = [
 ]
 
 
-def report(runs: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
     rows = summarize(runs)
     engines = list(dict.fromkeys(r.engine for r in rows))
     modes = list(dict.fromkeys(r.concurrency for r in rows))
@@ -282,25 +279,19 @@ def report(runs: list[Row], args: argparse.Namespace) -> machinery.Report:
         "ktor": rows[0].ktor_version,
     }
 
-    chart_client = LADDER[-1][0] if args.ladder else "lab"
-
-    def chart(key: str) -> dict[str, list]:
-        return {
+    client = LADDER[-1][0] if args.ladder else "lab"  # the lab's client, also the ladder's last rung
+    charts = []
+    for name, key, digits, title in (
+        ("rps", "rps", 0, "Requests per second, in-process, no proxy"),
+        ("p99", "p99_ms", 1, "p99 latency (ms), from the moment a request may start"),
+    ):
+        series = {
             mode_name(c, args.batch_size): [
-                machinery.find(rows, key, engine=e, concurrency=c, client=chart_client) for e in engines
+                machinery.find(rows, key, engine=e, concurrency=c, client=client) for e in engines
             ]
             for c in modes
         }
-
-    charts = [
-        ("engines-rps.svg", render.bars("Requests per second, in-process, no proxy", engines, chart("rps"))),
-        (
-            "engines-p99.svg",
-            render.bars(
-                "p99 latency (ms), from the moment a request may start", engines, chart("p99_ms"), digits=1
-            ),
-        ),
-    ]
+        charts.append((f"engines-{name}.svg", render.bars(title, engines, series, digits=digits)))
     if args.ladder:
         tables = [
             (f"{e}: the plain client with the lab's limit up to the lab's, {mode_name(c, args.batch_size)}",

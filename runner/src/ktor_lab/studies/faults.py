@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -75,6 +74,8 @@ class Fault:
         return REQUEST_TIMEOUT_MS / 1000 + (UPLOAD_LOG_S if self.upload else 0.0) + TRY_EXTRA_S
 
 
+# What the cut bodies send before the cut: 300 kB of a 1 MiB body.
+CUT = f"size={LARGE}&sent=300000"
 FAULTS = (
     Fault("refused", "the upstream refuses connections for 2 s, then is back"),
     Fault("hang", "the upstream never answers", "/hang"),
@@ -89,30 +90,20 @@ FAULTS = (
         "/truncate-fixed?size=1000&sent=500",
         True,
     ),
-    Fault(
-        "short-fixed-large",
-        "Content-Length: 1 MiB, 300 kB, then closed",
-        f"/truncate-fixed?size={LARGE}&sent=300000",
-        True,
-    ),
+    Fault("short-fixed-large", "Content-Length: 1 MiB, 300 kB, then closed", f"/truncate-fixed?{CUT}", True),
     Fault(
         "cut-chunked",
         "chunked, 300 kB, closed where a chunk's size line would start",
-        f"/truncate-chunked?size={LARGE}&sent=300000",
+        f"/truncate-chunked?{CUT}",
         True,
     ),
     Fault(
         "cut-mid-chunk",
         "chunked, 300 kB, closed in the middle of a chunk",
-        f"/truncate-chunked?size={LARGE}&sent=300000&cut=mid",
+        f"/truncate-chunked?{CUT}&cut=mid",
         True,
     ),
-    Fault(
-        "reset-mid-body",
-        "Content-Length: 1 MiB, 300 kB, then reset",
-        f"/reset-mid-body?size={LARGE}&sent=300000",
-        True,
-    ),
+    Fault("reset-mid-body", "Content-Length: 1 MiB, 300 kB, then reset", f"/reset-mid-body?{CUT}", True),
     Fault("stale", "a pooled connection closed by the upstream as it is reused", "/stale"),
     Fault("extra-bytes", "6 bytes more than Content-Length: a whole second response", "/extra"),
     Fault(
@@ -136,7 +127,7 @@ CLOSE = {"mid-chunk": "fin", "chunk-boundary": "rst", "content-length": "fin"}
 BY_NAME = {f.name: f for f in FAULTS}
 
 
-def describe(reply: raw_http.Reply) -> str:
+def outcome(reply: raw_http.Reply) -> str:
     """`502`, `200 whole`, `200 cut`, `dropped` (no status line)."""
     if reply.status == 0:
         return "dropped"
@@ -153,8 +144,13 @@ def served_cleanly_after(proxy_url: str, since: float, limit_s: float = 10.0) ->
         return reply.status == 200 and reply.body == b"ok\n"
 
     if wait_until(clean, max(0.0, limit_s - (time.monotonic() - since)), interval=0.02):
-        return round((time.monotonic() - since) * 1000, 1)
+        return ms_since(since)
     return None
+
+
+def ms_since(t0: float) -> float:
+    """Milliseconds since the monotonic time `t0`, to 0.1 ms."""
+    return round((time.monotonic() - t0) * 1000, 1)
 
 
 @dataclass(frozen=True)
@@ -187,7 +183,7 @@ class Trial:
 
 def next_request(proxy_url: str) -> str:
     nxt = exchange(proxy_url, get("/ok"))
-    return describe(nxt) if nxt.body == b"ok\n" or nxt.status != 200 else "200 other body"
+    return outcome(nxt) if nxt.body == b"ok\n" or nxt.status != 200 else "200 other body"
 
 
 def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
@@ -196,15 +192,9 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
         server.down(DOWN_S)
         time.sleep(REFUSED_MARGIN_S)
         t0 = time.monotonic()
-        out = Trial(
-            describe(exchange(proxy_url, get("/ok"))), caller_ms=round((time.monotonic() - t0) * 1000, 1)
-        )
+        out = Trial(outcome(exchange(proxy_url, get("/ok"))), caller_ms=ms_since(t0))
         time.sleep(max(0.0, DOWN_S + REFUSED_MARGIN_S - (time.monotonic() - t0)))  # the upstream is back
-        back = time.monotonic()
-        out.next = next_request(proxy_url)
-        out.clean_ms = served_cleanly_after(proxy_url, back)
-        return out
-    if fault.upload:
+    elif fault.upload:
         server.clear()
         # No pause before the close: the one timing that found the race (issue 28).
         status = cuts.cut_upload(proxy_url, cuts.Cut(fault.upload, CLOSE[fault.upload], 0.0), "study")
@@ -219,7 +209,7 @@ def trial(fault: Fault, proxy_url: str, server: FaultServer) -> Trial:
     else:
         t0 = time.monotonic()
         reply = exchange(proxy_url, get(fault.path), timeout=REQUEST_TIMEOUT_MS / 1000 * 4)
-        out = Trial(describe(reply), caller_ms=round((time.monotonic() - t0) * 1000, 1))
+        out = Trial(outcome(reply), caller_ms=ms_since(t0))
         out.passed_whole = fault.cut and reply.status == 200 and reply.whole
     after = time.monotonic()
     out.next = next_request(proxy_url)
@@ -253,7 +243,7 @@ class Setup:
 
 
 @dataclass
-class Row:
+class FaultRow:
     """One fault through one setup, over its repeats."""
 
     engine: str
@@ -297,12 +287,14 @@ class Probe:
     baseline: Gauges
     proxy_settings: dict[str, str] = field(default_factory=dict)
 
-    def row(self, fault: Fault, trials: list[Trial], after: Gauges, busy: list[Trial] | None = None) -> Row:
+    def row(
+        self, fault: Fault, trials: list[Trial], after: Gauges, busy: list[Trial] | None = None
+    ) -> FaultRow:
         def median(values: list[float | None]) -> float | None:
-            known = [v for v in values if v is not None]
-            return round(statistics.median(known), 1) if known else None
+            m = machinery.median_of(values)
+            return None if m is None else round(m, 1)
 
-        return Row(
+        return FaultRow(
             engine=self.setup.case.engine,
             lifetime=self.setup.case.lifetime,
             settings=self.setup.settings,
@@ -366,7 +358,7 @@ def parts(args: argparse.Namespace, d: Path) -> Iterator[tuple[Backend, FaultSer
         yield backend, backend.fault_server()
 
 
-def measure(parts: tuple[Backend, FaultServer], setup: Setup, args: argparse.Namespace) -> list[Row]:
+def measure(parts: tuple[Backend, FaultServer], setup: Setup, args: argparse.Namespace) -> list[FaultRow]:
     backend, server = parts
     settings = {"CLIENT_REQUEST_TIMEOUT_MS": str(REQUEST_TIMEOUT_MS), **SETTINGS[setup.settings]}
     with machinery.proxy_up(backend, setup.case, server.url, **settings) as url:
@@ -385,7 +377,7 @@ def measure(parts: tuple[Backend, FaultServer], setup: Setup, args: argparse.Nam
         return rows
 
 
-def progress(r: Row) -> str:
+def progress(r: FaultRow) -> str:
     whole = r.passed_whole + r.upload_passed_whole
     busy = f"; busy: {r.busy_upstream_saw or r.busy_caller}" if r.busy_caller else ""
     return (
@@ -397,7 +389,7 @@ def progress(r: Row) -> str:
     )
 
 
-def cell(row: Row) -> str:
+def cell(row: FaultRow) -> str:
     """One cell of the matrix: what the caller saw (for an upload, what the upstream saw), flagged
     when a cut passed as whole; for a cut body, idle / with every core busy."""
     idle = _cell(row.upstream_saw, row.caller, row.upload_passed_whole + row.passed_whole)
@@ -418,42 +410,23 @@ def _order(group: tuple[str, str, str]) -> tuple:
     return (list(SETTINGS).index(setting), LIFETIMES.index(lifetime), ENGINES.index(engine))
 
 
-@dataclass
-class CaseSummary:
-    """Every fault of one setup together: the summary table's row."""
-
-    case: str
-    settings: str
-    retry_on_stale: str | None
-    whole: int
-    next_failed: int
-    clean_ms: float | None
-    threads: float
-    files: float
-
-    @classmethod
-    def of(cls, rows: list[Row]) -> CaseSummary:
-        return cls(
-            rows[0].case,
-            rows[0].settings,
-            rows[0].retry_on_stale,
-            sum(r.passed_whole + r.upload_passed_whole + (r.busy_passed_whole or 0) for r in rows),
-            sum(r.next_failed for r in rows),
-            max((r.clean_ms for r in rows if r.clean_ms is not None), default=None),
-            max(r.threads_added for r in rows),
-            max(r.files_added for r in rows),
-        )
-
-
+# The summary table: a row per setup, every fault of it together (its rows).
 SUMMARY_COLUMNS = [
-    render.Column("case", lambda r: r.case),
-    render.Column("settings", lambda r: r.settings),
-    render.Column("retry_on_stale", lambda r: r.retry_on_stale),
-    render.Column("cut bodies passed as whole", lambda r: r.whole),
-    render.Column("next requests failed", lambda r: r.next_failed),
-    render.Column("slowest return to clean, ms", lambda r: r.clean_ms, 0),
-    render.Column("threads added (max)", lambda r: r.threads, 0),
-    render.Column("open files added (max)", lambda r: r.files, 0),
+    render.Column("case", lambda rs: rs[0].case),
+    render.Column("settings", lambda rs: rs[0].settings),
+    render.Column("retry_on_stale", lambda rs: rs[0].retry_on_stale),
+    render.Column(
+        "cut bodies passed as whole",
+        lambda rs: sum(r.passed_whole + r.upload_passed_whole + (r.busy_passed_whole or 0) for r in rs),
+    ),
+    render.Column("next requests failed", lambda rs: sum(r.next_failed for r in rs)),
+    render.Column(
+        "slowest return to clean, ms",
+        lambda rs: max((r.clean_ms for r in rs if r.clean_ms is not None), default=None),
+        0,
+    ),
+    render.Column("threads added (max)", lambda rs: max(r.threads_added for r in rs), 0),
+    render.Column("open files added (max)", lambda rs: max(r.files_added for r in rs), 0),
 ]
 TIMING_COLUMNS = [
     render.Column("case", lambda r: r.case),
@@ -466,14 +439,13 @@ TIMING_COLUMNS = [
 ]
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(rows: list[FaultRow], args: argparse.Namespace) -> machinery.Report:
     names = fault_names(args)
-    groups = sorted({r.group for r in rows}, key=_order)
-    by_group = {g: [r for r in rows if r.group == g] for g in groups}
-    matrix_columns = [
-        render.Column("case", lambda g: by_group[g][0].case),
-        render.Column("settings", lambda g: g[0]),
-    ] + [render.Column(n, lambda g, n=n: cell(next(r for r in by_group[g] if r.fault == n))) for n in names]
+    setups = [[r for r in rows if r.group == g] for g in sorted({r.group for r in rows}, key=_order)]
+    matrix_columns = [  # a row per setup, as the summary's
+        *SUMMARY_COLUMNS[:2],
+        *(render.Column(n, lambda rs, n=n: cell(next(r for r in rs if r.fault == n))) for n in names),
+    ]
     settings = {
         "Ktor": versions.default_release().name,  # the proxy jar's (the pom's)
         "faults": ", ".join(names),
@@ -498,8 +470,8 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
         "Faults: what each engine passes on when the upstream misbehaves",
         settings,
         [
-            ("Summary", machinery.table(SUMMARY_COLUMNS, [CaseSummary.of(by_group[g]) for g in groups])),
-            ("What the caller got, per fault", machinery.table(matrix_columns, groups)),
+            ("Summary", machinery.table(SUMMARY_COLUMNS, setups)),
+            ("What the caller got, per fault", machinery.table(matrix_columns, setups)),
             ("Times", machinery.table(TIMING_COLUMNS, timing)),
         ],
         [],

@@ -60,19 +60,9 @@ class Jmh:
         iterations = (self.warmup_iterations + self.iterations) * self.iteration_ms / 1000
         return min(self.timeout, JMH_START_S + BENCHMARKS * self.forks * (iterations + FORK_EXTRA_S))
 
-    @property
-    def jar(self) -> Path:
-        return versions.jar("io-bench", versions.release(self.release)) if self.release else JAR
-
-    def describe(self) -> str:
-        return (
-            f"{self.warmup_iterations} warm-up + {self.iterations} measured iterations of "
-            f"{self.iteration_ms} ms, {self.forks} fork(s), average time"
-        )
-
 
 @dataclass
-class Row:
+class OperationRow:
     what: str
     ktor_ms: float
     ktor_ms_error: float | None
@@ -85,19 +75,19 @@ class Row:
     jvm: str
 
 
-def jmh(run: Jmh, out_json: Path, log: Path) -> list[Row]:
-    """JMH over io-bench's benchmarks, its figures as rows (a release's jar built first when missing
-    or older than its sources)."""
-    if run.release:
-        versions.ensure_jar("io-bench", versions.release(run.release))
-    if not run.jar.exists():
+def measure(d: Path, run: Jmh, args: argparse.Namespace) -> list[OperationRow]:
+    """JMH over io-bench's benchmarks (a release's jar built first when missing or older than its
+    sources), its JSON and log in `d`; its figures as rows."""
+    jar = versions.ensure_jar("io-bench", versions.release(run.release)) if run.release else JAR
+    if not jar.exists():
         raise FileNotFoundError(
-            f"{run.jar.relative_to(REPO)} is missing: make build (mvn -f bench/io-bench package)"
+            f"{jar.relative_to(REPO)} is missing: make build (mvn -f bench/io-bench package)"
         )
+    out_json, log = d / "jmh.json", d / "jmh.log"
     argv = [
         java(),
         "-jar",
-        str(run.jar),
+        str(jar),
         *("-p", f"size={run.size}", "-p", f"chunk={run.chunk}"),
         *("-wi", str(run.warmup_iterations), "-i", str(run.iterations)),
         *("-w", f"{run.iteration_ms}ms", "-r", f"{run.iteration_ms}ms", "-f", str(run.forks)),
@@ -113,14 +103,14 @@ def jmh(run: Jmh, out_json: Path, log: Path) -> list[Row]:
     return rows_from(json.loads(out_json.read_text()), run.size)
 
 
-def rows_from(results: list[dict], size: int) -> list[Row]:
+def rows_from(results: list[dict], size: int) -> list[OperationRow]:
     by_name = {r["benchmark"].removeprefix("lab.iobench."): r for r in results}
     rows = []
     for what, ktor, jvm in PAIRS:
         k, j = by_name[ktor]["primaryMetric"], by_name[jvm]["primaryMetric"]
         assert k["scoreUnit"] == j["scoreUnit"] == "ms/op", (k["scoreUnit"], j["scoreUnit"])
         rows.append(
-            Row(
+            OperationRow(
                 what=what,
                 ktor_ms=k["score"],
                 ktor_ms_error=_error(k),
@@ -172,23 +162,20 @@ def plan(args: argparse.Namespace) -> list[Jmh]:
     return [run]
 
 
-def measure(d: Path, run: Jmh, args: argparse.Namespace) -> list[Row]:
-    return jmh(run, d / "jmh.json", d / "jmh.log")
-
-
-def progress(r: Row) -> str:
+def progress(r: OperationRow) -> str:
     return (
         f"{r.what}: JVM {r.jvm_mb_per_s:,.0f} MB/s, Ktor {r.ktor_mb_per_s:,.0f} MB/s "
         f"({r.ktor_over_jvm_time:.2f}x the time)"
     )
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(rows: list[OperationRow], args: argparse.Namespace) -> machinery.Report:
     run = settings_of(args)
     settings = {
         "bytes per operation": f"{run.size:,} ({run.size / 2**20:g} MiB)",
         "chunk bytes": f"{run.chunk:,} ({run.chunk / 2**10:g} KiB)",
-        "JMH": run.describe(),
+        "JMH": f"{run.warmup_iterations} warm-up + {run.iterations} measured iterations of "
+        f"{run.iteration_ms} ms, {run.forks} fork(s), average time",
         "±": "JMH's score error, the half-width of its 99.9% confidence interval",
         "Ktor": run.release or versions.default_release().name,
         "JMH version": rows[0].jmh_version,

@@ -16,9 +16,10 @@ import argparse
 import contextlib
 import html
 import json
+import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -61,8 +62,8 @@ class Study(Generic[Item, Row, Parts]):
     measure: Callable[[Parts, Item, argparse.Namespace], list[Row]]
     report: Callable[[list[Row], argparse.Namespace], Report]
     progress: Callable[[Row], str] = str  # one line per row as it is measured
-    # What must be installed: "upstream" (nginx, java, the proxy jar), "prometheus" (and Prometheus,
-    # the exporter), "java" (java and the jars only).
+    # What must be installed: "upstream" (nginx, java, the proxy jar), or "java" (java and the jars
+    # only).
     needs: str = "upstream"
     # The published claim the study replays, in words (kept in results.json and report.md, so that
     # its page quotes it from there).
@@ -79,12 +80,12 @@ class Study(Generic[Item, Row, Parts]):
         )
 
 
-def add_engines(p: argparse.ArgumentParser, default: str = "") -> None:
+def add_engines(p: argparse.ArgumentParser) -> None:
     """`--engines`, as every study that runs per engine takes it (all by default)."""
     p.add_argument(
         "--engines",
-        default=default or ",".join(ENGINES),
-        help=f"comma-separated (default: {default or all_of(ENGINES, 'engines')})",
+        default=",".join(ENGINES),
+        help=f"comma-separated (default: {all_of(ENGINES, 'engines')})",
     )
 
 
@@ -93,11 +94,10 @@ def add_lifetimes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lifetimes", default=",".join(LIFETIMES), help="comma-separated (default: both)")
 
 
-def run(study: Study, args: argparse.Namespace, command: str, items: list | None = None) -> Path:
-    """Measures every run of `items` (the study's plan, made here when not given), writes
-    results.json, the charts and report.md; returns its path."""
+def run_items(study: Study, args: argparse.Namespace, command: str, items: list) -> Path:
+    """Measures every run of `items` (the study's plan), writes results.json, the charts and
+    report.md; returns its path."""
     started = time.time()
-    items = study.plan(args) if items is None else items
     d = results_dir(args.out, study.name)
     rows: list = []
     with study.parts(args, d) as parts:
@@ -105,32 +105,23 @@ def run(study: Study, args: argparse.Namespace, command: str, items: list | None
             for row in study.measure(parts, item, args):
                 rows.append(row)
                 print(f"[{i}/{len(items)}] {study.progress(row)}", flush=True)
-    report = study.report(rows, args)
-    return write(d, study.name, command, report, [plain(r) for r in rows], started, study.claim)
+    return write(d, study, command, study.report(rows, args), [plain(r) for r in rows], started)
 
 
 def plain(row) -> dict:
-    """A row as results.json holds it: its own `to_json`, else its fields."""
-    if hasattr(row, "to_json"):
-        return row.to_json()
-    return asdict(row) if is_dataclass(row) else dict(row)
+    """A row as results.json holds it: its own `to_json`, else its fields (rows are dataclasses)."""
+    return row.to_json() if hasattr(row, "to_json") else asdict(row)
 
 
-def now() -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def write(
-    d: Path, name: str, command: str, report: Report, rows: list[dict], started: float, claim: str = ""
-) -> Path:
+def write(d: Path, study: Study, command: str, report: Report, rows: list[dict], started: float) -> Path:
     """results.json and report.md (and the charts beside them) in `d`."""
-    env = environment()
+    env, claim = environment(), study.claim
     results = {
-        "study": name,
+        "study": study.name,
         "title": report.title,
         "command": command,
         "started": datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"),
-        "finished": now(),
+        "finished": datetime.now().astimezone().isoformat(timespec="seconds"),
         "wall_seconds": round(time.time() - started, 1),
         "environment": env,
         "settings": report.settings,
@@ -171,6 +162,12 @@ def table(columns: Sequence[render.Column], rows: Sequence) -> str:
     return render.Table(columns, rows).markdown()
 
 
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are known (not None); None when none is."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def find(rows: Sequence, key: str, **match):
     """`key` of the first row whose fields equal `match`, or None (rows are dataclasses)."""
     return next((getattr(r, key) for r in rows if all(getattr(r, k) == v for k, v in match.items())), None)
@@ -183,17 +180,14 @@ def proxy_figures(url: str, *wanted: tuple[str, dict[str, str]]) -> list[float]:
 
 
 @contextlib.contextmanager
-def proxies(
-    args: argparse.Namespace, d: Path, java_opts: str | None = None, with_nginx: bool = True
-) -> Iterator[Backend]:
+def proxies(args: argparse.Namespace, d: Path, with_nginx: bool = True) -> Iterator[Backend]:
     """The parts of a study whose own clients measure through a proxy (transfers, bursts, faults),
     or nginx directly (the engines study's JMH jars): nginx (unless not `with_nginx`) on the
-    native backend, whose start_case starts each proxy as
-    `lab run` does; the proxy's JVM options from `java_opts`, else --java-opts. Logs in `d`/logs."""
+    native backend, whose start_case starts each proxy as `lab run` does, with the study's
+    --java-opts. Logs in `d`/logs."""
     backend = NativeBackend()
     try:
-        opts = java_opts if java_opts is not None else getattr(args, "java_opts", "-Xmx512m")
-        backend.open_upstream(d / "logs", opts, with_nginx)
+        backend.open_upstream(d / "logs", args.java_opts, with_nginx)
         yield backend
     finally:
         backend.close()

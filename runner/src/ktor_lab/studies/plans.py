@@ -31,6 +31,7 @@ from ..conclusions import Change, Group
 from ..confidence import Comparison
 from ..errors import LabError
 from ..plan import Plan
+from ..render import Column, Table
 from ..results import Results
 from ..results import load as load_results
 from ..rules import BY_KEY, STUDY_FIGURES, not_compared
@@ -139,7 +140,8 @@ def part_plan(part: Part, user: dict) -> Plan:
         raise LabError(f"part {part.name}: {e}") from None
 
 
-def chosen(study: PlanStudy, args: argparse.Namespace) -> list[Part]:
+def chosen_parts(study: PlanStudy, args: argparse.Namespace) -> list[Part]:
+    """The parts --parts names, in its order; LabError for a name the study has not."""
     by_name = {x.name: x for x in study.all_parts()}
     names = [n.strip() for n in args.parts.split(",") if n.strip()]
     if bad := [n for n in names if n not in by_name]:
@@ -149,10 +151,10 @@ def chosen(study: PlanStudy, args: argparse.Namespace) -> list[Part]:
     return [by_name[n] for n in names]
 
 
-def plans(study: PlanStudy, args: argparse.Namespace) -> list[tuple[Part, Plan]]:
+def planned_parts(study: PlanStudy, args: argparse.Namespace) -> list[tuple[Part, Plan]]:
     """Every chosen part's plan, all checked before anything starts."""
     user = given(args)
-    return [(part, part_plan(part, user)) for part in chosen(study, args)]
+    return [(part, part_plan(part, user)) for part in chosen_parts(study, args)]
 
 
 def dry_run(study: PlanStudy, planned: list[tuple[Part, Plan]], out: object) -> list[str]:
@@ -176,11 +178,12 @@ def skipped(part: Part, plan: Plan) -> list[str]:
     return [f"{part.name}: skips {len(said)} combinations its cases cannot take, e.g. {said[0]}"]
 
 
-def run(study: PlanStudy, args: argparse.Namespace, command: str) -> tuple[Path, list]:
-    """Every chosen part through `lab run`'s pipeline, each on native parts of its own, into
-    `<out>/<part>/`; study.json first, the study's page after each part (also when one stops or
-    fails). Returns the page's path and every window measured."""
-    planned = plans(study, args)
+def run_parts(
+    study: PlanStudy, planned: list[tuple[Part, Plan]], args: argparse.Namespace, command: str
+) -> tuple[Path, list]:
+    """Every chosen part (`planned_parts`) through `lab run`'s pipeline, each on native parts of its
+    own, into `<out>/<part>/`; study.json first, the study's page after each part (also when one
+    stops or fails). Returns the page's path and every window measured."""
     for _, plan in planned:
         NativeBackend().check(plan)
     d = results_dir(args.out, study.name)
@@ -397,16 +400,14 @@ def keys(study: PlanStudy, g: Group) -> tuple[str, ...]:
     return tuple(g.cpu_key if k == "cpu_no_jit" else k for k in study.figures)
 
 
-def judged(c: Change, key: str) -> Comparison | None:
-    """The change's comparison on a figure, or None when it is not one to judge (Change.judged:
-    either row flagged on it or short of its fixed rate, or rps where a target set the rate)."""
-    return c.comparison(key) if c.judged(key) else None
+def reasons_not_judged(c: Change, key: str) -> list[str]:
+    """Why a change is not judged on `key`: the flags that keep its rows apart, or `not measured`."""
+    return not_compared(BY_KEY[key], c.group.load, c.before.runs, c.after.runs) or ["not measured"]
 
 
 def why_not(c: Change, key: str, name: str = "") -> str:
     """`singleton-cio (not-warm)`: the case of a change not judged on `key` (or `name`), and why."""
-    reasons = not_compared(BY_KEY[key], c.group.load, c.before.runs, c.after.runs)
-    return f"{name or c.case} ({', '.join(reasons) or 'not measured'})"
+    return f"{name or c.case} ({', '.join(reasons_not_judged(c, key))})"
 
 
 def case_names(cs: Sequence[Change]) -> dict[int, str]:
@@ -428,7 +429,9 @@ def family(study: PlanStudy, cs: Sequence[Change]) -> dict[tuple[int, str], Comp
     if not cs:
         return {}
     pairs = [(c, k) for c in cs for k in keys(study, cs[0].group)]
-    found = [judged(c, k) for c, k in pairs]
+    # None: not one to judge (Change.judged: either row flagged on the figure or short of its fixed
+    # rate, or rps where a target set the rate)
+    found = [c.comparison(k) if c.judged(k) else None for c, k in pairs]
     adjusted = iter(confidence.adjust([x for x in found if x is not None]))
     return {
         (id(c), k): next(adjusted) if x is not None else None for (c, k), x in zip(pairs, found, strict=True)
@@ -444,14 +447,13 @@ def short(c: Comparison | None) -> str:
     if c.difference is None:
         return "-"
     if not c.log and c.d is not None:  # a count that may be 0: its difference in its own units
-        span = f" ({units})" if (units := c.units_span()) else ""
-        if c.p is None:
-            return f"{c.d:+,.1f} (untested)"
-        return f"{c.d:+,.1f}{span}" if c.clear else f"~{span}"
+        change, span = f"{c.d:+,.1f}", c.units_span()
+    else:
+        change, span = f"{c.difference:+.1%}", c.span()
     if c.p is None:
-        return f"{c.difference:+.1%} (untested)"
-    span = f" ({c.span()})" if c.span() else ""
-    return f"{c.difference:+.1%}{span}" if c.clear else f"~{span}"
+        return f"{change} (untested)"
+    span = f" ({span})" if span else ""
+    return f"{change}{span}" if c.clear else f"~{span}"
 
 
 def by_step(cs: Sequence[Change]) -> dict[tuple[str, str, str], list[Change]]:
@@ -463,8 +465,6 @@ def by_step(cs: Sequence[Change]) -> dict[tuple[str, str, str], list[Change]]:
 
 
 def changes_table(study: PlanStudy, rows: Sequence[Change]) -> str:
-    from ..render import Column, Table
-
     ks = keys(study, rows[0].group)
     tested = family(study, rows)
     cells = {id(c): {k: short(tested[(id(c), k)]) for k in ks} for c in rows}
@@ -584,8 +584,8 @@ def why_never(c: Change, ks: Sequence[str], name: str) -> str:
     """`singleton-cio with RTT 80 ms (errors, not-warm)`: a change judged on none of `ks`, and every
     reason any figure gave."""
     # rps's rate flags (a held target) say why rps is not compared, not why the change is not
-    reasons = {r for k in ks if k != "rps" for r in why_not(c, k, name)[len(name) + 2 : -1].split(", ")}
-    reasons = reasons or {r for r in why_not(c, "rps", name)[len(name) + 2 : -1].split(", ")}
+    reasons = {r for k in ks if k != "rps" for r in reasons_not_judged(c, k)}
+    reasons = reasons or set(reasons_not_judged(c, "rps"))
     if len(reasons) > 1:
         reasons.discard("not measured")
     return f"{name} ({', '.join(sorted(reasons))})"

@@ -12,11 +12,13 @@ used (sampled every 100 ms from its /metrics) and its CPU seconds (process count
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -31,6 +33,7 @@ from ..parts import nginx
 from . import machinery
 
 DIRECT = "nginx direct"
+DIRECTIONS = ("download", "upload")
 CHUNK = 1 << 20
 # The upstream's files by the unit of their names: 15m is 15 MiB (nginx/docker-entrypoint.d/40-lab-files.sh).
 UNITS = {"k": 1 << 10, "m": 1 << 20}
@@ -43,42 +46,39 @@ TRANSFER_MIN_MB_PER_S = 30
 TRANSFER_OVERHEAD_S = 0.3
 
 
-class ProxyProbe:
-    """Highest heap used while a transfer runs, and CPU seconds used by it."""
+@contextlib.contextmanager
+def probed(url: str | None) -> Iterator[dict[str, float | None]]:
+    """What the proxy at `url` uses while the block runs (a transfer): `heap_max`, the highest heap
+    used (sampled every 100 ms from its /metrics), and `cpu_seconds`, its CPU seconds; both filled
+    once the block ends, both None without a proxy (nginx direct)."""
+    used: dict[str, float | None] = {"heap_max": None, "cpu_seconds": None}
+    if url is None:
+        yield used
+        return
 
-    def __init__(self, url: str | None):
-        self.url = url
-        self.heap_max = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.cpu_start = 0.0
-        self.cpu_seconds: float | None = None
-
-    def read(self) -> dict[str, float]:
+    def read() -> tuple[float, float]:
         heap, cpu_ns = machinery.proxy_figures(
-            self.url, ("jvm_memory_used_bytes", {"area": "heap"}), ("process_cpu_time_ns_total", {})
+            url, ("jvm_memory_used_bytes", {"area": "heap"}), ("process_cpu_time_ns_total", {})
         )
-        return {"heap": heap, "cpu": cpu_ns / 1e9}
+        return heap, cpu_ns / 1e9
 
-    def _loop(self) -> None:
-        while not self._stop.wait(0.1):
-            self.heap_max = max(self.heap_max, self.read()["heap"])
+    heap_max, cpu_start = read()
+    stop = threading.Event()
 
-    def __enter__(self) -> ProxyProbe:
-        if self.url:
-            first = self.read()
-            self.cpu_start, self.heap_max = first["cpu"], first["heap"]
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
+    def sample() -> None:
+        nonlocal heap_max
+        while not stop.wait(0.1):
+            heap_max = max(heap_max, read()[0])
 
-    def __exit__(self, *exc) -> None:
-        if self._thread:
-            self._stop.set()
-            self._thread.join()
-            last = self.read()
-            self.heap_max = max(self.heap_max, last["heap"])
-            self.cpu_seconds = last["cpu"] - self.cpu_start
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield used
+    finally:
+        stop.set()
+        thread.join()
+        heap, cpu = read()
+        used.update(heap_max=max(heap_max, heap), cpu_seconds=cpu - cpu_start)
 
 
 def label(size: str) -> str:
@@ -162,7 +162,7 @@ class Transfer:
 
 
 @dataclass
-class Row:
+class TransferRow:
     """Every transfer of one size in one direction through one target, and their median."""
 
     target: str  # DIRECT or an engine
@@ -177,6 +177,19 @@ class Row:
     heap_max_mib: float | None
     cpu_seconds: float | None
     of_direct: float | None = None  # filled by the report, beside nginx direct's same cell
+
+    @classmethod
+    def of(
+        cls, target: str, size: str, bytes: int, direction: str, runs: list[Transfer], proxied: bool
+    ) -> TransferRow:
+        """The transfers' row: their median rate and its range, and (`proxied`) what the proxy used."""
+        rates = [r.mb_per_s for r in runs]
+        return cls(
+            target, size, bytes, direction, runs, statistics.median(rates), min(rates), max(rates),
+            intact=all(r.intact for r in runs),
+            heap_max_mib=max(r.heap_max_bytes / (1 << 20) for r in runs) if proxied else None,
+            cpu_seconds=statistics.median(r.cpu_seconds for r in runs) if proxied else None,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -216,7 +229,7 @@ def plan(args: argparse.Namespace) -> list[Target]:
     ]
 
 
-def measure(backend: Backend, target: Target, args: argparse.Namespace) -> list[Row]:
+def measure(backend: Backend, target: Target, args: argparse.Namespace) -> list[TransferRow]:
     files = nginx.shared_files_dir()
     if target.case is None:
         return transfers(target.name, backend.upstream_url, None, files, target.transfers)
@@ -224,52 +237,33 @@ def measure(backend: Backend, target: Target, args: argparse.Namespace) -> list[
         return transfers(target.name, url, url, files, target.transfers)
 
 
-def transfers(target: str, base: str, probe_url: str | None, files: Path, plan: Transfers) -> list[Row]:
+def transfers(
+    target: str, base: str, probe_url: str | None, files: Path, plan: Transfers
+) -> list[TransferRow]:
+    """Every size both ways through `base` (the proxy at `probe_url`, or nginx direct), each body
+    checked against the upstream's manifest: a row per size and direction."""
     manifest = json.loads((files / "manifest.json").read_text())
     warm_up(base, files, plan)
     rows = []
     for size in plan.sizes:
-        name = f"{size}.bin"
+        name, path = f"{size}.bin", files / f"{size}.bin"
         if name not in manifest:
             raise ValueError(f"--sizes: no {name} upstream; it serves {', '.join(sorted(manifest))}")
         want = manifest[name]
-        for direction in ("download", "upload"):
+        for direction in DIRECTIONS:
             runs = []
             for _ in range(plan.repeats):
-                with ProxyProbe(probe_url) as probe:
-                    if direction == "download":
-                        got, sha, secs = download(base, name)
-                    else:
-                        got, sha, secs = upload(base, files / name)
-                runs.append(
-                    Transfer(
-                        seconds=secs,
-                        mb_per_s=got / secs / 1e6,
-                        intact=got == want["bytes"] and sha == want["sha256"],
-                        heap_max_bytes=probe.heap_max if probe_url else None,
-                        cpu_seconds=probe.cpu_seconds,
-                    )
-                )
-            rates = [r.mb_per_s for r in runs]
+                with probed(probe_url) as used:
+                    got, sha, secs = download(base, name) if direction == "download" else upload(base, path)
+                intact = got == want["bytes"] and sha == want["sha256"]
+                runs.append(Transfer(secs, got / secs / 1e6, intact, used["heap_max"], used["cpu_seconds"]))
             rows.append(
-                Row(
-                    target=target,
-                    size=size,
-                    bytes=want["bytes"],
-                    direction=direction,
-                    runs=runs,
-                    mb_per_s=statistics.median(rates),
-                    mb_per_s_min=min(rates),
-                    mb_per_s_max=max(rates),
-                    intact=all(r.intact for r in runs),
-                    heap_max_mib=max(r.heap_max_bytes / (1 << 20) for r in runs) if probe_url else None,
-                    cpu_seconds=statistics.median(r.cpu_seconds for r in runs) if probe_url else None,
-                )
+                TransferRow.of(target, size, want["bytes"], direction, runs, proxied=probe_url is not None)
             )
     return rows
 
 
-def progress(r: Row) -> str:
+def progress(r: TransferRow) -> str:
     return f"{r.target:13} {r.direction:8} {r.size:>5}: {r.mb_per_s:7.1f} MB/s, intact {r.intact}"
 
 
@@ -284,7 +278,7 @@ COLUMNS = [
 ]
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(rows: list[TransferRow], args: argparse.Namespace) -> machinery.Report:
     for r in rows:
         ref = next(x for x in rows if x.target == DIRECT and (x.size, x.direction) == (r.size, r.direction))
         r.of_direct = r.mb_per_s / ref.mb_per_s
@@ -292,29 +286,20 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
     targets = list(dict.fromkeys(r.target for r in rows))
     tables = [
         (
-            f"{direction}, {label(size)}",
-            machinery.table(COLUMNS, [r for r in rows if (r.size, r.direction) == (size, direction)]),
+            f"{way}, {label(size)}",
+            machinery.table(COLUMNS, [r for r in rows if (r.size, r.direction) == (size, way)]),
         )
         for size in sizes
-        for direction in ("download", "upload")
+        for way in DIRECTIONS
     ]
-    charts = [
-        (
-            f"streaming-{direction}.svg",
-            render.bars(
-                f"MB/s per {direction} (median of {args.repeats})",
-                targets,
-                {
-                    label(size): [
-                        machinery.find(rows, "mb_per_s", target=t, size=size, direction=direction)
-                        for t in targets
-                    ]
-                    for size in sizes
-                },
-            ),
-        )
-        for direction in ("download", "upload")
-    ]
+    charts = []
+    for way in DIRECTIONS:
+        series = {
+            label(z): [machinery.find(rows, "mb_per_s", target=t, size=z, direction=way) for t in targets]
+            for z in sizes
+        }
+        title = f"MB/s per {way} (median of {args.repeats})"
+        charts.append((f"streaming-{way}.svg", render.bars(title, targets, series)))
     settings = {
         "Ktor": versions.default_release().name,  # the proxy jar's (the pom's)
         "sizes": args.sizes,

@@ -37,13 +37,6 @@ IDLE_S = 0.5
 BURST_S_PER_REQUEST = 0.005
 
 
-def raise_fd_limit() -> None:
-    """N sockets at once need more than the usual 1024 descriptors."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def thread_gauges(proxy_url: str) -> dict[str, float]:
     """Live and active-unparked threads from the proxy's own /metrics."""
     live, unparked = machinery.proxy_figures(
@@ -78,8 +71,11 @@ def waves(done_at: list[float], delay_s: float) -> int:
 PEAK_EVERY_S = 0.25
 
 
-async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float) -> dict:
-    """N requests at once; threads sampled at `sample_at` s and every PEAK_EVERY_S for the peak."""
+async def burst_of(
+    proxy_url: str, n: int, delay_ms: int, sample_at: float, deadline: float
+) -> tuple[dict, dict[str, float], dict[str, float]]:
+    """N requests at once: their `answers`, the threads sampled at `sample_at` s (and when), and
+    their peak, sampled every PEAK_EVERY_S."""
     host, port = proxy_url.removeprefix("http://").split(":")
     path = f"/delay?ms={delay_ms}"
     t0 = time.monotonic()
@@ -90,23 +86,17 @@ async def burst_of(proxy_url: str, n: int, delay_ms: int, sample_at: float, dead
     while not all(t.done() for t in tasks) and time.monotonic() - t0 < deadline:
         await asyncio.sleep(0.05)
         elapsed = time.monotonic() - t0
-        if not at and elapsed >= sample_at:
-            at = {
-                **await asyncio.to_thread(thread_gauges, proxy_url),
-                "at_s": round(time.monotonic() - t0, 2),
-            }
-            g = at
-        elif elapsed >= next_peak:
-            g = await asyncio.to_thread(thread_gauges, proxy_url)
-        else:
+        if elapsed < next_peak and (at or elapsed < sample_at):
             continue
+        g = await asyncio.to_thread(thread_gauges, proxy_url)
+        if not at and elapsed >= sample_at:
+            at = {**g, "at_s": round(time.monotonic() - t0, 2)}
         next_peak = elapsed + PEAK_EVERY_S
-        for k in peak:
-            peak[k] = max(peak[k], g[k])
+        peak = {k: max(v, g[k]) for k, v in peak.items()}
     for t in tasks:
         t.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    return {**answers(results, delay_ms), "at": at, "peak": peak}
+    return answers(results, delay_ms), at, peak
 
 
 def answers(results: list, delay_ms: int) -> dict:
@@ -116,7 +106,6 @@ def answers(results: list, delay_ms: int) -> dict:
     done = [r for r in results if isinstance(r, tuple)]
     ok = [r for r in done if r[0] == 200]
     return {
-        "sent": len(results),
         "ok": len(ok),
         "failed": len(done) - len(ok),
         "unfinished": len(results) - len(done),
@@ -152,7 +141,7 @@ class Burst:
 
 
 @dataclass
-class Row:
+class BurstRow:
     engine: str
     limits: str
     n: int
@@ -191,7 +180,11 @@ def plan(args: argparse.Namespace) -> list[Burst]:
 
 @contextlib.contextmanager
 def parts(args: argparse.Namespace, d: Path) -> Iterator[Backend]:
-    raise_fd_limit()
+    """The proxies through the native backend, the open files raised to their hard limit first: N
+    sockets at once need more than the usual 1024 descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with machinery.proxies(args, d) as backend:
         yield backend
 
@@ -204,7 +197,7 @@ def timeouts_ms(args: argparse.Namespace) -> tuple[int, int]:
     return request, args.connect_timeout_ms or request
 
 
-def measure(backend: Backend, burst: Burst, args: argparse.Namespace) -> list[Row]:
+def measure(backend: Backend, burst: Burst, args: argparse.Namespace) -> list[BurstRow]:
     request_ms, connect_ms = timeouts_ms(args)
     with machinery.proxy_up(
         backend,
@@ -219,26 +212,24 @@ def measure(backend: Backend, burst: Burst, args: argparse.Namespace) -> list[Ro
             requests.get(f"{url}/delay?ms=0", timeout=30).raise_for_status()
         time.sleep(IDLE_S)
         idle = thread_gauges(url)
-        result = asyncio.run(burst_of(url, burst.n, burst.delay_ms, args.sample_at, burst.deadline))
+        answered, at, peak = asyncio.run(
+            burst_of(url, burst.n, burst.delay_ms, args.sample_at, burst.deadline)
+        )
         settings = metrics.scrape(url).labels("lab_proxy_info")
-    at = result["at"]
     return [
-        Row(
+        BurstRow(
             engine=burst.engine,
             limits=burst.limits,
             n=burst.n,
-            **{
-                k: result[k]
-                for k in ("ok", "failed", "unfinished", "statuses", "finished", "completion_s", "waves")
-            },
-            idle_live=idle.get("live"),
-            idle_unparked=idle.get("unparked"),
+            **answered,
+            idle_live=idle["live"],
+            idle_unparked=idle["unparked"],
             sampled_at_s=at.get("at_s"),
             live_at=at.get("live"),
             unparked_at=at.get("unparked"),
-            live_added=_minus(at.get("live"), idle.get("live")),
-            unparked_added=_minus(at.get("unparked"), idle.get("unparked")),
-            live_peak=result["peak"]["live"],
+            live_added=_minus(at.get("live"), idle["live"]),
+            unparked_added=_minus(at.get("unparked"), idle["unparked"]),
+            live_peak=peak["live"],
             deadline_s=burst.deadline,
             proxy_settings=settings,
         )
@@ -275,13 +266,13 @@ def _plus_text(idle, added) -> str:
     return f"{idle:.0f} + {added:.0f}"
 
 
-def _completion_text(r: Row) -> str:
+def _completion_text(r: BurstRow) -> str:
     if r.finished:
         return f"{r.completion_s:.1f}"
     return f"> {r.deadline_s:.0f} ({r.ok + r.failed} of {r.n} done)"
 
 
-def progress(r: Row) -> str:
+def progress(r: BurstRow) -> str:
     return (
         f"{r.engine} {r.limits} N={r.n}: +{r.unparked_added or 0:.0f} active unparked, "
         f"+{r.live_added or 0:.0f} live at {r.sampled_at_s} s; {_completion_text(r)} s, {r.waves} waves, "
@@ -289,7 +280,7 @@ def progress(r: Row) -> str:
     )
 
 
-def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
+def report(rows: list[BurstRow], args: argparse.Namespace) -> machinery.Report:
     engines = list(dict.fromkeys(r.engine for r in rows))
     limits = list(dict.fromkeys(r.limits for r in rows))
     ns = list(dict.fromkeys(r.n for r in rows))
@@ -309,17 +300,18 @@ def report(rows: list[Row], args: argparse.Namespace) -> machinery.Report:
     charts = []
     for lim in limits:
         sub = [r for r in rows if r.limits == lim]
-        for key, title, digits in (
-            ("unparked_added", f"Active unparked threads added at {args.sample_at:g} s, {lim} limits", 0),
+        for name, key, digits, title in (
+            ("unparked", "unparked_added", 0, f"Active unparked threads added at {args.sample_at:g} s"),
             (
+                "completion",
                 "completion_s",
-                f"Seconds until the last of N answers ({args.delay_ms} ms each), {lim} limits",
                 1,
+                f"Seconds until the last of N answers ({args.delay_ms} ms each)",
             ),
         ):
-            name = "unparked" if key == "unparked_added" else "completion"
             series = {f"N={n}": [machinery.find(sub, key, engine=e, n=n) for e in engines] for n in ns}
-            charts.append((f"threads-{name}-{lim}.svg", render.bars(title, engines, series, digits=digits)))
+            bars = render.bars(f"{title}, {lim} limits", engines, series, digits=digits)
+            charts.append((f"threads-{name}-{lim}.svg", bars))
     return machinery.Report(
         "Threads per engine: N requests in flight to a slow upstream",
         settings,
