@@ -319,3 +319,49 @@ def test_verify_checks_the_whole_stack(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok   every dashboard panel has data" in r.stdout
     assert "FAIL" not in r.stdout
+
+
+def test_a_close_call_gets_more_jvms_within_the_budget_and_the_report_says_what_they_took(tmp_path):
+    """Two singletons, 2 JVMs each of short noisy windows: their comparison is neither different nor
+    the same, so its rows get one more JVM each (fork 3), of 4 times the plan's windows where the
+    windows are the units, while a round fits in the budget; results.json keeps the rounds and the
+    looks the budget left room for, the report's header what the close calls took, and the first
+    screen answers the comparison in one of its three ways."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [LAB, "run", "--cases", "singleton-okhttp,singleton-apache5", "--aa", "none", "--loads", "rate/100"]
+        + [
+            "--windows",
+            "2",
+            "--warm-first",
+            "closed/50/0",
+            "--warmup",
+            "30",
+            "--duration",
+            "3",
+            "--settle",
+            "1",
+        ]
+        + ["--forks", "2", "--spare", "0", "--budget", "7m", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "close calls get a JVM more a round while the run stays within 7m00s" in r.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["race_looks"] >= 2 and results["wall_seconds"] <= 7 * 60 + 60, results["wall_seconds"]
+    forks = {(run["case"], run["fork"]) for run in results["runs"]}
+    raced = [race for race in results["races"]]
+    assert raced, results["race_end"]  # 3-second windows at 100 rps decide nothing in two JVMs
+    first = raced[0]
+    assert first["fork"] == 3 and sorted(first["rows"]) == ["singleton-apache5", "singleton-okhttp"]
+    assert {("singleton-okhttp", 3), ("singleton-apache5", 3)} <= forks
+    windows = [run for run in results["runs"] if run["fork"] == 3 and run["case"] == "singleton-okhttp"]
+    assert len(windows) in (2, 2 * measure.RACE_WINDOWS), len(windows)
+    report = (out / "report.md").read_text()
+    assert re.search(
+        r"Close calls: \d+ round\(s\) of one more JVM for singleton-apache5, singleton-okhttp", report
+    )
+    screen = report.split("## Verdict")[1].split("\n## ")[0]
+    assert re.search(r"the same within 10%|not decided|clearly more", screen), screen[:1500]

@@ -54,7 +54,9 @@ class Change:
     low: float | None = None
     high: float | None = None
     p: float | None = None
-    by_fork: bool | None = None  # the test's units: JVMs (True) or windows (False); None: not tested
+    # The rows' JVMs replicated (the units JVMs, or windows pooled with them: confidence.pooled_windows),
+    # or one JVM a row (False: its windows); None: not tested.
+    by_fork: bool | None = None
 
     @property
     def significant(self) -> bool:
@@ -94,7 +96,14 @@ def pooled_spread(rows: list[tuple[Estimate, Estimate]]) -> Pool | None:
     if a is None or b is None or a.by_fork != b.by_fork:  # one run's spread alone, or both as one
         return pool_of([e for pair in both for e in pair])
     df = a.df + b.df
-    return Pool((a.variance * a.df + b.variance * b.df) / df, df, a.log, a.by_fork, a.blocks + b.blocks)
+    return Pool(
+        (a.variance * a.df + b.variance * b.df) / df,
+        df,
+        a.log,
+        a.by_fork,
+        a.blocks + b.blocks,
+        a.pooled and b.pooled,
+    )
 
 
 def change(
@@ -110,7 +119,12 @@ def change(
     if test.p is None or test.low is None or test.high is None:
         return c
     return replace(
-        c, ratio=1 + test.difference, low=1 + test.low, high=1 + test.high, p=test.p, by_fork=pool.by_fork
+        c,
+        ratio=1 + test.difference,
+        low=1 + test.low,
+        high=1 + test.high,
+        p=test.p,
+        by_fork=pool.by_fork or pool.pooled,
     )
 
 

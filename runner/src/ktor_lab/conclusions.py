@@ -38,6 +38,7 @@ from .rules import (
     VERDICT_FIGURES,
     Figure,
     cpu_without_jit,
+    generator_cost,
     kept_rate,
     kept_windows,
     why_not_compared,
@@ -122,6 +123,16 @@ class Group:
     scenario: str
     load: Load
     rows: list[Row]
+    margin: float = confidence.MARGIN  # the plan's: within it either way, two rows are the same
+    forks: int = 0  # the plan's JVMs a row (0: as many as the rows have)
+    # The first screen's level: ALPHA, or its close calls' look's (confidence.look_alpha) where the
+    # run had a budget for them (its rounds at this scenario and load so far are its look).
+    alpha: float = confidence.ALPHA
+    # The run's pace, for what a longer one would decide: seconds a JVM more takes (its warm-up and
+    # windows), the run's seconds so far, and windows a JVM (0: not known).
+    round_s: float = 0.0
+    elapsed_s: float = 0.0
+    repeats: int = 0
 
     @property
     def heading(self) -> str:
@@ -129,8 +140,15 @@ class Group:
 
     @property
     def jvms(self) -> int:
-        """The most JVMs a row of the group stands on (the plan's forks, unless every row lost one)."""
-        return max((r.proxies for r in self.rows), default=0)
+        """The JVMs a row stands on by the plan: its forks, or fewer where every row lost one (the
+        close calls' rows have more: `raced`)."""
+        most = max((r.proxies for r in self.rows), default=0)
+        return min(most, self.forks) if self.forks else most
+
+    @property
+    def raced(self) -> int:
+        """The most JVMs a close call's row got beyond the plan's (lab run --budget)."""
+        return max((r.proxies for r in self.rows), default=0) - self.jvms
 
     def pairs(self) -> list[tuple[Row, Row]]:
         """The A/A pairs: two rows of the same case (copies #1 and #2)."""
@@ -142,7 +160,11 @@ class Group:
         """The CPU per request the verdicts use: without the JIT's compiling when every row's JIT
         was seen, else with it (the compose backend)."""
         measured = all(r.figures["cpu_no_jit"].mean is not None for r in self.rows if r.figures["cpu"].mean)
-        return "cpu_no_jit" if measured and any(r.figures["cpu_no_jit"].mean for r in self.rows) else "cpu"
+        if not (measured and any(r.figures["cpu_no_jit"].mean for r in self.rows)):
+            return "cpu"
+        # With the generator's shared movement taken out where every window recorded it (`covaried`).
+        adjusted = self.rows[0].figures["cpu_adjusted"].values != self.rows[0].figures["cpu_no_jit"].values
+        return "cpu_adjusted" if adjusted else "cpu_no_jit"
 
     @property
     def verdict_figures(self) -> tuple[str, ...]:
@@ -187,7 +209,10 @@ def groups(results: Results) -> list[Group]:
                 )
             )
         name_briefly(made)
-        out.append(Group(scenario, load_level, made))
+        look = sum(1 for r in results.races if (r.scenario, r.load) == (scenario, load_level.label))
+        alpha = confidence.look_alpha(look, results.race_looks)
+        forks = results.plan.forks if results.races else 0  # a close call's rows have more
+        out.append(Group(scenario, load_level, made, results.plan.margin, forks, alpha, *pace(results)))
     return out
 
 
@@ -207,12 +232,21 @@ class GroupFigures:
     def estimates(self, key: str) -> list[Estimate]:
         if key not in self.made:
             f = BY_KEY[key]
-            own = [Estimate.of([f.get(r) for r in row.runs], [r.fork for r in row.runs]) for row in self.rows]
+            values = [[f.get(r) for r in row.runs] for row in self.rows]
+            fitted = 0
+            if f.covariate is not None and (adjusted := covaried(self.rows, f)) is not None:
+                values, fitted = adjusted, 1
+            own = [
+                Estimate.of(v, [r.fork for r in row.runs]) for v, row in zip(values, self.rows, strict=True)
+            ]
             ok = [
                 e.mean is not None and not set(row.flags) & set(f.not_comparable)
                 for row, e in zip(self.rows, own, strict=True)
             ]
             pool = confidence.pool_of([e for e, good in zip(own, ok, strict=True) if good])
+            if pool is not None and fitted:  # the covariate's slope took a degree of freedom
+                df = pool.df - 1
+                pool = replace(pool, variance=pool.variance * pool.df / df, df=df) if df else None
             self.made[key] = [
                 e.with_pool(pool)
                 if good and pool is not None
@@ -222,6 +256,30 @@ class GroupFigures:
                 for e, good in zip(own, ok, strict=True)
             ]
         return self.made[key]
+
+
+def covaried(rows: list[Row], f: Figure) -> list[list[float | None]] | None:
+    """Each row's windows of `f` with its covariate's movement taken out (ANCOVA on logarithms): the
+    slope of the figure on the covariate within each JVM, pooled over the rows, and each window moved
+    by it to the group's mean covariate. None where a window lacks either (the compose backend's
+    generator figures, say), or the covariate never moved."""
+    pairs = [[(f.get(r), f.covariate(r)) for r in row.runs] for row in rows]
+    if not pairs or any(not (y and y > 0 and x and x > 0) for row in pairs for y, x in row):
+        return None
+    logs = [[(math.log(y), math.log(x)) for y, x in row] for row in pairs]
+    sxy = sxx = 0.0
+    for row, runs in zip(logs, (row.runs for row in rows), strict=True):
+        by: dict[int, list[tuple[float, float]]] = {}
+        for pair, r in zip(row, runs, strict=True):
+            by.setdefault(r.fork, []).append(pair)
+        for jvm in by.values():
+            my, mx = statistics.fmean(y for y, _ in jvm), statistics.fmean(x for _, x in jvm)
+            sxy += math.fsum((y - my) * (x - mx) for y, x in jvm)
+            sxx += math.fsum((x - mx) ** 2 for _, x in jvm)
+    if not sxx:
+        return None
+    slope, centre = sxy / sxx, statistics.fmean(x for row in logs for _, x in row)
+    return [[math.exp(y - slope * (x - centre)) for y, x in row] for row in logs]
 
 
 class RowFigures(Mapping[str, Estimate]):
@@ -238,6 +296,19 @@ class RowFigures(Mapping[str, Estimate]):
 
     def __len__(self) -> int:
         return len(BY_KEY)
+
+
+def pace(results: Results) -> tuple[float, float, int]:
+    """What one more JVM took in this run (its mean warm-up, and its windows each with the plan's
+    settle), the run's seconds in all, and its windows a JVM; zeros where the run did not record
+    them (a run kept before its wall time was)."""
+    firsts = [r.warmup.seconds for r in results.runs if r.repeat == 1 and r.warmup.seconds]
+    windows = [r.window.seconds for r in results.runs if r.window.seconds]
+    if not firsts or not windows or not results.wall_seconds:
+        return 0.0, 0.0, 0
+    repeats = results.plan.repeats
+    window_s = statistics.fmean(windows) + results.plan.settle_s + 2  # measure.WINDOW_OVERHEAD_S
+    return statistics.fmean(firsts) + repeats * window_s, results.wall_seconds, repeats
 
 
 def name_briefly(rows: list[Row]) -> None:
@@ -304,9 +375,10 @@ class Standing:
         return self.leaders[0][0] if self.leaders else None
 
 
-def better(figure: Figure, c: Comparison) -> bool:
-    """Whether B is clearly better than A in `c`."""
-    if not c.clear or c.difference is None:
+def better(figure: Figure, c: Comparison, margin: float | None = None) -> bool:
+    """Whether B is clearly better than A in `c` (and, given a `margin`, not the same within it)."""
+    named = c.clear if margin is None else c.decision(margin) == confidence.DIFFERENT
+    if not named or c.difference is None:
         return False
     return c.difference > 0 if figure.better == "higher" else c.difference < 0
 
@@ -344,6 +416,7 @@ def standing(
     rows: list[Row] | None = None,
     tests: dict[tuple[str, str], Comparison] | None = None,
     est: Pooled | None = None,
+    margin: float | None = None,
 ) -> Standing:
     """`figure` over `rows` (default: the group's), the spread pooled over the rows it ranks
     (`est`, else made here). `tests`: the pairs already adjusted in a larger family (the first
@@ -362,9 +435,9 @@ def standing(
         key = (a.name, b.name) if (a.name, b.name) in tests else (b.name, a.name)
         c = tests[key]
         mine = confidence.compare(est[a.name], est[b.name])
-        return replace(mine, p=c.p, family=c.family).interval_at(c.level)
+        return replace(mine, p=c.p, family=c.family, alpha=c.alpha).interval_at(c.level)
 
-    beaten = {r.name for a in order for r in order if a is not r and better(figure, against(r, a))}
+    beaten = {r.name for a in order for r in order if a is not r and better(figure, against(r, a), margin)}
     best = order[0]
     leaders = [(r, None if r is best else against(best, r)) for r in order if r.name not in beaten]
     behind = [(r, against(best, r)) for r in order if r.name in beaten]
@@ -481,10 +554,48 @@ class Screen:
 
     def claims(self) -> list[str]:
         """Every difference the first screen names: `lifetime cio`, `engines okhttp < cio`."""
-        out = [f"lifetime {s.case.engine}" for s, _, c in self.lifetimes if c is not None and c.clear]
+        m = self.group.margin
+        out = [
+            f"lifetime {s.case.engine}"
+            for s, _, c in self.lifetimes
+            if c is not None and c.decision(m) == confidence.DIFFERENT
+        ]
         best = self.engines.best
         out += [f"engines {best.name} < {r.name}" for r, _ in self.engines.behind if best]
         return out
+
+    def decisions(self) -> list[tuple[str, Row, Row, Comparison]]:
+        """Every comparison the first screen depends on, with what it decided (confidence.DIFFERENT,
+        SAME or UNKNOWN at the group's margin: Comparison.decision): per engine, per call against
+        singleton; the best engine against each other ranked one. `lifetime`/`engines`, the two
+        rows, the comparison."""
+        out = [("lifetime", s, p, c) for s, p, c in self.lifetimes if c is not None]
+        best = self.engines.best
+        out += [
+            ("engines", best, r, c) for r, c in self.engines.leaders + self.engines.behind if c is not None
+        ]
+        return out
+
+    def sames(self) -> list[str]:
+        """Every comparison the first screen calls the same: `lifetime cio`, `engines okhttp = apache5`."""
+        m = self.group.margin
+        return [
+            f"lifetime {a.case.engine}" if kind == "lifetime" else f"engines {a.name} = {b.name}"
+            for kind, a, b, c in self.decisions()
+            if c.decision(m) == confidence.SAME
+        ]
+
+    def undecided(self) -> list[Row]:
+        """The rows of the comparisons that are neither different nor the same yet: what a close
+        call needs more JVMs of (lab run --budget)."""
+        m = self.group.margin
+        rows = {
+            r.name: r
+            for kind, a, b, c in self.decisions()
+            if c.decision(m) == confidence.UNKNOWN
+            for r in (a, b)
+        }
+        return list(rows.values())
 
 
 def screen(group: Group) -> Screen:
@@ -496,11 +607,11 @@ def screen(group: Group) -> Screen:
     est = pooled(list({r.name: r for r in ok + [r for pair in lifetime_ok for r in pair]}.values()), f.key)
     raw_life = [confidence.compare(est[s.name], est[p.name]) for s, p in lifetime_ok]
     raw_engines = pairwise(est, ok)
-    adjusted = confidence.adjust(raw_life + list(raw_engines.values()))
+    adjusted = confidence.adjust(raw_life + list(raw_engines.values()), group.alpha)
     life = dict(zip([(s.name, p.name) for s, p in lifetime_ok], adjusted[: len(raw_life)], strict=True))
     tests = dict(zip(raw_engines, adjusted[len(raw_life) :], strict=True))
     lifetimes = [(s, p, life.get((s.name, p.name))) for s, p in pairs]
-    return Screen(group, f, lifetimes, standing(group, f, rows, tests, est), which)
+    return Screen(group, f, lifetimes, standing(group, f, rows, tests, est, group.margin), which)
 
 
 def ratio(c: Comparison) -> str:
@@ -528,31 +639,30 @@ def on_fewer_jvms(group: Group, text: str, *rows: Row) -> str:
 
 def lifetime_answer(s: Screen) -> str | None:
     """Which lifetime, per engine: per call against singleton on the primary figure, with the
-    interval of the ratio; the engines the test could not tell, and those left out, by name."""
+    interval of the ratio; those the same within the margin, those not decided, and those left out,
+    by name."""
     if not s.lifetimes:
         return None
-    dearer = [(a, b, c) for a, b, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
-    cheaper = [(a, b, c) for a, b, c in s.lifetimes if c is not None and c.clear and c.difference < 0]
-    untold = [(a, b, c) for a, b, c in s.lifetimes if c is not None and not c.clear]
+    g, f, m = s.group, s.figure, s.group.margin
+    tested = [(a, b, c, c.decision(m)) for a, b, c in s.lifetimes if c is not None]
+    dearer = [(a, b, c) for a, b, c, d in tested if d == confidence.DIFFERENT and c.difference > 0]
+    cheaper = [(a, b, c) for a, b, c, d in tested if d == confidence.DIFFERENT and c.difference < 0]
+    same = [(a, b, c) for a, b, c, d in tested if d == confidence.SAME]
+    untold = [(a, b, c) for a, b, c, d in tested if d == confidence.UNKNOWN]
     out = [(a, b) for a, b, c in s.lifetimes if c is None]
-    g, f = s.group, s.figure
-    parts = []
-    if dearer:
-        parts.append(
-            "a client per call cost "
-            + ", ".join(f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" for a, b, c in dearer)
-            + f" the {s.figure.words or s.figure.heading} of one client for the process"
-        )
-    if cheaper:
-        parts.append(
-            "per call cost less for "
-            + ", ".join(f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" for a, b, c in cheaper)
-        )
-    if untold:
-        parts.append(
-            "no clear difference for "
-            + ", ".join(f"{a.engine} {on_fewer_jvms(g, f'({c.span()})', a, b)}" for a, b, c in untold)
-        )
+
+    def said(rows, text) -> str:
+        return ", ".join(f"{a.engine} {on_fewer_jvms(g, text(c), a, b)}" for a, b, c in rows)
+
+    parts = [
+        *(
+            [f"a client per call cost {said(dearer, ratio)} the {f.said} of one client for the process"]
+            * bool(dearer)
+        ),
+        *([f"per call cost less for {said(cheaper, ratio)}"] * bool(cheaper)),
+        *([f"the same within {m:.0%} for {said(same, lambda c: f'({c.span()})')}"] * bool(same)),
+        *([f"not decided for {said(untold, lambda c: f'(between {between(c)})')}"] * bool(untold)),
+    ]
     if out:
         whys = [", ".join(r.why_not(f) for r in (a, b) if not ranked(g, f, [r])[0]) for a, b in out]
         parts.append(
@@ -563,7 +673,9 @@ def lifetime_answer(s: Screen) -> str | None:
         if dearer and not cheaper
         else "Lifetime: per call was cheaper for some engines"
         if cheaper
-        else "Lifetime: no clear difference between one client and a client per call"
+        else f"Lifetime: one client or a client per call, the same within {m:.0%}"
+        if same and not untold
+        else "Lifetime: not decided between one client and a client per call"
         if untold
         else "Lifetime"  # no pair compared: the parts say so
     )
@@ -580,47 +692,104 @@ def engines_answer(s: Screen) -> str | None:
     out = f" Left out: {', '.join(r.why_not(f) for r in st.left_out)}." if st.left_out else ""
     if len(st.leaders) + len(st.behind) < 2:
         return f"{among}, no engine can be ranked on {f.words or f.heading}.{out}"
-    lead, g, best = [r.engine for r, _ in st.leaders], s.group, st.best
+    g, best = s.group, st.best
     if not st.behind:
-        ties = ", ".join(
-            f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}" for r, c in st.leaders[1:] if c is not None
-        )
-        return (
-            f"{among}, no engine is clearly ahead on {f.words or f.heading} at this load "
-            f"(against {st.best.engine}: {ties}).{out}"
-        )
-    verb = "uses" if len(lead) == 1 else "use"
-    text = f"{among}, {' and '.join(lead)} {verb} the least {f.words or f.heading}"
-    if len(st.leaders) > 1:
-        text += (
-            " (no clear difference: "
-            + ", ".join(
-                f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}"
-                for r, c in st.leaders[1:]
-                if c is not None
-            )
-            + f" against {st.best.engine})"
-        )
+        return f"{among}, {leaders_said(s)} at this load.{out}"
+    text = f"{among}, " + leaders_said(s)
     text += "; clearly more: " + ", ".join(
         f"{r.engine} {on_fewer_jvms(g, f'{c.difference:+.0%} ({c.span()})', r, best)}" for r, c in st.behind
     )
     return text + "." + out
 
 
+def leaders_said(s: Screen) -> str:
+    """The leaders on the primary figure in one clause: `okhttp uses the least CPU per request`,
+    `okhttp and apache5 use the least ..., the same within 10% (apache5 -4.0% to +7.1% against
+    okhttp)`, or `okhttp or apache5 uses the least ...: not decided (apache5 between -13% and +22%
+    of okhttp; lab run --budget 48m would decide it)`."""
+    st, g, m = s.engines, s.group, s.group.margin
+    best, words = st.best, s.figure.words or s.figure.heading
+    others = [(r, c) for r, c in st.leaders[1:] if c is not None]
+    same = [(r, c) for r, c in others if c.decision(m) == confidence.SAME]
+    open_ = [(r, c) for r, c in others if c.decision(m) != confidence.SAME]
+    if not others:
+        return f"{best.engine} uses the least {words}"
+    if not open_:
+        names = " and ".join(r.engine for r, _ in st.leaders)
+        spans = ", ".join(f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}" for r, c in same)
+        return f"{names} use the least {words}, the same within {m:.0%} ({spans} against {best.engine})"
+    names = " or ".join([best.engine, *(r.engine for r, _ in open_)])
+    spans = "; ".join(
+        f"{r.engine} {on_fewer_jvms(g, f'between {between(c)}', r, best)} of {best.engine}" for r, c in open_
+    )
+    hint = budget_hint(g, [c for _, c in open_])
+    text = f"{names} uses the least {words}: not decided ({spans}{f'; {hint}' if hint else ''})"
+    if same:
+        text += f"; the same within {m:.0%} as {best.engine}: " + ", ".join(
+            f"{r.engine} ({c.span()})" for r, c in same
+        )
+    return text
+
+
+def between(c: Comparison) -> str:
+    """`-13% and +22%`: the ends of a comparison's interval."""
+    return f"{c.low:+.0%} and {c.high:+.0%}"
+
+
+def budget_hint(group: Group, undecided: list[Comparison]) -> str:
+    """`lab run --budget 48m would decide it`: about how long a run would take in all to decide
+    `undecided` at the pace this one measured (a JVM more of each of its two rows a round), were
+    each difference what it read; "" where this run's pace is not known."""
+    if not group.round_s or not undecided:
+        return ""
+    found = [rounds_to_decide(c, group.margin, group.repeats) for c in undecided]
+    if None in found:
+        return ""
+    rounds = max(found)
+    minutes = math.ceil((group.elapsed_s + rounds * 2 * group.round_s) / 60)
+    return f"lab run --budget {minutes}m would decide {'it' if len(undecided) == 1 else 'them'}"
+
+
+def rounds_to_decide(c: Comparison, margin: float, repeats: int) -> int | None:
+    """Rounds of one more JVM a row (of `repeats` windows) after which `c`'s interval, narrowing as
+    its units grow, would leave out 0 or lie within `margin`, were its difference what it read;
+    None where it cannot say (no interval, or a difference at the margin itself)."""
+    pool = c.a.pool
+    if c.se is None or c.d is None or not c.se or c.low is None or c.high is None or pool is None:
+        return None
+    t = ((math.log1p(c.high) if c.log else c.high) - c.d) / c.se  # the interval's own quantile
+    room = max(abs(c.d), math.log1p(margin) - abs(c.d))
+    if room <= 0:
+        return None
+    grow = (t * c.se / room) ** 2  # how many times each row's units must grow
+    units = len(c.a.units_of(pool))
+    per_round = 1 if pool.by_fork else repeats
+    return max(1, math.ceil((grow - 1) * units / per_round)) if grow > 1 else 0
+
+
 def family_line(s: Screen) -> str:
-    """How the first screen's claims were tested, in one line."""
-    forks = s.group.jvms
+    """How the first screen's claims were tested, in one line: the JVMs (and the close calls'), the
+    units, the family, the margin."""
+    g, f = s.group, s.figure
     jvms = (
-        f"{forks} JVMs a row, each warmed once"
-        if forks > 1
+        f"{g.jvms} JVMs a row, each warmed once"
+        if g.jvms > 1
         else "one JVM a row: the intervals are of that JVM, not of the engine (lab run --forks 2)"
     )
+    if g.raced:
+        jvms += f", and up to {g.raced} more for a close call's rows (--budget)"
+    pool = g.rows[0].figures[f.key].pool if g.rows else None
+    units = (
+        "each window, less its block's shift (the JVMs spread no more than their windows explain)"
+        if pool is not None and pool.pooled
+        else "each JVM's mean, less its block's shift"
+    )
     return (
-        f"How: {s.figure.words or s.figure.heading} of a row is the geometric mean of its JVMs' windows "
-        f"({jvms}); {f'the {s.family} comparisons above are' if s.family > 1 else 'the comparison above is'} "
-        "one family: t tests with the spread of JVMs "
-        "pooled over the rows, p adjusted by Benjamini-Hochberg, and each interval of a difference "
-        "adjusted with it, so that it excludes 0 exactly when the difference is named."
+        f"How: {f.said} of a row is the geometric mean of its JVMs' windows ({jvms}); "
+        f"{f'the {s.family} comparisons above are' if s.family > 1 else 'the comparison above is'} "
+        f"one family: t tests on {units}, the spread pooled over the rows, p adjusted by Benjamini-Hochberg, "
+        "and each interval of a difference adjusted with it, so that it excludes 0 exactly when the "
+        f"difference is named; two rows are the same where it lies within {g.margin:.0%} either way."
         + (f" {power}" if (power := engines_power(s)) else "")
     )
 
@@ -1044,14 +1213,6 @@ def warmth(group: Group) -> str | None:
         )
         + "."
     )
-
-
-def generator_cost(r: Run) -> float | None:
-    """The load generator's CPU seconds per 1,000 requests in the window (None: not recorded)."""
-    if r.machine is None:
-        return None
-    cores, seconds, requests = r.machine.generator_cores, r.machine.window_s, r.locust.requests
-    return cores * seconds / requests * 1000 if cores and cores > 0 and seconds and requests else None
 
 
 def machine_speed(group: Group) -> str | None:

@@ -34,6 +34,19 @@ ALPHA = 0.05
 MIN_DIFFERENCE = 0.01
 # The power the smallest detectable difference is given at (as a sample-size table gives it).
 POWER = 0.8
+# The level of the test of whether JVMs of one row spread more than their windows explain: where
+# it finds nothing, the windows are the units, pooled with the JVMs' (Bancroft's sometimes-pool;
+# at 0.5 the verdict's error stayed near its rate in simulation where JVMs spread by 5%).
+POOL_ALPHA = 0.5
+# Two rows are "the same" when the interval of their difference lies within this share either way
+# (on the ratio: 1/1.1 to 1.1): lab run --margin.
+MARGIN = 0.10
+# What a comparison decided: a difference (its interval leaves out 0), the same within the margin
+# (its interval lies inside it: both one-sided tests at the margin, TOST), or neither yet.
+DIFFERENT, SAME, UNKNOWN = "different", "same", "unknown"
+# The fewest degrees of freedom of the JVMs' spread that test can be made on: with fewer (two rows of
+# two JVMs have one) it could not find a spread that is there, and the JVMs stay the units.
+POOL_MIN_DF = 4
 
 
 @dataclass(frozen=True)
@@ -47,12 +60,21 @@ class Pool:
     log: bool
     by_fork: bool
     blocks: tuple[tuple[int, float], ...] = ()
+    # Windows as units although the rows have several JVMs: their spread beyond the windows' was
+    # not found (POOL_ALPHA), so each window counts, less its block's shift.
+    pooled: bool = False
 
 
 @functools.lru_cache(maxsize=4096)
 def t_quantile(q: float, df: int) -> float:
     """Student's t quantile (scipy's, cached: a report asks for the same few thousands of times)."""
     return float(stats.t.ppf(q, df))
+
+
+@functools.lru_cache(maxsize=4096)
+def f_quantile(q: float, df1: int, df2: int) -> float:
+    """The F distribution's quantile (scipy's, cached)."""
+    return float(stats.f.ppf(q, df1, df2))
 
 
 def _scale(values: Sequence[float], log: bool) -> list[float]:
@@ -111,7 +133,8 @@ class Estimate:
         """Per fork, the mean of its windows (of their logarithms when `log`) less its block's
         shift (`blocks`); every window alone when not `by_fork`."""
         if not by_fork:
-            return _scale(self.values, log)
+            shift = dict(blocks)
+            return [x - shift.get(f, 0.0) for x, f in zip(_scale(self.values, log), self.forks, strict=True)]
         # In plain Python, here and below: a row has a few windows, and numpy's overhead per call is
         # what a report (and the verdict's simulations, thousands of reports) would spend its time on.
         sums: dict[int, list[float]] = {}
@@ -159,40 +182,86 @@ def block_effects(estimates: Sequence[Estimate], log: bool) -> tuple[tuple[int, 
     """Each fork's shift, common to every row: lab run measures one fork of every row at a time (a
     block), and what drifts between blocks (the machine, the other JVMs up) moves every row alike
     (in the default run of 2026-11-27 the second block read 10-27% lower CPU per request in 8 of 9
-    rows). The mean over the rows with two forks or more of a fork's deviation from its row's
-    mean; none when fewer than two such rows (a row alone cannot tell its block from itself)."""
+    rows). The rows with two forks or more, their JVMs' means fitted as a row's centre plus its
+    block's shift (least squares, by alternating the two: a close call's later blocks hold only the
+    rows it measures again); none when fewer than two such rows (a row alone cannot tell its block
+    from itself). The shifts are centred on the first block's."""
     rows = [e for e in estimates if e.fork_count > 1]
     if len(rows) < 2:
         return ()
-    deviations: dict[int, list[float]] = {}
-    for e in rows:
-        u = e.units(True, log)
-        centre = _mean(u)
-        for f, x in zip(dict.fromkeys(e.forks), u, strict=True):
-            deviations.setdefault(f, []).append(x - centre)
-    return tuple((f, _mean(d)) for f, d in sorted(deviations.items()))
+    units = [dict(zip(dict.fromkeys(e.forks), e.units(True, log), strict=True)) for e in rows]
+    shift: dict[int, float] = {f: 0.0 for u in units for f in u}
+    for _ in range(BLOCK_FIT_ROUNDS):
+        centres = [_mean([x - shift[f] for f, x in u.items()]) for u in units]
+        by: dict[int, list[float]] = {}
+        for u, centre in zip(units, centres, strict=True):
+            for f, x in u.items():
+                by.setdefault(f, []).append(x - centre)
+        moved = {f: _mean(d) for f, d in by.items()}
+        done = max(abs(moved[f] - shift[f]) for f in shift) < 1e-12
+        shift = moved
+        if done:
+            break
+    first = _mean([shift[f] for f in shift])  # centred, as the means of deviations were
+    return tuple((f, shift[f] - first) for f in sorted(shift))
+
+
+# Alternations that fit the blocks' shifts: a complete design (every row in every block) is fitted
+# in one; a few dozen fit a close call's incomplete blocks to well under a rounding error.
+BLOCK_FIT_ROUNDS = 50
 
 
 def pool_of(estimates: Sequence[Estimate]) -> Pool | None:
     """The spread of units pooled over `estimates` (rows of one group, one figure): forks when any
-    row has two or more (less their block's shift, `block_effects`), else windows. Each row adds
-    (its units - 1) degrees of freedom, less one per block beyond the first; on the log scale when
-    every window of every row is above 0. None when no degree of freedom is left."""
+    row has two or more (less their block's shift, `block_effects`), else windows; and windows, less
+    their block's shift, where the forks spread no more than their windows explain (`pooled_windows`).
+    Each row adds (its units - 1) degrees of freedom, less one per block beyond the first; on the log
+    scale when every window of every row is above 0. None when no degree of freedom is left."""
     measured = [e for e in estimates if e.values]
     if not measured:
         return None
     by_fork = any(e.fork_count > 1 for e in measured)
     log = all(e.log for e in measured)
     blocks = block_effects(measured, log) if by_fork else ()
+    pool = _pooled(measured, by_fork, log, blocks)
+    if pool is None or not by_fork:
+        return pool
+    return pooled_windows(measured, pool) or pool
+
+
+def _pooled(measured: Sequence[Estimate], by_fork: bool, log: bool, blocks) -> Pool | None:
     ss, df = 0.0, -max(0, len(blocks) - 1)
     for e in measured:
         u = e.units(by_fork, log, blocks)
         centre = _mean(u)
         ss += math.fsum((x - centre) ** 2 for x in u)
         df += len(u) - 1
-    if df < 1:
+    return Pool(ss / df, df, log, by_fork, blocks) if df >= 1 else None
+
+
+def pooled_windows(measured: Sequence[Estimate], forks: Pool) -> Pool | None:
+    """The windows as units, less their block's shift, where the JVMs' means spread no more than
+    their windows explain: the F test of the JVMs' spread (their pooled variance `forks`) against
+    the windows' within their JVMs, scaled to a JVM's mean, finds nothing at POOL_ALPHA. None
+    where it finds a spread, or without windows to tell (one window a JVM)."""
+    ss, df, inverse, jvms = 0.0, 0, 0.0, 0
+    for e in measured:
+        by: dict[int, list[float]] = {}
+        for x, f in zip(_scale(e.values, forks.log), e.forks, strict=True):
+            by.setdefault(f, []).append(x)
+        for xs in by.values():
+            centre = _mean(xs)
+            ss += math.fsum((x - centre) ** 2 for x in xs)
+            df += len(xs) - 1
+            inverse, jvms = inverse + 1 / len(xs), jvms + 1
+    if df < 1 or ss <= 0 or forks.df < POOL_MIN_DF:
         return None
-    return Pool(ss / df, df, log, by_fork, blocks)
+    within = ss / df * inverse / jvms  # what the windows' spread alone gives a JVM's mean
+    if forks.variance > within * f_quantile(1 - POOL_ALPHA, forks.df, df):
+        return None
+    return _pooled(measured, False, forks.log, forks.blocks) and replace(
+        _pooled(measured, False, forks.log, forks.blocks), pooled=True
+    )
 
 
 @dataclass(frozen=True)
@@ -213,10 +282,11 @@ class Comparison:
     se: float | None = None
     df: int | None = None
     log: bool = True
+    alpha: float = ALPHA  # the level its family was tested at (a close call's look spends less: look_alpha)
 
     @property
     def significant(self) -> bool:
-        return self.p is not None and self.p < ALPHA
+        return self.p is not None and self.p < self.alpha
 
     @property
     def clear(self) -> bool:
@@ -261,6 +331,26 @@ class Comparison:
         if self.low is None or self.high is None:
             return ""
         return f"{self.low:+.1%} to {self.high:+.1%}"
+
+    def decision(self, margin: float = MARGIN) -> str:
+        """SAME where both one-sided tests at the margin reject at the comparison's level (TOST:
+        its interval at 1 - 2 x (1 - level) lies within `margin` either way on the ratio, 1/(1 +
+        margin) to 1 + margin: a difference, if any, smaller than what the margin says matters),
+        else DIFFERENT where the report names it (`clear`), else UNKNOWN; on the linear scale (a
+        window at 0) the margin is a share of A's centre."""
+        tost = self.interval_at(2 * self.level - 1) if self.se is not None else self
+        if (
+            tost.low is not None
+            and tost.high is not None
+            and 1 / (1 + margin) - 1 <= tost.low
+            and tost.high <= margin
+        ):
+            return SAME
+        return DIFFERENT if self.clear else UNKNOWN
+
+    def tost_span(self) -> str:
+        """`-4.0% to +7.1%`: the interval the SAME decision reads (both one-sided tests at its level)."""
+        return self.interval_at(2 * self.level - 1).span() if self.se is not None else self.span()
 
     def words(self) -> str:
         """`+88.1% (+60.2% to +121.0%), p=0.0004 of 10`, `no clear difference (-3.1% to +8.0%)`,
@@ -340,18 +430,34 @@ def paired(ratios: Sequence[float]) -> Comparison | None:
     return t_tested(Estimate(0), Estimate(0), d, math.expm1(d), sd / math.sqrt(n), n - 1)
 
 
-def adjust(comparisons: Sequence[Comparison]) -> list[Comparison]:
+def look_alpha(look: int, looks: int) -> float:
+    """The level of a close call's `look` of `looks` (lab run --budget: the plan's JVMs are look 0,
+    each round of one more JVM the next; `looks` is fixed when the plan's JVMs are done, from the
+    budget left and the pace, before any decision): ALPHA where there is one look, else half of it
+    at look 0 and the other half split evenly over the rest, so that a run names a false
+    difference (or calls two rows the same falsely) in at most ALPHA of runs however its rounds
+    end (a union bound over the looks)."""
+    if looks <= 1:
+        return ALPHA
+    return ALPHA / 2 if look == 0 else ALPHA / 2 / (looks - 1)
+
+
+def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA) -> list[Comparison]:
     """One family of comparisons: p values adjusted for their number (Benjamini-Hochberg, scipy's
     `false_discovery_control`), and intervals at 1 - R x ALPHA / m, R of the m named (1 - ALPHA / m
     when none is), so that each interval excludes 0 exactly when its difference is named."""
     tested = [i for i, c in enumerate(comparisons) if c.p is not None]
     out = list(comparisons)
-    if len(tested) < 2:
-        return out
+    if len(tested) < 2:  # a family of one: its own test, at `alpha` (a close call's look: look_alpha)
+        if alpha == ALPHA:
+            return out
+        return [
+            replace(c, alpha=alpha).interval_at(1 - alpha) if i in tested else c for i, c in enumerate(out)
+        ]
     m = len(tested)
     adjusted = stats.false_discovery_control([comparisons[i].p for i in tested], method="bh")
-    named = sum(1 for q in adjusted if q < ALPHA)
-    level = 1 - max(named, 1) * ALPHA / m
+    named = sum(1 for q in adjusted if q < alpha)
+    level = 1 - max(named, 1) * alpha / m
     for i, q in zip(tested, adjusted, strict=True):
-        out[i] = replace(comparisons[i], p=float(q), family=m).interval_at(level)
+        out[i] = replace(comparisons[i], p=float(q), family=m, alpha=alpha).interval_at(level)
     return out

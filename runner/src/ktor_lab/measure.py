@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from . import machine, metrics, rules, verdict
+from . import conclusions, machine, metrics, rules, verdict
 from .cases import DIMENSIONS
 from .machine import environment
 from .parts import nginx
@@ -46,6 +46,7 @@ from .results import (
     PrometheusFigures,
     ProxyFigures,
     ProxyLog,
+    Race,
     Results,
     Run,
     Window,
@@ -653,11 +654,16 @@ class Progress:
         self.tty = sys.stderr.isatty()
 
     def eta(self) -> float:
+        return self.seconds(self.warms[self.done :])
+
+    def seconds(self, warms: list[bool]) -> float:
+        """What windows of these kinds take, at the pace of those of their kind done so far."""
+
         def each(warm: bool) -> float:
             took = self.took[warm]
             return sum(took) / len(took) if took else self.planned[warm]
 
-        return sum(each(w) for w in self.warms[self.done :])
+        return sum(each(w) for w in warms)
 
     def show(self, what: str) -> None:
         width = 24
@@ -669,10 +675,10 @@ class Progress:
         else:
             print(line, file=sys.stderr, flush=True)
 
-    def extend(self, windows: int) -> None:
-        """`windows` more, on warm proxies (spare windows)."""
-        self.warms += [False] * windows
-        self.total += windows
+    def extend(self, windows: int, warms: list[bool] | None = None) -> None:
+        """`windows` more, on warm proxies (spare windows), or of the kinds `warms` says."""
+        self.warms += warms if warms is not None else [False] * windows
+        self.total += len(warms) if warms is not None else windows
 
     def finish_one(self, summary: str) -> None:
         now = time.monotonic()
@@ -789,6 +795,7 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
     try:
         for batch in groups:
             session.batch(batch, [s for s in specs if s.proxy in batch])
+        race(session)
     except KeyboardInterrupt:
         results.interrupted = True
         print("\nlab run: interrupted; keeping the windows that finished", file=sys.stderr)
@@ -803,6 +810,98 @@ def run_plan(plan: Plan, backend: Backend, out_dir: Path) -> Results:
         results.wall_seconds = round(time.monotonic() - session.progress.started, 1)
         results.write(out_dir)
     return results
+
+
+def close_calls(results: Results) -> list[tuple[str, Load, list[ProxySpec], list[str], int]]:
+    """Per scenario and load, the first screen's comparisons that are neither different nor the same
+    yet (conclusions.Screen.undecided), one more JVM (the next fork) of each of their rows, and its
+    windows: the plan's, or RACE_WINDOWS times them where the windows are the units (their JVMs
+    spread no more than the windows explain: confidence.pooled_windows)."""
+    fork = max((r.fork for r in results.runs), default=0) + 1
+    out = []
+    for group in conclusions.groups(results):
+        screen = conclusions.screen(group)
+        if rows := screen.undecided():
+            decisions = screen.decisions()
+            named = [f"{kind} {a.name} / {b.name}" for kind, a, b, c in decisions if a in rows or b in rows]
+            pooled = any(c.a.pool is not None and c.a.pool.pooled for *_, c in decisions)
+            windows = RACE_WINDOWS * results.plan.repeats if pooled else results.plan.repeats
+            proxies = [ProxySpec(r.case, r.copy, fork) for r in rows]
+            out.append((group.scenario, group.load, proxies, sorted(set(named)), windows))
+    return out
+
+
+# A close call's JVM measures this many times the plan's windows where the windows are the units:
+# the JVMs of the default runs kept spread no more than their windows explain, so a window is the
+# cheaper unit once the JVM is warm (a warm-up about 53 s, a window with its settle about 13 s at
+# run E's pace); where they are not, another JVM is.
+RACE_WINDOWS = 4
+
+
+def race_looks(plan: Plan, spent_s: float, round_s: float) -> int:
+    """The most looks at the close calls the budget leaves room for once the plan's JVMs are done
+    (`spent_s` in), a round of two rows' JVMs taking `round_s` each (of the plan's windows, the
+    cheapest round): the plan's JVMs are look 0. Fixed before any decision (confidence.look_alpha)."""
+    if not plan.budget_s or round_s <= 0:
+        return 1
+    return 1 + max(0, int((plan.budget_s - spent_s) // (2 * round_s)))
+
+
+def race(session: Session) -> None:
+    """Close calls decided (lab run --budget): while the first screen has comparisons that are
+    neither different nor the same, their rows get one more JVM each, a round at a time, as long as
+    the round fits in the run's budget at the pace measured so far and looks are left (race_looks,
+    fixed before the first decision). Each round is recorded (results.races) and why they ended
+    (results.race_end)."""
+    plan, results = session.plan, session.results
+    if not plan.budget_s or plan.forks < 2:  # one JVM a row (--forks 1): its intervals are of it
+        return
+    session.flush()
+    progress = session.progress
+    round_s = progress.seconds([True, *[False] * (plan.repeats - 1)]) + LEAK_SETTLE_S / 2
+    results.race_looks = race_looks(plan, time.monotonic() - progress.started, round_s)
+    while True:
+        session.flush()
+        calls = [c for c in close_calls(results) if looks_taken(results, c[0], c[1]) < results.race_looks - 1]
+        if not calls:
+            results.race_end = race_end(results)
+            return
+        kinds = [[True, *[False] * (windows - 1)] * len(proxies) for _, _, proxies, _, windows in calls]
+        need = sum(progress.seconds(k) + LEAK_SETTLE_S for k in kinds)
+        if time.monotonic() - progress.started + need > plan.budget_s:
+            left = ", ".join(n for *_, names, _ in calls for n in names)
+            results.race_end = (
+                f"not decided within the budget ({format_seconds(plan.budget_s)}; the next round, "
+                f"about {format_seconds(need)}, would pass it): {left}"
+            )
+            return
+        for (scenario, load, proxies, names, windows), warms in zip(calls, kinds, strict=True):
+            began = time.monotonic()
+            specs = [
+                Spec(n, p.case, scenario, load, p.copy, p.fork)
+                for n in range(1, windows + 1)
+                for p in proxies
+            ]
+            progress.extend(len(specs), warms)
+            session.batch(proxies, specs)
+            seconds = round(time.monotonic() - began, 1)
+            results.races.append(
+                Race(proxies[0].fork, scenario, load.label, [p.row for p in proxies], names, seconds)
+            )
+            results.write(session.out_dir)
+
+
+def looks_taken(results: Results, scenario: str, load: Load) -> int:
+    """The close calls' rounds run so far at `scenario` and `load`."""
+    return sum(1 for r in results.races if (r.scenario, r.load) == (scenario, load.label))
+
+
+def race_end(results: Results) -> str:
+    """Why the close calls' rounds ended when no comparison left can take another look."""
+    if not (left := close_calls(results)):
+        return "every close call decided" if results.races else ""
+    names = ", ".join(n for *_, names, _ in left for n in names)
+    return f"not decided in the {results.race_looks - 1} round(s) the budget left room for: {names}"
 
 
 def progress_of(

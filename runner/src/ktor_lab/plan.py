@@ -170,6 +170,13 @@ class Plan:
     # measured load (lab run --warm-first): at capacity the JIT compiles the proxy's path in
     # 25-60 s, at a fixed 100 rps or on the slow scenario it still compiles after minutes.
     warm_first: Load | None = None
+    # Two rows are the same when their difference's interval lies within this share either way
+    # (lab run --margin; confidence.MARGIN).
+    margin: float = 0.10
+    # The most seconds the run may take in all: after the plan's JVMs, the rows of the first
+    # screen's comparisons that are neither different nor the same get one more JVM each, one round
+    # at a time, while the next round fits (lab run --budget; 0: none).
+    budget_s: int = 0
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]

@@ -300,6 +300,19 @@ class Run:
 
 
 @dataclass
+class Race:
+    """A round of a close call: one more JVM of each row whose comparison on the first screen was
+    neither different nor the same, at one scenario and load, and what it took."""
+
+    fork: int
+    scenario: str
+    load: str
+    rows: list[str]
+    undecided: list[str]  # the comparisons, as conclusions.Screen.decisions names them
+    seconds: float = 0.0
+
+
+@dataclass
 class Results:
     plan: Plan
     backend: dict
@@ -310,6 +323,11 @@ class Results:
     wall_seconds: float = 0.0
     runs: list[Run] = field(default_factory=list)
     format: int = FORMAT
+    # The close calls' rounds after the plan's JVMs (lab run --budget), the most looks the budget
+    # left room for when the plan's JVMs were done (0: none planned), and why the rounds stopped.
+    races: list[Race] = field(default_factory=list)
+    race_looks: int = 0
+    race_end: str = ""
 
     def to_json(self) -> dict:
         d = CONVERTER.unstructure(self)
@@ -317,6 +335,9 @@ class Results:
             "environment": d["environment"],
             "runs": d["runs"],
             "wall_seconds": d["wall_seconds"],
+            "races": d["races"],
+            "race_looks": d["race_looks"],
+            "race_end": d["race_end"],
         }
 
     @classmethod

@@ -37,7 +37,7 @@ from .conclusions import (
 )
 from .plan import WARM_FIRST_SCENARIO
 from .results import Results, load
-from .rules import BY_KEY, FIGURES
+from .rules import BY_KEY, WINDOW_FIGURES
 
 # The figures whose cells say "not exposed" for an engine whose pool the proxy cannot see.
 POOL_KEYS = ("pool_in_use", "pool_idle")
@@ -173,7 +173,7 @@ CHANGES_INTRO = (
 def shown(group: Group) -> list:
     """The figures some row of the group has (a column no row measured, e.g. TLS handshakes over
     plain HTTP or pinned virtual threads on platform threads, is left out)."""
-    return [f for f in FIGURES if any(cell(r, f.key) != "-" for r in group.rows)]
+    return [f for f in WINDOW_FIGURES if any(cell(r, f.key) != "-" for r in group.rows)]
 
 
 def table(group: Group) -> render.Table:
@@ -244,7 +244,26 @@ def intro(results: Results) -> str:
         f"{how}. "
         f"Commit {env['commit'][:12]}{' (with local changes)' if env['dirty'] else ''}, "
         f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB, "
-        f"backend {results.backend['kind']}."
+        f"backend {results.backend['kind']}." + close_calls_line(results)
+    )
+
+
+def close_calls_line(results: Results) -> str:
+    """What the close calls took (lab run --budget): their rounds, rows and minutes, and how they
+    ended; "" where the run had no budget for them."""
+    plan = results.plan
+    if not plan.budget_s or plan.forks < 2:
+        return ""
+    if not results.races:
+        said = results.race_end or "no comparison of the first screen was left undecided by the plan's JVMs"
+        return f" Close calls: none raced ({said}; budget {plan.budget_s / 60:.0f} min)."
+    spent = sum(r.seconds for r in results.races)
+    rows = sorted({row for r in results.races for row in r.rows})
+    return (
+        f" Close calls: {len(results.races)} round(s) of one more JVM for {', '.join(rows)}, "
+        f"{spent / 60:.1f} of the run's {results.wall_seconds / 60:.1f} min "
+        f"(budget {plan.budget_s / 60:.0f} min); "
+        f"{results.race_end or 'stopped'}."
     )
 
 
@@ -476,7 +495,7 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
     return md, html_path
 
 
-# What names a window in results.csv, before its figures (rules.FIGURES, by their headings).
+# What names a window in results.csv, before its figures (rules.WINDOW_FIGURES, by their headings).
 # What names a window: its row and case, each dimension (by its field: ktor, java, protocol, ...),
 # then where it sits in the run.
 CSV_KEYS = ("row", "case", "engine", "lifetime", *(d.field for d in DIMENSIONS),
@@ -488,13 +507,13 @@ def write_csv(results: Results, path: Path) -> None:
 
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow([*CSV_KEYS, *(fig.heading for fig in FIGURES), "flags"])
+        out.writerow([*CSV_KEYS, *(fig.heading for fig in WINDOW_FIGURES), "flags"])
         for r in results.runs:
             names = {"load": r.load.label, "window": r.repeat, "start": r.window.start}
             names |= {d.field: r.java if d.field == "java" else r.dim(d.field) for d in DIMENSIONS}
             names["seconds"] = r.window.seconds
             keys = [names[k] if k in names else getattr(r, k) for k in CSV_KEYS]
-            values = [fig.get(r) for fig in FIGURES]
+            values = [fig.get(r) for fig in WINDOW_FIGURES]
             out.writerow(
                 [*keys, *("" if v is None else round(v, 6) for v in values), " ".join(r.verdict.flags)]
             )

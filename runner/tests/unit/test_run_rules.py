@@ -888,7 +888,7 @@ def test_results_csv_has_a_line_per_window_with_its_figures_and_flags(tmp_path):
     import shutil
 
     from ktor_lab import run_report
-    from ktor_lab.rules import FIGURES
+    from ktor_lab.rules import WINDOW_FIGURES as FIGURES
 
     shutil.copy(Path(__file__).parents[1] / "fixtures" / "results-small" / "results.json", tmp_path)
     run_report.write_report(tmp_path)

@@ -9,24 +9,17 @@ lifetime per engine, an engine behind another. Seeded; each test runs in seconds
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import re
 
 import numpy as np
 
 from ktor_lab import conclusions, confidence, verdict
 from ktor_lab.cases import Case
-from ktor_lab.paths import REPO
 from ktor_lab.plan import Plan, parse_load
 from ktor_lab.results import LocustFigures, PrometheusFigures, ProxyFigures, Results, Run, Warmup, Window
 
 # The defaults a `lab run` takes (commands/run.py reads them from here).
 PLAN = Plan.default()
-# The design docs/matrix.md gives for close calls: `lab run --forks 3 --windows 4`, 27 JVMs and 108
-# windows (about 47 min on 2 cores at the pace of the default run kept as run E, against its 27).
-CLOSE_CALLS = dataclasses.replace(PLAN, forks=3, repeats=4)
 # Window noise and the spread between JVMs of one case (log-normal sigmas): 10% a window, as the
 # default matrix's CPU per request showed (6-12%), and 3% between JVMs, as its A/A pairs did.
 WINDOW_NOISE = 0.10
@@ -91,31 +84,6 @@ def test_with_nothing_different_the_first_screen_rarely_names_a_difference():
     lifetime or an engine in at most 5% of runs (3% here; the test allows 8% for its 200 draws)."""
     found = rate(1, 200, {}, lambda c: bool(c))
     assert found <= 0.08, found
-
-
-def test_the_default_design_names_a_20_percent_costlier_engine_in_under_half_of_runs():
-    """One singleton engine 20% dearer in CPU per request, the other rows alike (no lifetime
-    difference to lift the family): how often the first screen names it behind, printed. The goal
-    is 80%, which no design within 30 minutes reaches on 2 cores (docs/matrix.md's table of
-    designs, held below); the default 2 JVMs x 3 windows reach under half (42-49% by seed), and
-    the test holds 40% as its floor."""
-    dearer = Case.parse("singleton-apache5").id
-    found = rate(2, 120, {dearer: 1.2}, lambda c: any(x.endswith("< singleton-apache5") for x in c))
-    print(f"power for 20% at 10% window noise and 3% between JVMs: {found:.0%}")
-    assert found >= 0.4, found
-
-
-def test_for_close_calls_3_jvms_x_4_windows_name_a_20_percent_costlier_engine_in_80_percent():
-    """The close-call design (CLOSE_CALLS): the same 20% dearer engine named behind in at least 80%
-    of runs (87-90% by seed), and with every row alike nothing named in more than 5% (the test allows 9%
-    for its 80 draws)."""
-    dearer = Case.parse("singleton-apache5").id
-    found = rate(
-        8, 80, {dearer: 1.2}, lambda c: any(x.endswith("< singleton-apache5") for x in c), plan=CLOSE_CALLS
-    )
-    print(f"close calls: power for 20%: {found:.0%}")
-    assert found >= 0.8, found
-    assert rate(9, 80, {}, lambda c: bool(c), plan=CLOSE_CALLS) <= 0.09
 
 
 def test_where_the_lifetimes_differ_as_measured_a_false_engine_claim_is_rarer_than_one_in_eight():
@@ -318,44 +286,3 @@ def test_the_machine_line_measures_what_the_generator_and_the_proxy_share_and_no
     assert zero >= 88, zero
     (group,) = conclusions.groups(with_generator(rng, 0.07, generator=False))
     assert conclusions.shared_noise(group) is None and conclusions.machine_speed(group) is None
-
-
-# The default run kept as run E: its pace (warm-up a JVM, seconds a window) prices the designs.
-RUN_E = REPO / "docs" / "matrix-runs" / "default-fourth" / "results.json"
-
-
-def pace(results: dict) -> tuple[float, float]:
-    """A run's seconds of warm-up a JVM (at capacity and at the rate, as its JVMs took them) and
-    its seconds a window (the rest of its wall time: settles, scrapes, starting JVMs), each the mean."""
-    jvms = {(r["case"], r["copy"], r["fork"]): r["warmup"] for r in results["runs"]}
-    warming = sum(w["first_seconds"] + w["seconds"] for w in jvms.values())
-    return warming / len(jvms), (results["wall_seconds"] - warming) / len(results["runs"])
-
-
-def test_the_designs_on_the_matrix_page_are_priced_at_run_e_s_pace_and_powered_as_simulated():
-    """docs/matrix.md's table of designs (`--forks` x `--windows`): each row's JVMs, windows and
-    minutes at run E's pace, and how often it names one engine 20% dearer (200 seeded draws, as
-    the table was made: printed). No design of 2 JVMs a row or more reaches 80% within 30 minutes
-    on this machine: the power the default lacks costs time, not method."""
-    text = (REPO / "docs" / "matrix.md").read_text()
-    rows = re.findall(
-        r"^\| (\d) x (\d)(?: \(the default\))? \| (\d+) \| (\d+) \| (\d+) \| (\d+)% \|$", text, re.M
-    )
-    assert len(rows) >= 6 and ("2", "3") in [r[:2] for r in rows], rows
-    warm_up, window_s = pace(json.loads(RUN_E.read_text()))
-    dearer = Case.parse("singleton-apache5").id
-    for f, w, jvms, windows, minutes, power in rows:
-        plan = dataclasses.replace(PLAN, forks=int(f), repeats=int(w))
-        n = len(plan.proxies())
-        found = rate(
-            100 + 10 * int(f) + int(w),
-            200,
-            {dearer: 1.2},
-            lambda c: any(x.endswith("< singleton-apache5") for x in c),
-            plan=plan,
-        )
-        took = (n * warm_up + n * int(w) * window_s) / 60
-        print(f"{f} x {w}: {n} JVMs, {n * int(w)} windows, {took:.1f} min, {found:.0%}")
-        assert (int(jvms), int(windows), int(minutes)) == (n, n * int(w), round(took)), (f, w)
-        assert int(power) == round(found * 100), (f, w, found)
-        assert took > 30 or found < 0.8, (f, w)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -127,6 +128,24 @@ def add_how_many(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a fresh proxy for every window, warmed again each time (as the compose backend always does)",
     )
+    p.add_argument(
+        "--margin",
+        type=margin,
+        default=confidence.MARGIN,
+        metavar="PERCENT",
+        help="two rows are the same when the interval of their difference lies within this share either "
+        f"way (default: {confidence.MARGIN * 100:.0f}%%)",
+    )
+    p.add_argument(
+        "--budget",
+        type=budget,
+        default=None,
+        metavar="TIME",
+        help="the most the whole run may take (e.g. 35m, 1h): after the plan's JVMs, the rows of each "
+        "first-screen comparison that is neither different nor the same get one more JVM, a round at a "
+        f"time, while the next round fits (with 2 --forks or more); 0: none (default: {DEFAULT_BUDGET} "
+        "for lab run, 0 for a study's parts)",
+    )
 
 
 def add_warming(p: argparse.ArgumentParser) -> None:
@@ -198,6 +217,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
             forks=args.forks,
             aa=aa_case(args.aa, cases, first_plan.cases_to_run()),
             fresh=args.fresh,
+            margin=args.margin,
+            budget_s=args.budget or 0,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
             dims=dims,
@@ -206,6 +227,34 @@ def plan_of(args: argparse.Namespace) -> Plan:
         )
     except ValueError as e:
         raise LabError(str(e)) from None
+
+
+# lab run's budget unless --budget says otherwise: a default run on 2 cores takes 27-42 min, and
+# its close calls' rounds (a JVM more of two rows, about 3 min) fit while the run stays within it.
+DEFAULT_BUDGET = "35m"
+
+
+def margin(text: str) -> float:
+    """--margin: `10`, `10%` or `0.1`: a share above 0 and below 1."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage, e.g. 10") from None
+    share = value / 100 if value >= 1 or text.endswith("%") else value
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage above 0 and below 100")
+    return share
+
+
+def budget(text: str) -> int:
+    """--budget: `35m`, `1h`, `2h30m`, `900s` or `0` (none), in seconds."""
+    if text.strip() in ("0", "none"):
+        return 0
+    parts = re.fullmatch(r"\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*", text)
+    if not parts or not any(parts.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a time such as 35m, 1h or 1h30m, or 0 for none")
+    h, m, s_ = (int(x or 0) for x in parts.groups())
+    return h * 3600 + m * 60 + s_
 
 
 def measured(args: argparse.Namespace) -> dict:
@@ -247,6 +296,8 @@ def aa_case(text: str, cases: list, runs: list | None = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.budget is None:
+        args.budget = budget(DEFAULT_BUDGET)
     plan = plan_of(args)
     backend = backends.make(args.backend, grafana=args.grafana)
     backend.check(plan, machine=not args.dry_run)
@@ -314,8 +365,14 @@ def announce(
         f"{who}: {len(plan.runs())} windows ({len(plan.cases)} cases x {len(plan.scenarios)} scenarios x "
         f"{len(plan.loads)} loads x {plan.forks} JVMs x {plan.repeats} windows{dims}{aa}), {how}, "
         f"warm-up <= {plan.warmup_s} s, "
-        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}; "
-        f"results in {out}"
+        f"window {plan.duration_s} s; at most about {measure.format_seconds(planned)}{spare}"
+        + (
+            f"; close calls get a JVM more a round while the run stays within "
+            f"{measure.format_seconds(plan.budget_s)} (--budget)"
+            if plan.budget_s and plan.forks > 1
+            else ""
+        )
+        + f"; results in {out}"
     )
 
 
