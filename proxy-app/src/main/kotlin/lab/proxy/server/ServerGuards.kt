@@ -309,7 +309,12 @@ object ServerGuards {
                 state.idleSince = System.nanoTime()
                 // An answer that said close, or the last one on a connection that reads no more: the end.
                 // Otherwise what waited goes on, outside Ktor's writer that wrote this.
-                if (close || finished()) closeInStages(ctx) else ctx.executor().execute { handOn(ctx) }
+                if (close || finished()) {
+                    state.dropping = true // nothing read while it closes is a request
+                    closeInStages(ctx)
+                } else {
+                    ctx.executor().execute { handOn(ctx) }
+                }
             }
         }
     }

@@ -82,7 +82,8 @@ class PlainKtorFramingTest {
     @Test
     fun `HTTP 1_0 with two Content-Lengths, Netty frames by the first and reads a second request from the body`() {
         assertEquals(listOf(200, 200), statuses(exchange(server(guarded = false), twoLengths)))
-        assertEquals(listOf("POST /a hello", "GET /smuggled "), seen.toList())
+        // In either order: plain Ktor handles the two at once (the pipelining test below).
+        assertEquals(setOf("POST /a hello", "GET /smuggled "), seen.toSet())
         seen.clear()
         assertEquals(listOf(400), statuses(exchange(server(guarded = true), twoLengths)))
         assertEquals(emptyList(), seen.toList())
