@@ -184,7 +184,7 @@ def test_the_lab_client_splits_into_its_parts_one_more_a_rung_outside_the_defaul
 
 
 def test_a_report_of_a_folder_without_a_bench_run_says_what_to_give(tmp_path):
-    from ktor_lab.commands.bench import report
+    from ktor_lab.commands.bench import write_again as report
     from ktor_lab.errors import LabError
 
     with pytest.raises(LabError, match=r"^--report .*: give a folder with a lab bench run's bench.json"):

@@ -289,7 +289,7 @@ def bench_cases(args: argparse.Namespace) -> list[Case]:
 
 def run(args: argparse.Namespace) -> int:
     if args.report:
-        return report(args.report, dry=args.dry_run)
+        return write_again(args.report, dry=args.dry_run)
     if args.repeats < 1:
         raise LabError(f"--repeats {args.repeats}: give 1 or more rounds")
     if args.settle < 0:
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         finished=datetime.now(UTC).isoformat(timespec="seconds"),
         environment=environment(),
     )
-    write(d, settings, rounds)
+    write_files(d, settings, rounds)
     return 0
 
 
@@ -365,7 +365,7 @@ def settings_of(args: argparse.Namespace) -> dict:
     }
 
 
-def write(d: Path, settings: dict, rounds: list[BenchWindow]) -> None:
+def write_files(d: Path, settings: dict, rounds: list[BenchWindow]) -> None:
     """bench.json (every setting and round, and their summary) and bench.md (the table) in `d`."""
     results, text = summary(settings, rounds)
     print("\n" + text)
@@ -423,7 +423,7 @@ def busy_machine(rounds: list[BenchWindow]) -> str:
     )
 
 
-def report(folder: str, dry: bool = False) -> int:
+def write_again(folder: str, dry: bool = False) -> int:
     """`lab bench --report DIR`: bench.json's summary and bench.md written again from its rounds
     (with `dry`, only read and checked)."""
     d = Path(folder)
@@ -439,7 +439,7 @@ def report(folder: str, dry: bool = False) -> int:
             f"lab bench: dry run; would write {d / 'bench.json'}'s summary and bench.md again from its rounds"
         )
         return 0
-    write(d, settings, rounds)
+    write_files(d, settings, rounds)
     return 0
 
 
@@ -497,7 +497,7 @@ def plan_text(plan: list[list[Spec]], args: argparse.Namespace) -> str:
     )
 
 
-def start(lab: NativeBackend, spec: Spec) -> Target:
+def start_target(lab: NativeBackend, spec: Spec) -> Target:
     """The JVM of `spec`, up beside the others (each on a free port)."""
     name, case, env = spec
     if env is None:
@@ -534,7 +534,7 @@ def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespac
     if args.fresh:
         for n in range(1, args.repeats + 1):
             for spec in group:
-                t = start(lab, spec)
+                t = start_target(lab, spec)
                 t.url += args.path
                 try:
                     warm(t, args)
@@ -546,7 +546,7 @@ def measure_group(lab: NativeBackend, group: list[Spec], args: argparse.Namespac
     up: list[Target] = []
     try:
         for spec in group:
-            t = start(lab, spec)
+            t = start_target(lab, spec)
             t.url += args.path
             up.append(t)
             warm(t, args)
