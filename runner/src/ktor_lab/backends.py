@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from . import metrics, versions
+from . import machine, metrics, versions
 from .cases import Case
 from .errors import LabError
 from .network import Network, read
@@ -232,6 +232,8 @@ class NativeBackend(Backend):
         self.scrape_seconds = scrape_seconds or self.scrape_seconds
         self.stack: Stack | None = None
         self.java_opts = ""
+        # The proxy's CPUs and the rest's while a proxy is under load (lab run --cpus; None: anywhere).
+        self.cpus: tuple[frozenset[int], frozenset[int]] | None = None
 
     @property
     def _stack(self) -> Stack:
@@ -261,6 +263,7 @@ class NativeBackend(Backend):
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts
         self.workers = plan.workers
+        self.cpus = machine.cpu_sets(plan.cpus)
         self.open_upstream(out_dir / "logs", plan.java_opts)  # the Stack and nginx
         self._stack.exporter()
         self._stack.prometheus()
@@ -298,6 +301,8 @@ class NativeBackend(Backend):
 
     def use(self, proxy: ProxyHandle) -> None:
         self._stack.toxics = self._stack.network(proxy.network)
+        if self.cpus is not None and proxy.handle is not None:
+            self._stack.place(proxy.handle, self.cpus)
 
     def scrape(self, *proxies: ProxyHandle) -> None:
         if len(self._stack.kept) > 1:
@@ -413,6 +418,11 @@ class ComposeBackend(Backend):
         return self._project.url(part)
 
     def check(self, plan: Plan, machine: bool = True) -> None:
+        if plan.cpus != "none":
+            raise LabError(
+                "--cpus with --backend compose: the lab places the proxy on its CPUs natively only; "
+                "give --cpus none"
+            )
         if plan.dims.get("java") or any(c.java for c in plan.cases):
             raise LabError(
                 "--java with --backend compose: the proxy's JDK is its image's; set PROXY_RUN_IMAGE in .env "

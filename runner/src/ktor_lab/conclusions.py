@@ -1238,16 +1238,49 @@ def machine_speed(group: Group) -> str | None:
     )
 
 
-def shared_noise(group: Group) -> tuple[float, float, float, int, int, float, float] | None:
-    """The correlation of log CPU per request less the JIT with log generator CPU per request,
-    each taken from its JVM's mean (per row and fork, windows flagged neither NOT_ITS_COST nor
-    LEFT_OUT): r, its 95% interval (Fisher's z, with the JVMs' means taken out), the windows and
-    JVMs, and the windows' spread (log sd) before and less the part that moved with the
-    generator's. None with fewer than 3 JVMs of 2 such windows, or without the generator's
-    figures."""
+# What can move a window's CPU per request without the engine causing it, each as a window gives it:
+# the noise_sources line says how much of the windows' spread within their JVMs moved with each.
+NOISE_SOURCES = {
+    "Locust's CPU per request": lambda r: (x := generator_cost(r)) and math.log(x),
+    "the JIT's share of the window": lambda r: (
+        r.proxy.jit_cpu_seconds_in_window / r.window.seconds
+        if r.proxy.jit_cpu_seconds_in_window is not None and r.window.seconds
+        else None
+    ),
+    "other processes' share of the machine": lambda r: r.machine.others_share if r.machine else None,
+    "the hypervisor's steal": lambda r: r.machine.steal_share if r.machine else None,
+    "the proxy's context switches per request": lambda r: (x := r.proxy.switches_per_request) and math.log(x),
+}
+
+
+def noise_sources(group: Group) -> str | None:
+    """Of the windows' spread of CPU per request less the JIT within their JVMs (at a fixed rate):
+    how much moved with each of NOISE_SOURCES, r and r squared, where windows recorded it (the
+    context switches are the proxy's own: partly the engine's doing, shown, never taken out)."""
+    if group.load.model != "rate":
+        return None
+    parts = []
+    for name, source in NOISE_SOURCES.items():
+        if (found := shared_noise(group, source)) is not None:
+            r, low, high, windows, jvms, *_ = found
+            parts.append(f"{name} r = {r:.2f} ({low:.2f} to {high:.2f}), {r * r:.0%} of it")
+    if not parts:
+        return None
+    return f"Noise sources ({group.heading}), within each JVM's windows: " + "; ".join(parts) + "."
+
+
+def shared_noise(
+    group: Group, source=NOISE_SOURCES["Locust's CPU per request"]
+) -> tuple[float, float, float, int, int, float, float] | None:
+    """The correlation of log CPU per request less the JIT with `source` (a window's figure: log
+    generator CPU per request by default), each taken from its JVM's mean (per row and fork,
+    windows flagged neither NOT_ITS_COST nor LEFT_OUT): r, its 95% interval (Fisher's z, with the
+    JVMs' means taken out), the windows and JVMs, and the windows' spread (log sd) before and less
+    the part that moved with it. None with fewer than 3 JVMs of 2 such windows, or without the
+    figure."""
     xs, ys, jvms = [], [], 0
     for runs in jvm_windows(group, (*NOT_ITS_COST, *LEFT_OUT)):
-        pairs = [(math.log(x), math.log(cpu_without_jit(r))) for r in runs if (x := generator_cost(r))]
+        pairs = [(x, math.log(cpu_without_jit(r))) for r in runs if (x := source(r)) is not None]
         if len(pairs) >= 2:
             jvms += 1
             mx, my = statistics.mean(p[0] for p in pairs), statistics.mean(p[1] for p in pairs)

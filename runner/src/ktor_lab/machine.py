@@ -19,6 +19,71 @@ def cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def cpu_sets(text: str, count: int | None = None) -> tuple[frozenset[int], frozenset[int]] | None:
+    """`--cpus`: the CPUs of the proxy under load and those of the lab's other parts, or None
+    (`none`: wherever the kernel puts them). `auto`: the upper half for the proxy (on 2 CPUs, CPU 1
+    for it and CPU 0 for the rest); `1` or `2-3` or `1,3`: those. ValueError naming what to give."""
+    mine = sorted(os.sched_getaffinity(0))
+    count = count or len(mine)
+    if text == "none":
+        return None
+    if text == "auto":
+        if count < 2:
+            raise ValueError("--cpus auto needs 2 CPUs or more (this machine lets the lab use 1): give none")
+        proxy = frozenset(mine[count // 2 :])
+    else:
+        try:
+            proxy = frozenset(
+                n
+                for part in text.split(",")
+                for n in (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))
+            )
+        except ValueError:
+            raise ValueError(
+                f"--cpus {text!r}: give auto, none, or the proxy's CPUs (e.g. 1, 2-3 or 1,3)"
+            ) from None
+    rest = frozenset(mine) - proxy
+    if not proxy <= set(mine) or not rest:
+        raise ValueError(
+            f"--cpus {text!r}: give some of CPUs {mine[0]}-{mine[-1]} for the proxy, leaving one for the rest"
+        )
+    return proxy, rest
+
+
+def pin(pid: int, cpus: frozenset[int]) -> None:
+    """`pid`, its children and every thread of each on `cpus` (a thread's mask is its own, and a new
+    thread takes its parent thread's): what has ended meanwhile is skipped."""
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+
+
+def placed(pid: int) -> str:
+    """The CPUs `pid`'s main thread may run on, as `1` or `0-1` ("": it has ended)."""
+    try:
+        ids = sorted(os.sched_getaffinity(pid))
+    except OSError:
+        return ""
+    return (
+        str(ids[0])
+        if len(ids) == 1
+        else ",".join(map(str, ids))
+        if ids != list(range(ids[0], ids[-1] + 1))
+        else f"{ids[0]}-{ids[-1]}"
+    )
+
+
 def version(argv: list[str]) -> str:
     """The first line a tool prints of its own version (`missing` when it cannot be run)."""
     try:

@@ -179,6 +179,9 @@ class WindowEdges:
     stopped: float  # time.monotonic() when the load stopped
     # The proxy's sockets to the upstream put in TIME_WAIT during the window (None: not readable).
     time_wait: int | None = None
+    # Its threads' voluntary context switches in the window, and its CPUs (natively; None, "": not seen).
+    switches: int | None = None
+    cpus: str = ""
 
 
 class ProxyScraper:
@@ -394,6 +397,7 @@ def load_and_measure(
                 f"Prometheus had not scraped the proxy {SCRAPE_WAIT_S} s after it was asked to"
             )
         jit = JitClock(pid) if pid else None
+        switches = machine.process_context_switches(pid) if pid else None
         port = upstream_port(live.idle)
         waiting = machine.sockets_in_time_wait(pid, port) if pid and port else None
         containers = backend.container_ids()
@@ -416,6 +420,9 @@ def load_and_measure(
             used = machine.processes_cpu_seconds(idle_pids) - idle_before
             run.idle_proxies_cores = round(used / max(cpu_span_s, 1e-3), 3)
         jit_s = jit.lap() if jit else None
+        if switches is not None:
+            switches = machine.process_context_switches(pid) - switches
+        placed = machine.placed(pid) if pid else ""
         time_wait = None
         if waiting is not None and (now := machine.sockets_in_time_wait(pid, port)) is not None:
             time_wait = machine.new_in_time_wait(waiting, now)
@@ -428,7 +435,7 @@ def load_and_measure(
         stopped = time.monotonic()
     return WindowEdges(
         before, after, stats, cpu_before, cpu_after, cpu_span_s, jit_s, started, ended, edges_s, stopped,
-        time_wait,
+        time_wait, switches, placed,
     )  # fmt: skip
 
 
@@ -518,6 +525,9 @@ def record_window(run: Run, edges: WindowEdges, idle: metrics.Samples) -> None:
         run.proxy = ProxyFigures(settings=idle.labels("lab_proxy_info"))
     if edges.jit_s is not None:
         run.proxy.jit_cpu_seconds_in_window = round(edges.jit_s, 2)
+    if edges.switches is not None and run.proxy.upstream_requests:
+        run.proxy.switches_per_request = round(edges.switches / run.proxy.upstream_requests, 2)
+    run.proxy.cpus = edges.cpus
     run.ktor, run.java = run.proxy.settings.get("ktor_version"), run.proxy.settings.get("java_version")
     run.machine = machine_figures(edges.cpu_before, edges.cpu_after, edges.cpu_span_s)
 

@@ -177,6 +177,9 @@ class Plan:
     # screen's comparisons that are neither different nor the same get one more JVM each, one round
     # at a time, while the next round fits (lab run --budget; 0: none).
     budget_s: int = 0
+    # Where the proxy under load runs: `auto` (CPUs of its own, the lab's other parts on the rest),
+    # `none` (wherever the kernel puts it), or the proxy's CPUs (lab run --cpus; natively only).
+    cpus: str = "none"
 
     def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, Case) else Case.parse(c) for c in self.cases]

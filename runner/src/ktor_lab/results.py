@@ -86,6 +86,10 @@ class ProxyFigures:
     server_seconds: float | None = None
     # Virtual threads pinned to their carrier over the window (None: the proxy did not count them).
     virtual_threads_pinned: float | None = None
+    # Its threads' voluntary context switches per request over the window (machine.process_context_
+    # switches: a thread that stopped to wait), and the CPUs it could run on (`1`, `0-1`; natively).
+    switches_per_request: float | None = None
+    cpus: str = ""
 
 
 @dataclass

@@ -28,6 +28,7 @@ from .conclusions import (
     groups,
     lifetime_answer,
     machine_speed,
+    noise_sources,
     not_this,
     other_figures,
     risks,
@@ -244,8 +245,17 @@ def intro(results: Results) -> str:
         f"{how}. "
         f"Commit {env['commit'][:12]}{' (with local changes)' if env['dirty'] else ''}, "
         f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB, "
-        f"backend {results.backend['kind']}." + close_calls_line(results)
+        f"backend {results.backend['kind']}." + placement_line(results) + close_calls_line(results)
     )
+
+
+def placement_line(results: Results) -> str:
+    """Where the proxy under load ran (lab run --cpus), as its windows recorded it; "" by default."""
+    if results.plan.cpus == "none":
+        return ""
+    seen = ", ".join(sorted({r.proxy.cpus for r in results.runs if r.proxy.cpus})) or "?"
+    how = f"--cpus {results.plan.cpus}"
+    return f" The proxy under load on CPU {seen}, the lab's other parts on the rest ({how})."
 
 
 def close_calls_line(results: Results) -> str:
@@ -423,6 +433,7 @@ def markdown(results: Results) -> str:
     lines += [APPENDIX, ""]
     lines += [f"- {w}" for g in gs if (w := warmth(g))]
     lines += [f"- {m}" for g in gs if (m := machine_speed(g))]
+    lines += [f"- {n}" for g in gs if (n := noise_sources(g))]
     lines += [f"- {s}" for s in settings(results)]
     lines += [f"- {w}" for w in warmups(results)]
     lines.append("")
@@ -475,6 +486,7 @@ def page(results: Results) -> str:
         body.append('<div class="charts">' + "".join(charts(g) + over_time(g, start)) + "</div>")
     body.append(f"<h2>The engines themselves</h2>{ul(engine_notes(results))}")
     appendix = [w for g in gs if (w := warmth(g))] + [m for g in gs if (m := machine_speed(g))]
+    appendix += [n for g in gs if (n := noise_sources(g))]
     appendix += settings(results) + warmups(results)
     body.append(
         f"<details><summary>{html.escape(APPENDIX.removeprefix('## '))}</summary>{ul(appendix)}</details>"

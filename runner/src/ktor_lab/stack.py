@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from . import versions
+from . import machine, versions
 from .cases import Case
 from .errors import LabError
 from .machine import java
@@ -404,6 +404,19 @@ class Stack:
         return None
 
     # --- all of them ---------------------------------------------------------------------------
+
+    def place(self, proxy: Proxy, cpus: tuple[frozenset[int], frozenset[int]]) -> None:
+        """`proxy` (the one under load) on the first CPUs of `cpus`, every other part up (nginx,
+        Prometheus, Locust and its workers, Toxiproxy, the idle proxies) on the second: lab run
+        --cpus."""
+        mine, rest = cpus
+        others = [*self.services, *self.locust_services, *(p.service for p in self.kept)]
+        if self.current_proxy is not None:
+            others.append(self.current_proxy.service)
+        for service in others:
+            if service is not proxy.service and service.alive():
+                machine.pin(service.pid, rest)
+        machine.pin(proxy.service.pid, mine)
 
     def exited(self) -> list[Service]:
         """Processes that have exited (empty while all run)."""

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from .. import backends, confidence, measure, run_report, verdict
+from .. import backends, confidence, machine, measure, run_report, verdict
 from ..cases import (
     CASES,
     DEFAULT_CASES,
@@ -137,6 +137,14 @@ def add_how_many(p: argparse.ArgumentParser) -> None:
         f"way (default: {confidence.MARGIN * 100:.0f}%%)",
     )
     p.add_argument(
+        "--cpus",
+        default="none",
+        metavar="auto|none|LIST",
+        help="where the proxy under load runs, natively: auto (CPUs of its own, the upper half: on 2 CPUs, "
+        "CPU 1, with Locust, nginx, Prometheus, Toxiproxy and the idle proxies on the rest), none (wherever "
+        "the kernel puts them), or its CPUs (1, 2-3, 1,3) (default: %(default)s)",
+    )
+    p.add_argument(
         "--budget",
         type=budget,
         default=None,
@@ -205,6 +213,7 @@ def add_shared(p: argparse.ArgumentParser) -> None:
 
 def plan_of(args: argparse.Namespace) -> Plan:
     try:
+        machine.cpu_sets(args.cpus)  # a ValueError naming what to give
         cases = case_list(args.cases)
         if not args.rtt and (default := options.env_rtt()):
             # UPSTREAM_RTT_MS: the round trip of each case that names none of its own.
@@ -219,6 +228,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
             fresh=args.fresh,
             margin=args.margin,
             budget_s=args.budget or 0,
+            cpus=args.cpus,
             java_opts=args.java_opts,
             proxy_env=options.settings(args.set),
             dims=dims,
