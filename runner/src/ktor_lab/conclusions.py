@@ -1249,7 +1249,9 @@ NOISE_SOURCES = {
     ),
     "other processes' share of the machine": lambda r: r.machine.others_share if r.machine else None,
     "the hypervisor's steal": lambda r: r.machine.steal_share if r.machine else None,
-    "the proxy's context switches per request": lambda r: (x := r.proxy.switches_per_request) and math.log(x),
+    "the proxy's context switches per request": lambda r: (
+        math.log(x) if (x := r.proxy.switches_per_request) and x > 0 else None
+    ),
 }
 
 

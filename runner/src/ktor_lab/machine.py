@@ -234,15 +234,13 @@ def process_cpu_seconds(pid: int) -> float:
     return t.user + t.system
 
 
-def process_context_switches(pid: int) -> int:
-    """Voluntary context switches of a process's live threads so far: each is a thread that
-    stopped to wait (for work handed over by another, or for I/O). Threads that ended took their
-    counts with them, so between two readings this is exact only when the threads stay the same
-    (a singleton client), a lower bound otherwise.
+def thread_context_switches(pid: int) -> dict[str, int]:
+    """Voluntary context switches of each of a process's live threads so far, by thread ID: each
+    is a thread that stopped to wait (for work handed over by another, or for I/O).
 
-    Summed over /proc/PID/task/*/status by hand: psutil's num_ctx_switches reads the process's
-    own status, which counts its main thread only."""
-    total = 0
+    Read from /proc/PID/task/*/status by hand: psutil's num_ctx_switches reads the process's own
+    status, which counts its main thread only."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             status = (task / "status").read_text()
@@ -250,8 +248,15 @@ def process_context_switches(pid: int) -> int:
             continue  # ended meanwhile
         for line in status.splitlines():
             if line.startswith("voluntary_ctxt_switches:"):
-                total += int(line.split()[1])
-    return total
+                out[task.name] = int(line.split()[1])
+    return out
+
+
+def switches_between(before: dict[str, int], after: dict[str, int]) -> int:
+    """The context switches between two readings of thread_context_switches, counted per thread
+    (a sum over the live threads runs backwards when threads end: per-call clients end theirs):
+    exact while the threads stay the same (a singleton client), a lower bound otherwise."""
+    return sum(max(0, n - before.get(tid, 0)) for tid, n in after.items())
 
 
 # /proc/net/tcp's state of a socket in TIME_WAIT (include/net/tcp_states.h: TCP_TIME_WAIT = 6),

@@ -397,7 +397,7 @@ def load_and_measure(
                 f"Prometheus had not scraped the proxy {SCRAPE_WAIT_S} s after it was asked to"
             )
         jit = JitClock(pid) if pid else None
-        switches = machine.process_context_switches(pid) if pid else None
+        switches = machine.thread_context_switches(pid) if pid else None
         port = upstream_port(live.idle)
         waiting = machine.sockets_in_time_wait(pid, port) if pid and port else None
         containers = backend.container_ids()
@@ -421,7 +421,7 @@ def load_and_measure(
             run.idle_proxies_cores = round(used / max(cpu_span_s, 1e-3), 3)
         jit_s = jit.lap() if jit else None
         if switches is not None:
-            switches = machine.process_context_switches(pid) - switches
+            switches = machine.switches_between(switches, machine.thread_context_switches(pid))
         placed = machine.placed(pid) if pid else ""
         time_wait = None
         if waiting is not None and (now := machine.sockets_in_time_wait(pid, port)) is not None:

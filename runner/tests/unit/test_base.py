@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -78,7 +79,8 @@ def test_machine_figures_come_from_psutil():
     assert busy and sample.lab_s > 0 and sample.busy_s >= sample.lab_s * 0.5
     assert machine.process_cpu_seconds(os.getpid()) > 0
     # every thread's count, where psutil reads the main thread's only
-    assert machine.process_context_switches(os.getpid()) >= psutil.Process().num_ctx_switches().voluntary
+    counts = machine.thread_context_switches(os.getpid())
+    assert sum(counts.values()) >= psutil.Process().num_ctx_switches().voluntary
     assert machine.load_average() >= 0
     assert start_time(os.getpid()) == start_time(os.getpid()) is not None
     assert start_time(2**22 + 12345) is None
@@ -118,3 +120,27 @@ def test_the_generator_s_share_of_a_window_is_none_unless_both_edges_saw_it_and_
     assert machine_figures(at(1.0), at(3.0), 10.0).generator_cores == 0.2
     assert machine_figures(at(None), at(3.0), 10.0).generator_cores is None  # Locust not seen at one edge
     assert machine_figures(at(3.0), at(1.0), 10.0).generator_cores is None  # a Locust process ended
+
+
+def test_context_switches_never_run_backwards_when_threads_end():
+    """A thread that switched a lot and then ended takes its count with it: the switches between
+    two readings are a lower bound then, never negative (a per-call client ends its threads)."""
+    switched, go = threading.Event(), threading.Event()
+
+    def wait_often():
+        for _ in range(300):
+            time.sleep(0.0002)
+        switched.set()
+        go.wait(timeout=10)
+
+    worker = threading.Thread(target=wait_often)
+    worker.start()
+    assert switched.wait(timeout=10)
+    before = machine.thread_context_switches(os.getpid())
+    go.set()
+    worker.join()
+    time.sleep(0.01)  # this thread waits once at least
+    after = machine.thread_context_switches(os.getpid())
+    assert sum(after.values()) < sum(before.values())  # the plain sum went backwards
+    assert machine.switches_between(before, after) >= 1
+

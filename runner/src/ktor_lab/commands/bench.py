@@ -46,7 +46,8 @@ from ..machine import (
     cpus,
     environment,
     java,
-    process_context_switches,
+    switches_between,
+    thread_context_switches,
     process_cpu_seconds,
     version,
 )
@@ -204,7 +205,7 @@ def window(target: Target, args: argparse.Namespace, n: int, settle: int = 0) ->
     pid = target.pid
     jit = JitClock(pid) if pid else None
     cpu_before = process_cpu_seconds(pid) if pid else 0.0
-    switches_before = process_context_switches(pid) if pid else 0
+    switches_before = thread_context_switches(pid) if pid else {}
     began = jfr.now()
     machine_before, wall = cpu_sample(), time.monotonic()
     w = CONVERTER.structure(wrk.run(target.url, args.connections, args.threads, args.duration), BenchWindow)
@@ -221,7 +222,7 @@ def window(target: Target, args: argparse.Namespace, n: int, settle: int = 0) ->
         w.jit_cpu_s_in_window = round(jit.lap(), 2)
         if w.requests:
             w.cpu_ms_per_request = (process_cpu_seconds(pid) - cpu_before) * 1000 / w.requests
-            w.switches_per_request = (process_context_switches(pid) - switches_before) / w.requests
+            w.switches_per_request = switches_between(switches_before, thread_context_switches(pid)) / w.requests
     if recording:
         w.profile = recording.read().to_json()
     print_window(w)
