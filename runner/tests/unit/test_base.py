@@ -143,4 +143,3 @@ def test_context_switches_never_run_backwards_when_threads_end():
     after = machine.thread_context_switches(os.getpid())
     assert sum(after.values()) < sum(before.values())  # the plain sum went backwards
     assert machine.switches_between(before, after) >= 1
-

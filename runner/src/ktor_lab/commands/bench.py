@@ -46,9 +46,9 @@ from ..machine import (
     cpus,
     environment,
     java,
+    process_cpu_seconds,
     switches_between,
     thread_context_switches,
-    process_cpu_seconds,
     version,
 )
 from ..measure import machine_figures
@@ -222,7 +222,8 @@ def window(target: Target, args: argparse.Namespace, n: int, settle: int = 0) ->
         w.jit_cpu_s_in_window = round(jit.lap(), 2)
         if w.requests:
             w.cpu_ms_per_request = (process_cpu_seconds(pid) - cpu_before) * 1000 / w.requests
-            w.switches_per_request = switches_between(switches_before, thread_context_switches(pid)) / w.requests
+            switches = switches_between(switches_before, thread_context_switches(pid))
+            w.switches_per_request = switches / w.requests
     if recording:
         w.profile = recording.read().to_json()
     print_window(w)
