@@ -660,7 +660,7 @@ def lifetime_answer(s: Screen) -> str | None:
             * bool(dearer)
         ),
         *([f"per call cost less for {said(cheaper, ratio)}"] * bool(cheaper)),
-        *([f"the same within {m:.0%} for {said(same, lambda c: f'({c.span()})')}"] * bool(same)),
+        *([f"the same within {m:.0%} for {said(same, lambda c: f'({c.tost_span()})')}"] * bool(same)),
         *([f"not decided for {said(untold, lambda c: f'(between {between(c)})')}"] * bool(untold)),
     ]
     if out:
@@ -716,7 +716,7 @@ def leaders_said(s: Screen) -> str:
         return f"{best.engine} uses the least {words}"
     if not open_:
         names = " and ".join(r.engine for r, _ in st.leaders)
-        spans = ", ".join(f"{r.engine} {on_fewer_jvms(g, c.span(), r, best)}" for r, c in same)
+        spans = ", ".join(f"{r.engine} {on_fewer_jvms(g, c.tost_span(), r, best)}" for r, c in same)
         return f"{names} use the least {words}, the same within {m:.0%} ({spans} against {best.engine})"
     names = " or ".join([best.engine, *(r.engine for r, _ in open_)])
     spans = "; ".join(
@@ -726,7 +726,7 @@ def leaders_said(s: Screen) -> str:
     text = f"{names} uses the least {words}: not decided ({spans}{f'; {hint}' if hint else ''})"
     if same:
         text += f"; the same within {m:.0%} as {best.engine}: " + ", ".join(
-            f"{r.engine} ({c.span()})" for r, c in same
+            f"{r.engine} ({c.tost_span()})" for r, c in same
         )
     return text
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 
 import numpy as np
@@ -117,6 +118,7 @@ class Outcome:
     aa_named: bool  # the A/A check named a difference between the two copies
     minutes: float
     rounds: int
+    said: str = ""  # the leaders' clause as the first screen words it
 
 
 def simulate(
@@ -154,7 +156,8 @@ def simulate(
         if kind == "engines" and {a.case.engine, b.case.engine} == {"okhttp", "apache5"}
     ]
     decision = leaders[0].decision(group.margin) if leaders else confidence.UNKNOWN
-    return Outcome(decision, screen.claims(), "excludes 0" in conclusions.aa_check(group), spent / 60, rounds)
+    aa_named = "excludes 0" in conclusions.aa_check(group)
+    return Outcome(decision, screen.claims(), aa_named, spent / 60, rounds, conclusions.leaders_said(screen))
 
 
 def outcomes(
@@ -263,3 +266,15 @@ def table_rows() -> dict[tuple[str, int], list[str]]:
             f"{statistics.median(taken):.0f} ({max(taken):.0f})",
         ]
     return out
+
+
+def test_the_same_within_10_percent_shows_the_interval_that_decided_it():
+    """A SAME shows the interval both one-sided tests read, which lies within the margin: never a
+    wider one that does not (`the same within 10% (-9.7% to +15.7%)` read as a contradiction)."""
+    found = [o for o in outcomes(3, 40, TWO, costs_of(TWO, 1.03)) if o.decision == confidence.SAME]
+    assert found
+    for o in found:
+        spans = re.findall(r"([-+]\d+\.\d)% to ([-+]\d+\.\d)%", o.said.split("the same within 10%")[1])
+        assert spans, o.said
+        for low, high in spans:
+            assert -10 <= float(low) and float(high) <= 10, o.said
