@@ -342,7 +342,9 @@ def test_a_close_call_gets_more_jvms_within_the_budget_and_the_report_says_what_
             "--settle",
             "1",
         ]
-        + ["--forks", "2", "--spare", "0", "--budget", "7m", "--out", str(out)],
+        # A margin of 0.5% keeps SAME out of reach: with Locust's share taken out, 3-second windows
+        # can call two leaders 4% apart the same within 10% at the first look, and nothing races.
+        + ["--forks", "2", "--spare", "0", "--budget", "7m", "--margin", "0.5%", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -353,7 +355,7 @@ def test_a_close_call_gets_more_jvms_within_the_budget_and_the_report_says_what_
     assert results["race_looks"] >= 2 and results["wall_seconds"] <= 7 * 60 + 60, results["wall_seconds"]
     forks = {(run["case"], run["fork"]) for run in results["runs"]}
     raced = [race for race in results["races"]]
-    assert raced, results["race_end"]  # 3-second windows at 100 rps decide nothing in two JVMs
+    assert raced, results["race_end"]  # 3-second windows at 100 rps are not different in two JVMs
     first = raced[0]
     assert first["fork"] == 3 and sorted(first["rows"]) == ["singleton-apache5", "singleton-okhttp"]
     assert {("singleton-okhttp", 3), ("singleton-apache5", 3)} <= forks
