@@ -27,6 +27,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from lab_latency import Latencies
 from lab_window import WindowStats
 
 log = logging.getLogger("lab")
@@ -118,12 +119,19 @@ def install(environment, settings: dict, target: dict) -> None:
     environment.events.reset_stats.add_listener(lambda **_: watch.reset_peaks())
     environment.events.test_stop.add_listener(lambda **_: _summary(watch))
     environment.lab_cpu_watch = watch  # for tests and other plugins
+    latencies = environment.lab_latencies = Latencies()
+    environment.events.request.add_listener(lambda **kw: _record(latencies, **kw))
+    environment.events.reset_stats.add_listener(latencies.reset)
+    if isinstance(runner, WorkerRunner):
+        environment.events.report_to_master.add_listener(lambda data, **_: _report(latencies, data))
+    if isinstance(runner, MasterRunner):
+        environment.events.worker_report.add_listener(lambda data, **_: latencies.add(data.get("lab_latency", {})))
 
     if environment.web_ui is None:
         return
     refuse_other_origins(environment.web_ui.app)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(environment, settings, target, watch))
+    registry.register(_Collector(environment, settings, target, watch, latencies))
 
     @environment.web_ui.app.route("/metrics")
     def metrics():
@@ -132,13 +140,13 @@ def install(environment, settings: dict, target: dict) -> None:
     @environment.web_ui.app.route("/lab/stats")
     def lab_stats():
         flush()
-        return window_stats(environment, settings, target, watch)
+        return window_stats(environment, settings, target, watch, latencies)
 
     @environment.web_ui.app.route("/lab/reset", methods=["POST"])
     def lab_reset():
         """Locust's reset (/stats/reset) once every worker has sent what it counted before it."""
         flush()
-        environment.events.reset_stats.fire()
+        environment.events.reset_stats.fire()  # the latencies' window too (install)
         environment.runner.stats.reset_all()
         environment.runner.exceptions = {}
         return "ok"
@@ -226,6 +234,20 @@ class Flush:
         return True
 
 
+def _record(latencies: Latencies, response_time=0.0, context=None, **_) -> None:
+    """One request into the latencies: Locust's time (ms, from the send) and what the user's
+    context() said of its schedule (locustfile.LabUser)."""
+    c = context or {}
+    delay = c["lab_sent"] - c["lab_intended"] if "lab_intended" in c else 0.0
+    latencies.record((response_time or 0.0) / 1000.0, delay, c.get("lab_late", False), c.get("lab_skipped", ()))
+
+
+def _report(latencies: Latencies, data: dict) -> None:
+    """Worker: what it recorded since its last report goes with Locust's stats to the master."""
+    data["lab_latency"] = latencies.window()
+    latencies.reset()
+
+
 def _send_stats_now(environment, msg, **_) -> None:
     """Worker: its stats to the master now, then the answer (lab_export.Flush)."""
     environment.runner._send_stats()
@@ -269,10 +291,10 @@ def foreign_request(headers, path: str) -> str | None:
     return None
 
 
-def window_stats(environment, settings: dict, target: dict, watch: CpuWatch) -> dict:
+def window_stats(environment, settings: dict, target: dict, watch: CpuWatch, latencies: Latencies) -> dict:
     """Totals since the run started or the stats were last reset, for `lab run`: exact
-    percentiles from Locust's per-millisecond counts, the window's bounds, and the generator's
-    CPU peaks in it."""
+    percentiles from Locust's per-millisecond counts, the latencies' histograms (lab_latency), the
+    window's bounds, and the generator's CPU peaks in it."""
     runner = environment.runner
     total = runner.stats.total
     any_ = bool(total.num_requests)
@@ -299,6 +321,7 @@ def window_stats(environment, settings: dict, target: dict, watch: CpuWatch) -> 
                 {"method": e.method, "name": e.name, "error": str(e.error), "occurrences": e.occurrences}
                 for e in runner.stats.errors.values()
             ][:20],
+            **latencies.window(),
         )
     )
 
@@ -330,7 +353,8 @@ def _summary(watch: CpuWatch) -> None:
 
 
 class _Collector:
-    def __init__(self, environment, settings: dict, target: dict, watch: CpuWatch):
+    def __init__(self, environment, settings: dict, target: dict, watch: CpuWatch, latencies: Latencies):
+        self.latencies = latencies
         self.environment = environment
         self.settings = settings
         self.target = target
@@ -365,6 +389,7 @@ class _Collector:
         yield requests
         yield failures
         yield times
+        yield from self.latency_families()
 
         yield GaugeMetricFamily("locust_users", "Users running now", value=runner.user_count)
         yield GaugeMetricFamily(
@@ -419,6 +444,49 @@ class _Collector:
         )
         info.add_metric([str(self.settings.get(k, "")) for k in keys], 1)
         yield info
+
+
+    def latency_families(self):
+        """The latencies since Locust started (lab_latency), never reset: from the intended start and
+        from the send, in microsecond-resolved buckets; and the starts, late and never sent."""
+        lat = self.latencies
+        family = HistogramMetricFamily(
+            "locust_lab_latency_seconds",
+            "Latency of every request: start=intended from its intended start (the rate and sweep "
+            "models), start=sent from its send (Locust's own, unrounded)",
+            labels=["start"],
+        )
+        for start, h in (("intended", lat.total_intended), ("sent", lat.total_sent)):
+            family.add_metric([start], _hdr_buckets(h), sum_value=_hdr_sum(h) / 1e6)
+        yield family
+        starts = CounterMetricFamily(
+            "locust_lab_starts", "Intended starts, by what became of them", labels=["kind"]
+        )
+        starts.add_metric(["all"], lat.total_starts)
+        starts.add_metric(["late"], lat.total_late)
+        starts.add_metric(["missed"], lat.total_missed)
+        yield starts
+
+
+# Bounds of locust_lab_latency_seconds in seconds: 100 us to 60 s, 1-2-5 a decade.
+LATENCY_BUCKETS_S = tuple(m * 10.0**e for e in range(-4, 2) for m in (1, 2, 5)) + (60.0,)
+
+
+def _hdr_buckets(h) -> list[tuple[str, float]]:
+    """Cumulative counts at LATENCY_BUCKETS_S from an HdrHistogram of microseconds, plus +Inf."""
+    recorded = [(x.value_iterated_to, x.count_added_in_this_iter_step) for x in h.get_recorded_iterator()]
+    out, total, i = [], 0, 0
+    for bound in LATENCY_BUCKETS_S:
+        while i < len(recorded) and recorded[i][0] <= bound * 1e6:
+            total += recorded[i][1]
+            i += 1
+        out.append((repr(bound), total))
+    out.append(("+Inf", h.get_total_count()))
+    return out
+
+
+def _hdr_sum(h) -> float:
+    return sum(x.value_iterated_to * x.count_added_in_this_iter_step for x in h.get_recorded_iterator())
 
 
 def _buckets(response_times: dict[int, int]) -> list[tuple[str, float]]:

@@ -34,6 +34,13 @@ class WindowStats:
     saturated: bool = False  # a Locust process reached the saturation threshold in the window
     settings: dict = field(default_factory=dict)  # the load settings in force
     errors: list = field(default_factory=list)  # Locust's error table, at most 20 rows
+    # HdrHistograms of microseconds (lab_latency.encode): from each request's intended start and
+    # from its send; "" before the first request.
+    latency_intended: str = ""
+    latency_sent: str = ""
+    starts: int = 0  # intended starts (the closed model: requests)
+    late_starts: int = 0  # of them, sent late because the user was still busy (missed ones too)
+    missed_starts: int = 0  # of them, never sent
 
     @property
     def rps(self) -> float:

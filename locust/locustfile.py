@@ -28,6 +28,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from lab_export import install as install_export
 from lab_guard import check_connections
 from lab_guard import install as install_guard
+from lab_latency import Schedule
 from lab_payload import digest_of, payload
 from locust import FastHttpUser, events, task
 
@@ -249,6 +250,7 @@ class LabUser(FastHttpUser):
         guard = getattr(environment, "lab_guard", None)
         if guard is not None:
             check_connections(self.client, guard)
+        self._lab_schedule: Schedule | None = None
 
     def run(self):
         # The last check of where the load goes (lab_guard.py), whichever way the run started: a
@@ -264,16 +266,23 @@ class LabUser(FastHttpUser):
             return random.uniform(settings["wait_min"], settings["wait_max"])
         # rate and sweep: each user starts one request every `interval` seconds, so that all
         # users together start target["rps"] a second. A user whose request took longer than
-        # its interval starts the next at once: then the rate is not met, and the export
-        # shows the target beside what was achieved.
+        # its interval starts the next at once: then the rate is not met, the export shows the
+        # target beside what was achieved, and the starts it was late for are counted and timed
+        # from when they were meant to start (lab_latency.Schedule).
         runner = self.environment.runner
         users = target["users"] or (runner.target_user_count if runner else 0) or 1
         interval = users / target["rps"] if target["rps"] > 0 else 1.0
-        now = time.monotonic()
-        nxt = getattr(self, "_lab_next", None)
-        # The first wait spreads the users over one interval instead of starting them in step.
-        self._lab_next = now + random.uniform(0, interval) if nxt is None else max(nxt + interval, now)
-        return self._lab_next - now
+        if self._lab_schedule is None:
+            self._lab_schedule = Schedule()
+        return self._lab_schedule.wait(time.monotonic(), interval)
+
+    def context(self):
+        """What the request event records beside Locust's own time (lab_export): the intended start
+        of this request, its send, and the starts it was late for; nothing in the closed model."""
+        s = self._lab_schedule
+        if s is None or s.intended is None or settings.get("load_model", "closed") == "closed":
+            return {}
+        return {"lab_intended": s.intended, "lab_sent": time.monotonic(), "lab_late": s.late, "lab_skipped": s.skipped}
 
     def get_checked(self, path: str, size: int, digest: str | None, name: str):
         with self.client.get(path, name=name, catch_response=True) as r:

@@ -1,0 +1,77 @@
+"""The intended-start schedule and the latency histograms (locust/lab_latency.py), on simulated
+time: what a stall does to each figure, and that workers' reports merge to what one process sees."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from lab_latency import Latencies, Schedule, decode, merged, percentile_ms
+
+
+def simulate(service_s, starts: int, interval: float, latencies: Latencies, seed: int = 1) -> float:
+    """One user at a fixed rate on simulated time: each request takes service_s(i) seconds."""
+    s, now = Schedule(random.Random(seed)), 0.0
+    for i in range(starts):
+        now += s.wait(now, interval)
+        latencies.record(service_s(i), now - s.intended, s.late, s.skipped)
+        now += service_s(i)
+    return now
+
+
+def test_on_time_requests_are_timed_from_their_send_and_none_is_late():
+    lat = Latencies()
+    simulate(lambda i: 0.002, 1000, 0.010, lat)
+    assert lat.starts == 1000 and lat.late == lat.missed == 0
+    assert percentile_ms(lat.intended, 99) == percentile_ms(lat.sent, 99) == pytest.approx(2.0, rel=1e-3)
+
+
+def test_a_stall_is_seen_by_every_start_it_delayed_and_by_one_send():
+    """A 300 ms stall every 2 s at 10 ms intervals: from the send one request in 200 is slow, so the
+    service time's p99 misses it; from the intended start 15% of starts wait for it."""
+    lat = Latencies()
+    end = simulate(lambda i: 0.300 if i % 171 == 0 else 0.002, 5000, 0.010, lat)
+    assert percentile_ms(lat.sent, 99) == pytest.approx(2.0, rel=1e-3)
+    assert percentile_ms(lat.intended, 99) > 250
+    assert percentile_ms(lat.intended, 50) < 10
+    # Every start the schedule had, sent or not, is in the intended histogram (the closing one's
+    # delay aside): the run's length over the interval.
+    assert lat.intended.get_total_count() == lat.starts == pytest.approx(end / 0.010, rel=0.01)
+    assert lat.sent.get_total_count() == 5000
+    assert lat.missed == lat.starts - 5000 and lat.late == lat.missed + (5000 + 170) // 171
+
+
+def test_three_digits_from_microseconds_to_an_hour():
+    lat = Latencies()
+    for v in (0.000_123, 0.004_567, 12.345, 3600.0):
+        lat.record(v)
+    got = [lat.sent.get_value_at_percentile(p) for p in (1, 50, 75, 100)]
+    for value, want in zip(got, (123, 4567, 12_345_000, 3_600_000_000), strict=True):
+        assert abs(value - want) / want < 1e-3
+
+
+def test_workers_reports_merge_to_what_one_process_sees():
+    one, master = Latencies(), Latencies()
+    workers = [Latencies() for _ in range(3)]
+    rng = random.Random(7)
+    for _ in range(3000):
+        service, delay = rng.expovariate(300), rng.expovariate(100)
+        one.record(service, delay, delay > 0.02)
+        rng.choice(workers).record(service, delay, delay > 0.02)
+    for w in workers:
+        master.add(w.window())
+        w.reset()
+    assert master.window() == one.window()
+    assert master.total_starts == 3000 and all(w.starts == 0 for w in workers)
+    master.reset()
+    assert master.starts == 0 and master.total_intended.get_total_count() == 3000
+
+
+def test_merged_adds_encoded_windows_and_skips_empty_ones():
+    a, b = Latencies(), Latencies()
+    a.record(0.001)
+    b.record(0.100)
+    both = merged([a.window()["latency_sent"], "", None, b.window()["latency_sent"]])
+    assert both.get_total_count() == 2 and percentile_ms(both, 100) == pytest.approx(100, rel=1e-3)
+    assert merged(["", None]) is None
+    assert decode(a.window()["latency_sent"]).get_total_count() == 1
