@@ -18,6 +18,7 @@ from dataclasses import asdict
 
 import gevent
 import psutil
+from lab_latency import Latencies
 from locust.runners import MasterRunner, WorkerRunner
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -27,7 +28,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from lab_latency import Latencies
 from lab_window import WindowStats
 
 log = logging.getLogger("lab")
@@ -125,7 +125,9 @@ def install(environment, settings: dict, target: dict) -> None:
     if isinstance(runner, WorkerRunner):
         environment.events.report_to_master.add_listener(lambda data, **_: _report(latencies, data))
     if isinstance(runner, MasterRunner):
-        environment.events.worker_report.add_listener(lambda data, **_: latencies.add(data.get("lab_latency", {})))
+        environment.events.worker_report.add_listener(
+            lambda data, **_: latencies.add(data.get("lab_latency", {}))
+        )
 
     if environment.web_ui is None:
         return
@@ -239,7 +241,9 @@ def _record(latencies: Latencies, response_time=0.0, context=None, **_) -> None:
     context() said of its schedule (locustfile.LabUser)."""
     c = context or {}
     delay = c["lab_sent"] - c["lab_intended"] if "lab_intended" in c else 0.0
-    latencies.record((response_time or 0.0) / 1000.0, delay, c.get("lab_late", False), c.get("lab_skipped", ()))
+    latencies.record(
+        (response_time or 0.0) / 1000.0, delay, c.get("lab_late", False), c.get("lab_skipped", ())
+    )
 
 
 def _report(latencies: Latencies, data: dict) -> None:
@@ -444,7 +448,6 @@ class _Collector:
         )
         info.add_metric([str(self.settings.get(k, "")) for k in keys], 1)
         yield info
-
 
     def latency_families(self):
         """The latencies since Locust started (lab_latency), never reset: from the intended start and

@@ -163,4 +163,3 @@ class Latencies:
         self.intended.reset()
         self.sent.reset()
         self.starts = self.late = self.missed = 0
-

@@ -23,12 +23,12 @@ import random
 import sys
 import time
 
+from lab_latency import Schedule
 from locust.runners import MasterRunner, WorkerRunner
 
 from lab_export import install as install_export
 from lab_guard import check_connections
 from lab_guard import install as install_guard
-from lab_latency import Schedule
 from lab_payload import digest_of, payload
 from locust import FastHttpUser, events, task
 
@@ -282,7 +282,12 @@ class LabUser(FastHttpUser):
         s = self._lab_schedule
         if s is None or s.intended is None or settings.get("load_model", "closed") == "closed":
             return {}
-        return {"lab_intended": s.intended, "lab_sent": time.monotonic(), "lab_late": s.late, "lab_skipped": s.skipped}
+        return {
+            "lab_intended": s.intended,
+            "lab_sent": time.monotonic(),
+            "lab_late": s.late,
+            "lab_skipped": s.skipped,
+        }
 
     def get_checked(self, path: str, size: int, digest: str | None, name: str):
         with self.client.get(path, name=name, catch_response=True) as r:

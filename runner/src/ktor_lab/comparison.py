@@ -32,7 +32,7 @@ from . import verdict
 from .cases import DIMENSIONS, Case
 from .confidence import ALPHA, Estimate, Pool, compare, geometric_mean, pool_of
 from .results import Results, Run
-from .rules import BY_KEY, COMPARED_FIGURES, Figure, kept_windows, why_not_compared
+from .rules import BY_KEY, COMPARED_FIGURES, Figure, jvm_values, kept_windows, why_not_compared
 
 CASE_FIELDS = {f.name: f for f in fields(Case)}
 # Added to the new run's fork numbers: its JVMs are blocks of their own, apart from the old run's.
@@ -75,8 +75,10 @@ class Change:
 
 
 def _windows(runs: list[Run], figure: Figure) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """The figure's values in `runs` (a row's kept windows) and the fork (JVM) of each."""
-    pairs = [(float(v), r.fork) for r in runs if (v := figure.get(r)) is not None and not math.isnan(v)]
+    """The figure's values in `runs` (a row's kept windows) and the fork (JVM) of each: one a JVM for a
+    latency histogram's percentile (rules.jvm_values)."""
+    values, forks = jvm_values(figure, runs)
+    pairs = [(float(v), f) for v, f in zip(values, forks, strict=True) if v is not None and not math.isnan(v)]
     return tuple(v for v, _ in pairs), tuple(f for _, f in pairs)
 
 

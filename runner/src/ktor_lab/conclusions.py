@@ -39,6 +39,7 @@ from .rules import (
     Figure,
     cpu_without_jit,
     generator_cost,
+    jvm_values,
     kept_rate,
     kept_windows,
     why_not_compared,
@@ -232,13 +233,12 @@ class GroupFigures:
     def estimates(self, key: str) -> list[Estimate]:
         if key not in self.made:
             f = BY_KEY[key]
-            values = [[f.get(r) for r in row.runs] for row in self.rows]
+            by_row = [jvm_values(f, row.runs) for row in self.rows]
+            values, forks = [v for v, _ in by_row], [jvms for _, jvms in by_row]
             fitted = 0
             if f.covariate is not None and (adjusted := covaried(self.rows, f)) is not None:
                 values, fitted = adjusted, 1
-            own = [
-                Estimate.of(v, [r.fork for r in row.runs]) for v, row in zip(values, self.rows, strict=True)
-            ]
+            own = [Estimate.of(v, jvms) for v, jvms in zip(values, forks, strict=True)]
             ok = [
                 e.mean is not None and not set(row.flags) & set(f.not_comparable)
                 for row, e in zip(self.rows, own, strict=True)

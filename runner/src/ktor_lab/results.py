@@ -55,6 +55,13 @@ class LocustFigures:
     saturated: bool = False
     settings: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    # HdrHistograms of microseconds (locust/lab_latency.py, encoded): from each request's intended
+    # start and from its send; the intended starts, those sent late and those never sent.
+    latency_intended: str = ""
+    latency_sent: str = ""
+    starts: int = 0
+    late_starts: int = 0
+    missed_starts: int = 0
 
     @classmethod
     def of(cls, stats) -> LocustFigures:

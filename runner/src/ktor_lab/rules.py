@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from lab_latency import merged, percentile_ms
+
 from . import verdict
 from .plan import Load
 from .results import Run
@@ -44,6 +46,10 @@ class Figure:
     # A figure of each window that the engine does not cause and that moves this one with it (the
     # machine both share): its movement is taken out (conclusions.GroupFigures, an ANCOVA on logs).
     covariate: Callable[[Run], float | None] | None = None
+    # A percentile of a latency histogram (lab_latency, encoded in the window): a row's value is its
+    # JVMs' merged histograms' percentile, one value a JVM (`jvm_values`), not a mean of windows'.
+    histogram: Callable[[Run], str] | None = None
+    percentile: float = 0.0
 
     @property
     def said(self) -> str:
@@ -80,15 +86,96 @@ def generator_cost(r: Run) -> float | None:
     return cores * seconds / requests * 1000 if cores and cores > 0 and seconds and requests else None
 
 
+def _intended(r: Run) -> str:
+    return r.locust.latency_intended
+
+
+def _sent(r: Run) -> str:
+    return r.locust.latency_sent
+
+
+def _latency(p: float, histogram: Callable[[Run], str], old: Callable[[Run], float | None]):
+    """A window's `p`th percentile of its histogram; Locust's rounded one where the window has none
+    (results.json written before the histograms)."""
+    return lambda r: percentile_ms(merged([histogram(r)]), p) if histogram(r) else old(r)
+
+
+def late_per_1000(r: Run) -> float | None:
+    """Intended starts sent late because the user was still busy (never sent included), per 1,000."""
+    s = r.locust
+    return s.late_starts / s.starts * 1000 if s.starts else None
+
+
+def jvm_values(figure: Figure, runs: Sequence[Run]) -> tuple[list[float | None], list[int]]:
+    """A row's values of `figure` and the JVM (fork) of each: one a window, or for a percentile of
+    a latency histogram one a JVM, of its windows' histograms merged (a tail over every request the
+    JVM served, not a mean of windows' tails); Locust's per-window figure where no window has one."""
+    if figure.histogram is None or not any(figure.histogram(r) for r in runs):
+        return [figure.get(r) for r in runs], [r.fork for r in runs]
+    by: dict[int, list[str]] = {}
+    for r in runs:
+        by.setdefault(r.fork, []).append(figure.histogram(r))
+    return [percentile_ms(merged(texts), figure.percentile) for texts in by.values()], list(by)
+
+
 def _connections(attribute: str) -> Callable[[Run], float | None]:
     return lambda r: getattr(r.connections, attribute) if r.connections else None
 
 
 FIGURES = [
     Figure("rps", "rps", lambda r: r.locust.rps, 0, "higher", verdict.RATE_FLAGS, "rps"),
-    Figure("p50", "p50 ms", lambda r: r.locust.p50_ms, 1, "lower"),
-    Figure("p95", "p95 ms", lambda r: r.locust.p95_ms, 1, "lower"),
-    Figure("p99", "p99 ms", lambda r: r.locust.p99_ms, 1, "lower", words="p99 latency"),
+    # Latency from the intended start (lab_latency), at microseconds; Locust's, rounded, in older runs.
+    Figure(
+        "p50",
+        "p50 ms",
+        _latency(50, _intended, lambda r: r.locust.p50_ms),
+        2,
+        "lower",
+        histogram=_intended,
+        percentile=50,
+    ),
+    Figure(
+        "p95",
+        "p95 ms",
+        _latency(95, _intended, lambda r: r.locust.p95_ms),
+        2,
+        "lower",
+        histogram=_intended,
+        percentile=95,
+    ),
+    Figure(
+        "p99",
+        "p99 ms",
+        _latency(99, _intended, lambda r: r.locust.p99_ms),
+        2,
+        "lower",
+        words="p99 latency",
+        histogram=_intended,
+        percentile=99,
+    ),
+    Figure(
+        "p999",
+        "p99.9 ms",
+        _latency(99.9, _intended, lambda r: None),
+        2,
+        "lower",
+        words="p99.9 latency",
+        histogram=_intended,
+        percentile=99.9,
+    ),
+    # From the send (Locust's own, unrounded): what the intended start's figure adds is the wait
+    # for a start the user was late for (coordinated omission) and the generator's own delay.
+    Figure(
+        "sent_p99",
+        "p99 ms from the send",
+        _latency(99, _sent, lambda r: None),
+        2,
+        "lower",
+        words="p99 from the send",
+        histogram=_sent,
+        percentile=99,
+    ),
+    Figure("late", "late starts / 1k", late_per_1000, 1, "lower"),
     Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
     Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),
     Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),

@@ -602,7 +602,7 @@ def test_a_round_trip_is_a_dimension_every_row_shows_with_its_connection_figures
     lines = [c.sentence() for c in conclusions.changes(group) if c.dimension == "RTT"]
     assert any(
         line.startswith(
-            "per-call-okhttp on Ktor 3.4.0, JDK 17, RTT 0 ms -> 20 ms: p50 ms 3.0 -> 24.0 (+700.0%"
+            "per-call-okhttp on Ktor 3.4.0, JDK 17, RTT 0 ms -> 20 ms: p50 ms 3.00 -> 24.00 (+700.0%"
         )
         and "new conns / 1k req 1,000.0 -> 1,000.0" in line
         and "No spread to test with (one window a row)" in line
