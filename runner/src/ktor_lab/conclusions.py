@@ -369,6 +369,8 @@ class Standing:
     behind: list[tuple[Row, Comparison]]
     left_out: list[Row]
     detectable: float | None = None  # the smallest difference found POWER of the time
+    # Where `detectable` is over COMPARED_UP_TO: what a run would need to find one of that size.
+    longer: str = ""
 
     @property
     def best(self) -> Row | None:
@@ -441,8 +443,30 @@ def standing(
     best = order[0]
     leaders = [(r, None if r is best else against(best, r)) for r in order if r.name not in beaten]
     behind = [(r, against(best, r)) for r in order if r.name in beaten]
-    detectable = max((d for c in tests.values() if (d := c.detectable()) is not None), default=None)
-    return Standing(figure, leaders, behind, out, detectable)
+    found = [(d, c) for c in tests.values() if (d := c.detectable()) is not None]
+    detectable, widest = max(found, key=lambda dc: dc[0], default=(None, None))
+    longer = length_to_detect(widest, COMPARED_UP_TO) if detectable and detectable > COMPARED_UP_TO else ""
+    return Standing(figure, leaders, behind, out, detectable, longer)
+
+
+# A figure whose smallest detectable difference at the run's length is above this share is shown as
+# values, not compared: an interval such as -85.8% to +863.1% decides nothing.
+COMPARED_UP_TO = 1.0
+
+
+def length_to_detect(c: Comparison, share: float) -> str:
+    """`lab run --forks 7`: the JVMs a row (or windows a JVM, where the windows are the units) with
+    which `c`'s comparison would find a difference of `share` POWER of the time, its units growing
+    as the square of how far its detectable difference is from `share` (at this run's t: a little
+    more than needed)."""
+    pool = c.a.pool
+    d = c.detectable()
+    if pool is None or d is None:
+        return ""
+    x, want = (math.log1p(d), math.log1p(share)) if c.log else (d, share)
+    units = len(c.a.units_of(pool))
+    need = math.ceil(units * (x / want) ** 2)
+    return f"lab run --forks {need}" if pool.by_fork else f"lab run --forks 1 --windows {need}"
 
 
 def value(row: Row, figure: Figure) -> str:
@@ -473,6 +497,18 @@ def sentence(s: Standing) -> str:
     f = s.figure
     head = f"{f.heading} ({f.better} is better)" if f.better else f.heading
     out = f" Left out: {', '.join(r.why_not(f) for r in s.left_out)}." if s.left_out else ""
+    if s.longer:
+        every = sorted(
+            [r for r, _ in s.leaders + s.behind],
+            key=lambda r: r.figures[f.key].mean,
+            reverse=f.better == "higher",
+        )
+        return (
+            f"{head}: not compared (this run finds a difference of {s.detectable:.0%} or more "
+            f"{confidence.POWER:.0%} of the time; {s.longer} would find one of {COMPARED_UP_TO:.0%}): "
+            + "; ".join(f"{r.called} {value(r, f)}" for r in every)
+            + f".{out}"
+        )
     if not s.leaders:
         if f.key == "rps":
             return f"{head}: no row's rate is its capacity (flags below): rps ranks nothing here.{out}"

@@ -501,3 +501,73 @@ def test_the_first_screen_names_a_row_whose_jvm_stopped_answering_in_a_warm_up_a
     assert said.endswith(
         "of that JVM's 3 windows, 2 are left out of its figures, 1 kept as it failed in it (errors)."
     )
+
+
+def noisy_heap(windows: int, spread: float) -> Results:
+    """Two rows whose heap is the same but swings by `spread` (a share, log-normal) from window to
+    window, one JVM each: `windows` windows a row."""
+    rng = random.Random(windows)
+    results = results_of({"singleton-okhttp": [(400, 0.3)] * 5, "singleton-apache5": [(400, 0.3)] * 5})
+    results.runs = [
+        window(name, i + 1, 400, 0.3, heap=(100 << 20) * math.exp(rng.gauss(0, spread)))
+        for i in range(windows)
+        for name in ("singleton-okhttp", "singleton-apache5")
+    ]
+    return results
+
+
+def test_a_figure_the_run_cannot_resolve_is_shown_as_values_with_the_length_that_would():
+    """Heap that swings 100% a window, 5 windows a row: the comparison could find only a difference
+    of several hundred percent, so the sentence gives the values and the run that would find one of
+    100%; that run, simulated, does (its detectable difference at most 100% in most draws)."""
+    (group,) = conclusions.groups(noisy_heap(5, 1.0))
+    s = conclusions.standing(group, rules.BY_KEY["heap"])
+    text = conclusions.sentence(s)
+    assert s.detectable > 1 and text.startswith(
+        "heap max MiB (lower is better): not compared (this run finds"
+    )
+    assert "no clear difference" not in text and "singleton-okhttp " in text and "singleton-apache5 " in text
+    windows = int(re.search(r"lab run --forks 1 --windows (\d+) would find one of 100%", text).group(1))
+    assert windows > 5
+    found = []
+    for seed in range(20):
+        results = noisy_heap(windows, 1.0)
+        rng = random.Random(seed)
+        for r in results.runs:
+            r.prometheus.heap_max_bytes = (100 << 20) * math.exp(rng.gauss(0, 1.0))
+        (longer,) = conclusions.groups(results)
+        found.append(conclusions.standing(longer, rules.BY_KEY["heap"]).detectable)
+    assert sum(d <= 1.0 for d in found) >= 15, found
+
+
+def test_a_figure_the_run_resolves_is_compared_as_before():
+    (group,) = conclusions.groups(noisy_heap(5, 0.05))
+    text = conclusions.sentence(conclusions.standing(group, rules.BY_KEY["heap"]))
+    assert "not compared" not in text and "This run finds a difference of" in text
+
+
+def test_a_rows_tail_is_its_jvms_merged_histograms_not_a_mean_of_its_windows_tails():
+    """Two windows of one JVM: 990 fast requests, then 10 of 1,000 slow ones in the other. Merged, the
+    JVM's p99 is the fast requests' (1% slow is at its 99th percentile's edge); averaged, the windows'
+    p99s would be half slow. A second JVM is a second value, and Locust's figure serves older runs."""
+    from lab_latency import Latencies
+
+    fast, mixed = Latencies(), Latencies()
+    for _ in range(990):
+        fast.record(0.002)
+    for i in range(1000):
+        mixed.record(0.500 if i < 11 else 0.002)
+    runs = [window("singleton-okhttp", n, 400, 0.3) for n in (1, 2, 3)]
+    for r, lat, fork in zip(runs, (fast, mixed, mixed), (1, 1, 2), strict=True):
+        r.fork = fork
+        r.locust.latency_intended = lat.window()["latency_intended"]
+    values, forks = rules.jvm_values(rules.BY_KEY["p99"], runs)
+    assert forks == [1, 2]
+    assert values[0] == pytest.approx(2.0, rel=1e-3) and values[1] == pytest.approx(500, rel=1e-3)
+    assert [rules.BY_KEY["p99"].get(r) for r in runs[:2]] == [
+        pytest.approx(2.0, rel=1e-3),
+        pytest.approx(500, rel=1e-3),
+    ]
+    for r in runs:
+        r.locust.latency_intended = ""
+    assert rules.jvm_values(rules.BY_KEY["p99"], runs) == ([30.0, 30.0, 30.0], [1, 1, 2])
