@@ -242,6 +242,14 @@ def test_export_parses_and_equals_locusts_own_stats(upstream, tmp_path):
     assert samples.sum("locust_lab_info", scenario="static-small", load_model="closed", case="direct") == 1
     assert samples.sum("locust_cpu_peak_percent", node="local") > 0
     assert samples.get("locust_lab_generator_saturated") is not None
+    # The lab's own histograms (lab_latency): every request from its send, and in the closed model
+    # (no schedule) from its "intended" start alike; no start late.
+    for start in ("sent", "intended"):
+        assert samples.sum("locust_lab_latency_seconds_count", start=start) == n
+        assert samples.sum("locust_lab_latency_seconds_bucket", start=start, le="+Inf") == n
+        assert 0 < samples.sum("locust_lab_latency_seconds_bucket", start=start, le="0.01") <= n
+    assert samples.sum("locust_lab_starts_total", kind="all") == n
+    assert samples.sum("locust_lab_starts_total", kind="late") == 0
 
 
 def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
@@ -274,6 +282,8 @@ def test_master_and_two_workers_aggregate_in_the_export(upstream, tmp_path):
     assert n > 10 * 5 * 2, n  # with a 1-2 s wait it would be about 10 a second
     assert own["upload"]["num_failures"] == 0
     assert samples.sum("locust_requests_total", name="upload") == n
+    # Each worker's latencies reached the master with its stats: as many as Locust counted.
+    assert samples.sum("locust_lab_latency_seconds_count", start="sent") == n
     for w in workers:
         assert "Traceback" not in w.tail(200)
 

@@ -991,7 +991,32 @@ def measurement_risks(group: Group) -> list[str]:
             + ", ".join(slow)
             + "; the proxy p50/p99 columns are the proxy's."
         )
+    if late := late_said(group):
+        out.append(late)
     return out
+
+
+# From the intended start, a p99 this many times the one from the send is said (issue 82).
+LATE_P99_RATIO = 1.1
+
+
+def late_said(group: Group) -> str:
+    """At a fixed rate, the rows whose p99 from the intended start is well above their p99 from the
+    send: by how much, and why the first is the one to read."""
+    rows = []
+    for r in group.rows:
+        intended, sent, late = (r.figures[k].mean for k in ("p99", "sent_p99", "late"))
+        if intended and sent and intended >= sent * LATE_P99_RATIO:
+            rows.append(
+                f"{r.called} {intended:,.2f} against {sent:,.2f} ms ({late or 0:.1f} late starts a 1,000)"
+            )
+    if not rows:
+        return ""
+    return (
+        "Latency from the intended start above that from the send: " + "; ".join(rows) + ". Read the "
+        "first (the p99 columns): a request slower than its user's interval made that user late for "
+        "its next starts, and the figure from the send leaves out their wait (coordinated omission)."
+    )
 
 
 def not_this(results: Results) -> str:
