@@ -10,11 +10,11 @@ import threading
 import time
 
 import pytest
+from lab_latency import merged, percentile_ms
 
 from conftest import wait_until
 from ktor_lab.parts import loadgen
 from ktor_lab.processes import free_port, local_url
-from lab_latency import merged, percentile_ms
 
 RATE, USERS, SECONDS = 400, 4, 12
 STALL_S, EVERY_S = 0.3, 2.0
