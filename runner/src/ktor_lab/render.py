@@ -4,6 +4,7 @@ every chart the lab draws (reports and studies) is one kind of self-contained SV
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -188,6 +189,60 @@ def series(
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1"/>')
         parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{color}"/>' for px, py in points]
         lx, ly = left + (i % 3) * (width // 3), y1 + 30 + 18 * (i // 3)
+        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def percentiles(
+    title: str,
+    lines: dict[str, Sequence[tuple[float, float]]],
+    dashed: dict[str, Sequence[tuple[float, float]]] | None = None,
+    digits: int = 1,
+    note: str = "",
+) -> str:
+    """A percentile plot, as HdrHistogram's plotter draws one: latency (ms, from 0) against the
+    percentile on a log scale of 1 / (1 - p), p50 to p99.99 labelled; one colour a line (`lines`:
+    {name: [(percentile, ms)]}), and in `dashed` the same names' second figure in that colour."""
+    left, width, plot_h, head_h = 60, 520, 220, 44
+    dashed = dashed or {}
+    names = [n for n, pts in lines.items() if pts]
+    top_y = max([y for pts in [*lines.values(), *dashed.values()] for _, y in pts] + [1e-9])
+    ticks = (50.0, 90.0, 99.0, 99.9, 99.99)
+    span = math.log10(1 / (1 - ticks[-1] / 100)) - math.log10(2)
+
+    def px(p: float) -> float:
+        return left + width * (math.log10(1 / (1 - min(p, ticks[-1]) / 100)) - math.log10(2)) / span
+
+    legend_rows = (len(names) + 2) // 3
+    height = head_h + plot_h + 34 + 18 * legend_rows
+    y0, y1 = head_h, head_h + plot_h
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{left + width + 40}" '
+        f'height="{height}" font-family="sans-serif">',
+        f"<title>{html.escape(title)}</title>",
+        '<rect width="100%" height="100%" fill="#fff"/>',
+        f'<text x="0" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+        f'<text x="0" y="32" font-size="11" fill="#555">{html.escape(note or "lower is better")}</text>',
+        f'<line x1="{left}" x2="{left}" y1="{y0}" y2="{y1}" stroke="#999"/>',
+        f'<line x1="{left}" x2="{left + width}" y1="{y1}" y2="{y1}" stroke="#999"/>',
+        f'<text x="{left - 4}" y="{y0 + 4}" font-size="10" text-anchor="end">{top_y:,.{digits}f} ms</text>',
+        f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
+    ]
+    for t in ticks:
+        x = px(t)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y1}" stroke="#eee"/>')
+        parts.append(f'<text x="{x:.1f}" y="{y1 + 14}" font-size="10" text-anchor="middle">p{t:g}</text>')
+    for i, name in enumerate(names):
+        color = PALETTE[i % len(PALETTE)]
+        for pts, style in ((lines[name], ""), (dashed.get(name, ()), ' stroke-dasharray="4 3"')):
+            if pts:
+                path = " ".join(f"{px(p):.1f},{y1 - plot_h * y / top_y:.1f}" for p, y in pts)
+                parts.append(
+                    f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"{style}/>'
+                )
+        lx, ly = left + (i % 3) * (width // 3), y1 + 34 + 18 * (i // 3)
         parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>')
         parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
     parts.append("</svg>")

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import csv
 import html
+import math
 from pathlib import Path
+
+from lab_latency import curve, merged
 
 from . import render, verdict
 from .cases import DIMENSIONS, ENGINE_FACTS, ENGINE_TITLES
@@ -211,6 +214,33 @@ def charts(group: Group) -> list[str]:
             )
         )
     return out
+
+
+# Where the percentile plot has its points: 1 / (1 - p) from 2 (p50) to 10,000 (p99.99), log-spaced.
+PLOT_PERCENTILES = tuple(
+    100 * (1 - 1 / 10 ** (math.log10(2) + i * (4 - math.log10(2)) / 48)) for i in range(49)
+)
+
+
+def percentile_plot(group: Group) -> list[str]:
+    """Each row's latency distribution, its kept windows' histograms merged (lab_latency): from the
+    intended start (solid) and from the send (dashed), p50 to p99.99; none for runs without them."""
+    solid, dashed = {}, {}
+    for r in group.rows:
+        if (h := merged(w.locust.latency_intended for w in r.runs)) is not None:
+            solid[r.name] = curve(h, PLOT_PERCENTILES)
+            dashed[r.name] = curve(merged(w.locust.latency_sent for w in r.runs), PLOT_PERCENTILES)
+    if not solid:
+        return []
+    return [
+        render.percentiles(
+            "latency by percentile (every kept window of a row merged)",
+            solid,
+            dashed,
+            1,
+            "solid: from the intended start; dashed: from the send; lower is better",
+        )
+    ]
 
 
 def over_time(group: Group, start: float) -> list[str]:
@@ -483,7 +513,9 @@ def page(results: Results) -> str:
         body.append(table(g).html(lambda r: "" if r.capacity else "flagged"))
         if reasons := [f"{r.name}: {why}" for r in g.rows for why in r.reasons]:
             body.append(ul(reasons))
-        body.append('<div class="charts">' + "".join(charts(g) + over_time(g, start)) + "</div>")
+        body.append(
+            '<div class="charts">' + "".join(charts(g) + percentile_plot(g) + over_time(g, start)) + "</div>"
+        )
     body.append(f"<h2>The engines themselves</h2>{ul(engine_notes(results))}")
     appendix = [w for g in gs if (w := warmth(g))] + [m for g in gs if (m := machine_speed(g))]
     appendix += [n for g in gs if (n := noise_sources(g))]

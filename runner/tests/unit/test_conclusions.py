@@ -571,3 +571,27 @@ def test_a_rows_tail_is_its_jvms_merged_histograms_not_a_mean_of_its_windows_tai
     for r in runs:
         r.locust.latency_intended = ""
     assert rules.jvm_values(rules.BY_KEY["p99"], runs) == ([30.0, 30.0, 30.0], [1, 1, 2])
+
+
+def test_the_report_plots_each_rows_merged_latency_by_percentile_where_its_windows_have_histograms():
+    from lab_latency import Latencies
+
+    results = results_of({"singleton-okhttp": [(400, 0.3)] * 5, "singleton-apache5": [(400, 0.3)] * 5})
+    (group,) = conclusions.groups(results)
+    assert run_report.percentile_plot(group) == []  # older runs: Locust's figures only
+    rng = random.Random(3)
+    for r in results.runs:
+        lat = Latencies()
+        slow = 0.050 if r.case == "singleton-apache5" else 0.010
+        for _ in range(500):
+            lat.record(rng.expovariate(1 / 0.002), slow if rng.random() < 0.02 else 0.0)
+        r.locust.latency_intended, r.locust.latency_sent = (
+            lat.window()[k] for k in ("latency_intended", "latency_sent")
+        )
+    (group,) = conclusions.groups(results)
+    (svg,) = run_report.percentile_plot(group)
+    assert "<title>latency by percentile" in svg and svg.count("<polyline") == 4  # two rows, two lines each
+    assert svg.count('stroke-dasharray="4 3"') == 2 and all(f">p{t}<" in svg for t in ("50", "99", "99.99"))
+    assert "singleton-okhttp" in svg and "singleton-apache5" in svg
+    page = run_report.page(results)
+    assert page.count("<title>latency by percentile") == 1
