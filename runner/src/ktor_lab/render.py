@@ -188,9 +188,7 @@ def series(
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1"/>')
         parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{color}"/>' for px, py in points]
-        lx, ly = left + (i % 3) * (width // 3), y1 + 30 + 18 * (i // 3)
-        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>')
-        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+    parts += legend(names, left, width, y1 + 30)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -230,8 +228,7 @@ def percentiles(
         f'<text x="{left - 4}" y="{y0 + 4}" font-size="10" text-anchor="end">{top_y:,.{digits}f} ms</text>',
         f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
     ]
-    for t in ticks:
-        x = px(t)
+    for x, t in ((px(t), t) for t in ticks):
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y1}" stroke="#eee"/>')
         parts.append(f'<text x="{x:.1f}" y="{y1 + 14}" font-size="10" text-anchor="middle">p{t:g}</text>')
     for i, name in enumerate(names):
@@ -242,11 +239,21 @@ def percentiles(
                 parts.append(
                     f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"{style}/>'
                 )
-        lx, ly = left + (i % 3) * (width // 3), y1 + 34 + 18 * (i // 3)
-        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>')
-        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+    parts += legend(names, left, width, y1 + 34)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def legend(names: Sequence[str], left: int, width: int, top: int) -> list[str]:
+    """A swatch of each line's colour (PALETTE, in order) and its name, three to a row from `top`."""
+    parts = []
+    for i, name in enumerate(names):
+        lx, ly = left + (i % 3) * (width // 3), top + 18 * (i // 3)
+        parts.append(
+            f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+        )
+        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+    return parts
 
 
 def svg_title(svg: str) -> str:
