@@ -248,8 +248,7 @@ def _record(latencies: Latencies, response_time=0.0, context=None, **_) -> None:
 
 def _report(latencies: Latencies, data: dict) -> None:
     """Worker: what it recorded since its last report goes with Locust's stats to the master."""
-    data["lab_latency"] = latencies.window()
-    latencies.reset()
+    data["lab_latency"] = latencies.report()
 
 
 def _send_stats_now(environment, msg, **_) -> None:
@@ -451,7 +450,7 @@ class _Collector:
 
     def latency_families(self):
         """The latencies since Locust started (lab_latency), never reset: from the intended start and
-        from the send, in microsecond-resolved buckets; and the starts, late and never sent."""
+        from the send, in buckets from 100 us; and the starts, late and never sent."""
         lat = self.latencies
         family = HistogramMetricFamily(
             "locust_lab_latency_seconds",
@@ -459,37 +458,16 @@ class _Collector:
             "models), start=sent from its send (Locust's own, unrounded)",
             labels=["start"],
         )
-        for start, h in (("intended", lat.total_intended), ("sent", lat.total_sent)):
-            family.add_metric([start], _hdr_buckets(h), sum_value=_hdr_sum(h) / 1e6)
+        for start in ("intended", "sent"):
+            buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in lat.cumulative(start)]
+            family.add_metric([start], buckets, sum_value=lat.sums[start] / 1e6)
         yield family
         starts = CounterMetricFamily(
             "locust_lab_starts", "Intended starts, by what became of them", labels=["kind"]
         )
-        starts.add_metric(["all"], lat.total_starts)
-        starts.add_metric(["late"], lat.total_late)
-        starts.add_metric(["missed"], lat.total_missed)
+        for kind in ("all", "late", "missed"):
+            starts.add_metric([kind], lat.totals[kind])
         yield starts
-
-
-# Bounds of locust_lab_latency_seconds in seconds: 100 us to 60 s, 1-2-5 a decade.
-LATENCY_BUCKETS_S = tuple(m * 10.0**e for e in range(-4, 2) for m in (1, 2, 5)) + (60.0,)
-
-
-def _hdr_buckets(h) -> list[tuple[str, float]]:
-    """Cumulative counts at LATENCY_BUCKETS_S from an HdrHistogram of microseconds, plus +Inf."""
-    recorded = [(x.value_iterated_to, x.count_added_in_this_iter_step) for x in h.get_recorded_iterator()]
-    out, total, i = [], 0, 0
-    for bound in LATENCY_BUCKETS_S:
-        while i < len(recorded) and recorded[i][0] <= bound * 1e6:
-            total += recorded[i][1]
-            i += 1
-        out.append((repr(bound), total))
-    out.append(("+Inf", h.get_total_count()))
-    return out
-
-
-def _hdr_sum(h) -> float:
-    return sum(x.value_iterated_to * x.count_added_in_this_iter_step for x in h.get_recorded_iterator())
 
 
 def _buckets(response_times: dict[int, int]) -> list[tuple[str, float]]:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lab_latency import merged
 
 from conftest import window_counts_agree
 from ktor_lab import measure, run_report
@@ -273,6 +274,11 @@ def test_a_matrix_warms_each_proxy_once_interleaves_its_windows_and_agrees_with_
         served = run["proxy"]["server_requests"]
         assert abs(served - counted) <= 0.02 * counted + in_flight + 30, (where, served, counted, locust)
         assert 0 < run["proxy"]["server_p50_ms"] <= run["locust"]["p50_ms"] + 1, run["proxy"]
+        # The engine's own call is inside what the proxy served; the lab's histograms hold every
+        # request Locust counted, and every start it was meant to make.
+        assert 0 < run["proxy"]["upstream_p50_ms"] <= run["locust"]["p50_ms"] + 1, run["proxy"]
+        assert merged([locust["latency_sent"]]).get_total_count() == locust["requests"], where
+        assert locust["starts"] == locust["requests"] + locust["missed_starts"], where
         assert run["machine"]["lab_cores"] > 0 and run["machine"]["cpus"] >= 1, run["machine"]
     for singleton, per_call in ((first[1], first[0]), (second[1], second[0])):
         # Per-call Java starts a selector thread per client, kept until the GC finds the client: far

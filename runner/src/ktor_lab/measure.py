@@ -122,6 +122,7 @@ COUNTERS = {
 PINNED = "lab_virtual_threads_pinned_total"
 # The proxy's server timer (Ktor's MicrometerMetrics, buckets on): its latency as it served.
 SERVER_TIMER = "ktor_http_server_requests_seconds"
+UPSTREAM_TIMER = "lab_upstream_requests_seconds"
 
 
 def machine_figures(before: machine.CpuSample, after: machine.CpuSample, seconds: float) -> MachineFigures:
@@ -646,7 +647,15 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
     proxy.server_requests = served.get(float("inf"))
     for q in (50, 95, 99):
         seconds = metrics.quantile(served, q / 100)
-        setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 2))
+        setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 3))
+    # The engine's own share: the upstream exchanges that succeeded, until their body was relayed.
+    called = metrics.delta(
+        metrics.buckets(before, UPSTREAM_TIMER, outcome="success"),
+        metrics.buckets(after, UPSTREAM_TIMER, outcome="success"),
+    )
+    for q in (50, 99):
+        seconds = metrics.quantile(called, q / 100)
+        setattr(proxy, f"upstream_p{q}_ms", None if seconds is None else round(seconds * 1000, 3))
     return proxy
 
 

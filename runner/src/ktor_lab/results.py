@@ -88,6 +88,10 @@ class ProxyFigures:
     server_p50_ms: float | None = None
     server_p95_ms: float | None = None
     server_p99_ms: float | None = None
+    # From its upstream-call timer (lab_upstream_requests_seconds, successful calls): the engine's
+    # own time, the request sent until the answer's body was relayed.
+    upstream_p50_ms: float | None = None
+    upstream_p99_ms: float | None = None
     # Seconds the proxy spent serving requests over the window (its server timer's sum): divided by
     # the window, the requests in flight on average (Little's law).
     server_seconds: float | None = None

@@ -178,6 +178,8 @@ FIGURES = [
     Figure("late", "late starts / 1k", late_per_1000, 1, "lower"),
     Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
     Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),
+    Figure("upstream_p50", "upstream call p50 ms", lambda r: r.proxy.upstream_p50_ms, 2, "lower"),
+    Figure("upstream_p99", "upstream call p99 ms", lambda r: r.proxy.upstream_p99_ms, 2, "lower"),
     Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),
     Figure(
         "cpu",

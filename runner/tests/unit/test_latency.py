@@ -54,17 +54,23 @@ def test_workers_reports_merge_to_what_one_process_sees():
     one, master = Latencies(), Latencies()
     workers = [Latencies() for _ in range(3)]
     rng = random.Random(7)
+    sent = []
     for _ in range(3000):
         service, delay = rng.expovariate(300), rng.expovariate(100)
+        sent.append(service)
         one.record(service, delay, delay > 0.02)
         rng.choice(workers).record(service, delay, delay > 0.02)
     for w in workers:
-        master.add(w.window())
-        w.reset()
+        master.add(w.report())
     assert master.window() == one.window()
-    assert master.total_starts == 3000 and all(w.starts == 0 for w in workers)
+    assert master.cumulative("intended") == one.cumulative("intended") and master.sums == one.sums
+    assert master.totals == one.totals and master.totals["all"] == 3000
+    assert all(w.starts == 0 and w.totals["all"] == 0 and not any(w.buckets["sent"]) for w in workers)
     master.reset()
-    assert master.starts == 0 and master.total_intended.get_total_count() == 3000
+    assert master.starts == 0 and master.cumulative("intended")[-1] == (float("inf"), 3000)
+    # The export's buckets count exactly the requests at or under each bound.
+    for bound_s, count in one.cumulative("sent")[:-1]:
+        assert count == sum(1 for v in sent if round(v * 1e6) <= round(bound_s * 1e6)), bound_s
 
 
 def test_merged_adds_encoded_windows_and_skips_empty_ones():

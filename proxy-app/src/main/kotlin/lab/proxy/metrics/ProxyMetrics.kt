@@ -97,7 +97,7 @@ class ProxyMetrics(config: ProxyConfig, val counters: ClientCounters = ClientCou
             .tag("outcome", outcome.tag)
             .tag("protocol", protocol)
             .publishPercentileHistogram()
-            .minimumExpectedValue(Duration.ofMillis(1))
+            .minimumExpectedValue(LOWEST_LATENCY)
             .maximumExpectedValue(Duration.ofSeconds(60))
             .register(registry)
 
