@@ -1002,21 +1002,28 @@ LATE_P99_RATIO = 1.1
 
 def late_said(group: Group) -> str:
     """At a fixed rate, the rows whose p99 from the intended start is well above their p99 from the
-    send: by how much, and why the first is the one to read."""
-    rows = []
+    send: by how much, which to read, and what made the gap (starts the user was late for, or, with
+    none, Locust's own delay in sending)."""
+    rows, late_any = [], False
     for r in group.rows:
         intended, sent, late = (r.figures[k].mean for k in ("p99", "sent_p99", "late"))
         if intended and sent and intended >= sent * LATE_P99_RATIO:
             rows.append(
                 f"{r.called} {intended:,.2f} against {sent:,.2f} ms ({late or 0:.1f} late starts a 1,000)"
             )
+            late_any = late_any or (late or 0) >= 1
     if not rows:
         return ""
-    return (
-        "Latency from the intended start above that from the send: " + "; ".join(rows) + ". Read the "
-        "first (the p99 columns): a request slower than its user's interval made that user late for "
-        "its next starts, and the figure from the send leaves out their wait (coordinated omission)."
+    why = (
+        "a request slower than its user's interval made that user late for its next starts, and the "
+        "figure from the send leaves out their wait (coordinated omission)"
+        if late_any
+        else "no start was late for a busy user: the gap is Locust's own delay in sending, its event "
+        "loop on a shared machine (the generator's, not the engine's)"
     )
+    said = "; ".join(rows)
+    head = "Latency from the intended start above that from the send"
+    return f"{head}: {said}. Read the first (the p99 columns): {why}."
 
 
 def not_this(results: Results) -> str:
