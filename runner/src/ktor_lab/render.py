@@ -164,21 +164,10 @@ def series(
     head_h = 44 if better else 30
     legend_rows = (len(names) + 2) // 3
     height = head_h + plot_h + 30 + 18 * legend_rows
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{left + width + 40}" '
-        f'height="{height}" font-family="sans-serif">',
-        f"<title>{html.escape(title)}</title>",
-        '<rect width="100%" height="100%" fill="#fff"/>',
-        f'<text x="0" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-    ]
-    if better:
-        parts.append(f'<text x="0" y="32" font-size="11" fill="#555">{html.escape(better)} is better</text>')
     y0, y1 = head_h, head_h + plot_h
+    parts = frame(title, f"{better} is better" if better else "", left, width, y0, y1, height)
     parts += [
-        f'<line x1="{left}" x2="{left}" y1="{y0}" y2="{y1}" stroke="#999"/>',
-        f'<line x1="{left}" x2="{left + width}" y1="{y1}" y2="{y1}" stroke="#999"/>',
         f'<text x="{left - 4}" y="{y0 + 4}" font-size="10" text-anchor="end">{top_y:,.{digits}f}</text>',
-        f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
         f'<text x="{left + width}" y="{y1 + 14}" font-size="10" text-anchor="end">'
         f"{top_x:,.1f} {html.escape(x_label)}</text>",
     ]
@@ -216,17 +205,9 @@ def percentiles(
     legend_rows = (len(names) + 2) // 3
     height = head_h + plot_h + 34 + 18 * legend_rows
     y0, y1 = head_h, head_h + plot_h
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{left + width + 40}" '
-        f'height="{height}" font-family="sans-serif">',
-        f"<title>{html.escape(title)}</title>",
-        '<rect width="100%" height="100%" fill="#fff"/>',
-        f'<text x="0" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-        f'<text x="0" y="32" font-size="11" fill="#555">{html.escape(note or "lower is better")}</text>',
-        f'<line x1="{left}" x2="{left}" y1="{y0}" y2="{y1}" stroke="#999"/>',
-        f'<line x1="{left}" x2="{left + width}" y1="{y1}" y2="{y1}" stroke="#999"/>',
+    parts = frame(title, note or "lower is better", left, width, y0, y1, height)
+    parts += [
         f'<text x="{left - 4}" y="{y0 + 4}" font-size="10" text-anchor="end">{top_y:,.{digits}f} ms</text>',
-        f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
     ]
     for x, t in ((px(t), t) for t in ticks):
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y1}" stroke="#eee"/>')
@@ -242,6 +223,25 @@ def percentiles(
     parts += legend(names, left, width, y1 + 34)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def frame(title: str, note: str, left: int, width: int, y0: float, y1: float, height: float) -> list[str]:
+    """A chart's opening: the svg, its title (and `note` under it, when there is one), and the axes
+    from (left, y1) up to y0 and across `width`, with the 0 of the y axis."""
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{left + width + 40}" '
+        f'height="{height}" font-family="sans-serif">',
+        f"<title>{html.escape(title)}</title>",
+        '<rect width="100%" height="100%" fill="#fff"/>',
+        f'<text x="0" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+    ]
+    if note:
+        parts.append(f'<text x="0" y="32" font-size="11" fill="#555">{html.escape(note)}</text>')
+    return parts + [
+        f'<line x1="{left}" x2="{left}" y1="{y0}" y2="{y1}" stroke="#999"/>',
+        f'<line x1="{left}" x2="{left + width}" y1="{y1}" y2="{y1}" stroke="#999"/>',
+        f'<text x="{left - 4}" y="{y1}" font-size="10" text-anchor="end">0</text>',
+    ]
 
 
 def legend(names: Sequence[str], left: int, width: int, top: int) -> list[str]:

@@ -16,6 +16,7 @@ and the studies read them from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -94,10 +95,29 @@ def _sent(r: Run) -> str:
     return r.locust.latency_sent
 
 
-def _latency(p: float, histogram: Callable[[Run], str], old: Callable[[Run], float | None]):
-    """A window's `p`th percentile of its histogram; Locust's rounded one where the window has none
-    (results.json written before the histograms)."""
-    return lambda r: percentile_ms(merged([histogram(r)]), p) if histogram(r) else old(r)
+@functools.lru_cache(maxsize=4096)
+def merged_histogram(texts: tuple[str, ...]):
+    """The encoded histograms `texts` merged (lab_latency.merged), once: a report reads each
+    window's and each JVM's at several percentiles, in its tables, charts and results.csv."""
+    return merged(texts)
+
+
+def tail(
+    key: str,
+    heading: str,
+    p: float,
+    histogram: Callable[[Run], str],
+    old: Callable[[Run], float | None] = lambda r: None,
+    words: str = "",
+) -> Figure:
+    """A latency percentile (ms, lower is better): of a window's histogram, of a row's JVMs' merged
+    ones (`jvm_values`); `old` reads Locust's rounded figure where a window has no histogram
+    (results.json written before them)."""
+
+    def get(r: Run) -> float | None:
+        return percentile_ms(merged_histogram((histogram(r),)), p) if histogram(r) else old(r)
+
+    return Figure(key, heading, get, 2, "lower", words=words, histogram=histogram, percentile=p)
 
 
 def late_per_1000(r: Run) -> float | None:
@@ -115,7 +135,7 @@ def jvm_values(figure: Figure, runs: Sequence[Run]) -> tuple[list[float | None],
     by: dict[int, list[str]] = {}
     for r in runs:
         by.setdefault(r.fork, []).append(figure.histogram(r))
-    return [percentile_ms(merged(texts), figure.percentile) for texts in by.values()], list(by)
+    return [percentile_ms(merged_histogram(tuple(t)), figure.percentile) for t in by.values()], list(by)
 
 
 def _connections(attribute: str) -> Callable[[Run], float | None]:
@@ -125,56 +145,13 @@ def _connections(attribute: str) -> Callable[[Run], float | None]:
 FIGURES = [
     Figure("rps", "rps", lambda r: r.locust.rps, 0, "higher", verdict.RATE_FLAGS, "rps"),
     # Latency from the intended start (lab_latency), at microseconds; Locust's, rounded, in older runs.
-    Figure(
-        "p50",
-        "p50 ms",
-        _latency(50, _intended, lambda r: r.locust.p50_ms),
-        2,
-        "lower",
-        histogram=_intended,
-        percentile=50,
-    ),
-    Figure(
-        "p95",
-        "p95 ms",
-        _latency(95, _intended, lambda r: r.locust.p95_ms),
-        2,
-        "lower",
-        histogram=_intended,
-        percentile=95,
-    ),
-    Figure(
-        "p99",
-        "p99 ms",
-        _latency(99, _intended, lambda r: r.locust.p99_ms),
-        2,
-        "lower",
-        words="p99 latency",
-        histogram=_intended,
-        percentile=99,
-    ),
-    Figure(
-        "p999",
-        "p99.9 ms",
-        _latency(99.9, _intended, lambda r: None),
-        2,
-        "lower",
-        words="p99.9 latency",
-        histogram=_intended,
-        percentile=99.9,
-    ),
+    tail("p50", "p50 ms", 50, _intended, lambda r: r.locust.p50_ms),
+    tail("p95", "p95 ms", 95, _intended, lambda r: r.locust.p95_ms),
+    tail("p99", "p99 ms", 99, _intended, lambda r: r.locust.p99_ms, "p99 latency"),
+    tail("p999", "p99.9 ms", 99.9, _intended, words="p99.9 latency"),
     # From the send (Locust's own, unrounded): what the intended start's figure adds is the wait
     # for a start the user was late for (coordinated omission) and the generator's own delay.
-    Figure(
-        "sent_p99",
-        "p99 ms from the send",
-        _latency(99, _sent, lambda r: None),
-        2,
-        "lower",
-        words="p99 from the send",
-        histogram=_sent,
-        percentile=99,
-    ),
+    tail("sent_p99", "p99 ms from the send", 99, _sent, words="p99 from the send"),
     Figure("late", "late starts / 1k", late_per_1000, 1, "lower"),
     Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
     Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),

@@ -16,7 +16,7 @@ import html
 import math
 from pathlib import Path
 
-from lab_latency import curve, merged
+from lab_latency import curve
 
 from . import render, verdict
 from .cases import DIMENSIONS, ENGINE_FACTS, ENGINE_TITLES
@@ -41,7 +41,7 @@ from .conclusions import (
 )
 from .plan import WARM_FIRST_SCENARIO
 from .results import Results, load
-from .rules import BY_KEY, WINDOW_FIGURES
+from .rules import BY_KEY, WINDOW_FIGURES, merged_histogram
 
 # The figures whose cells say "not exposed" for an engine whose pool the proxy cannot see.
 POOL_KEYS = ("pool_in_use", "pool_idle")
@@ -227,9 +227,10 @@ def percentile_plot(group: Group) -> list[str]:
     intended start (solid) and from the send (dashed), p50 to p99.99; none for runs without them."""
     solid, dashed = {}, {}
     for r in group.rows:
-        if (h := merged(w.locust.latency_intended for w in r.runs)) is not None:
+        if (h := merged_histogram(tuple(w.locust.latency_intended for w in r.runs))) is not None:
             solid[r.name] = curve(h, PLOT_PERCENTILES)
-            dashed[r.name] = curve(merged(w.locust.latency_sent for w in r.runs), PLOT_PERCENTILES)
+            sent = merged_histogram(tuple(w.locust.latency_sent for w in r.runs))
+            dashed[r.name] = curve(sent, PLOT_PERCENTILES)
     if not solid:
         return []
     return [
