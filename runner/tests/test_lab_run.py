@@ -327,15 +327,21 @@ def test_verify_checks_the_whole_stack(tmp_path):
     assert "FAIL" not in r.stdout
 
 
+LIMITED = "singleton-okhttp connections 999"
+
+
 def test_a_close_call_gets_more_jvms_within_the_budget_and_the_report_says_what_they_took(tmp_path):
-    """Two singletons, 2 JVMs each of short noisy windows: their comparison is neither different nor
-    the same, so its rows get one more JVM each (fork 3), of 4 times the plan's windows where the
-    windows are the units, while a round fits in the budget; results.json keeps the rounds and the
-    looks the budget left room for, the report's header what the close calls took, and the first
-    screen answers the comparison in one of its three ways."""
+    """Two singleton rows that cannot differ (one engine; a pool limit of 999 or 1000 that 10 users
+    never reach), 2 JVMs each of short noisy windows: their comparison is not different (but at the
+    family's error rate) nor the same (a margin of 0.5%), so its rows get one more JVM each (fork 3),
+    of 4 times the plan's windows where the windows are the units, while a round fits in the budget;
+    results.json keeps the rounds and the looks the budget left room for, the report's header what
+    the close calls took, and the first screen answers the comparison in one of its three ways. (Two
+    leaders, okhttp and apache5, were told apart at 100 rps in two JVMs: a real difference ends the
+    race before it starts.)"""
     out = tmp_path / "results"
     r = subprocess.run(
-        [LAB, "run", "--cases", "singleton-okhttp,singleton-apache5", "--aa", "none", "--loads", "rate/100"]
+        [LAB, "run", "--cases", f"singleton-okhttp,{LIMITED}", "--aa", "none", "--loads", "rate/100"]
         + [
             "--windows",
             "2",
@@ -348,28 +354,46 @@ def test_a_close_call_gets_more_jvms_within_the_budget_and_the_report_says_what_
             "--settle",
             "1",
         ]
+        # The plan's JVMs take about 5 min here (each warmed for a minute, and up to 2 windows more
+        # where a busy machine's or the JIT's are left out: without them a row can keep too few to
+        # be compared, and nothing races), a round of the two rows about 2.3 min.
         # A margin of 0.5% keeps SAME out of reach: with Locust's share taken out, 3-second windows
-        # can call two leaders 4% apart the same within 10% at the first look, and nothing races.
-        + ["--forks", "2", "--spare", "0", "--budget", "7m", "--margin", "0.5%", "--out", str(out)],
+        # can call two rows 4% apart the same within 10% at the first look, and nothing races.
+        + ["--forks", "2", "--spare", "2", "--budget", "11m", "--margin", "0.5%", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1000,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "close calls get a JVM more a round while the run stays within 7m00s" in r.stdout
+    assert "close calls get a JVM more a round while the run stays within 11m00s" in r.stdout
     results = json.loads((out / "results.json").read_text())
-    assert results["race_looks"] >= 2 and results["wall_seconds"] <= 7 * 60 + 60, results["wall_seconds"]
-    forks = {(run["case"], run["fork"]) for run in results["runs"]}
+    assert results["race_looks"] >= 2 and results["wall_seconds"] <= 11 * 60 + 60, results["wall_seconds"]
     raced = results["races"]
-    assert raced, results["race_end"]  # 3-second windows at 100 rps are not different in two JVMs
-    first = raced[0]
-    assert first["fork"] == 3 and sorted(first["rows"]) == ["singleton-apache5", "singleton-okhttp"]
-    assert {("singleton-okhttp", 3), ("singleton-apache5", 3)} <= forks
-    windows = [run for run in results["runs"] if run["fork"] == 3 and run["case"] == "singleton-okhttp"]
-    assert len(windows) in (2, 2 * measure.RACE_WINDOWS), len(windows)
     report = (out / "report.md").read_text()
-    assert re.search(
-        r"Close calls: \d+ round\(s\) of one more JVM for singleton-apache5, singleton-okhttp", report
-    )
     screen = report.split("## Verdict")[1].split("\n## ")[0]
+    if not raced and "no engine can be ranked" in screen and "machine-busy" in screen:
+        # The hypervisor's steal (5% or more) flags a window busy: where a row kept too few quiet
+        # windows the lab compares nothing, so no close call is left to race (flagged busy: tested
+        # in test_a_run_taken_while_other_work_loads_the_machine_is_flagged_busy).
+        pytest.skip("the machine was busy: " + screen.split("Left out: ")[1].split("\n")[0])
+    assert raced, results["race_end"]
+    first = raced[0]
+    # Rows are named with their dimensions: `singleton-okhttp ktor 3.5.2 jdk 17 [connections 999]`.
+    assert first["fork"] == 3 and [r.endswith(" connections 999") for r in sorted(first["rows"])] == [
+        False,
+        True,
+    ], first["rows"]
+    forks = {(run["dims"]["max_connections"], run["fork"]) for run in results["runs"]}
+    assert {(1000, 3), (999, 3)} <= forks, forks
+    windows = [
+        run
+        for run in results["runs"]
+        if run["fork"] == 3 and run["dims"]["max_connections"] == 1000 and not run["spare"]
+    ]
+    assert len(windows) in (2, 2 * measure.RACE_WINDOWS), len(windows)
+    assert re.search(
+        r"Close calls: \d+ round\(s\) of one more JVM for singleton-okhttp [^,]+, "
+        r"singleton-okhttp [^,]+ connections 999",
+        report,
+    )
     assert re.search(r"the same within 10%|not decided|clearly more", screen), screen[:1500]
