@@ -38,18 +38,43 @@ ENGINE_TITLES = {
     "okhttp": "OkHttp",
     "java": "Java (the JDK's HttpClient)",
 }
-# What a user should know of each engine itself, said next to its rows in reports and studies.
-ENGINE_FACTS = {
-    "cio": "speaks HTTP/1.x only (no HTTP/2; its own TLS stops at 1.2, without ALPN or session "
-    "resumption) and, without pipelining, opens a connection per request even as a singleton",
-    "apache": "Ktor's apache engine (HttpAsyncClient 4) is deprecated since Ktor 3.4.0 in favour of apache5, "
-    "and not published after 3.4.1; no HTTP/2",
-    "apache5": "HttpClient 5: HTTP/1.1 and HTTP/2 (over TLS it picks h2 by itself unless told otherwise)",
-    "okhttp": "blocks one thread of its dispatcher per request in flight, up to its per-host limit "
-    "(5 by default: the lab raises it to its connection limit)",
-    "java": "the JDK's HttpClient: cannot limit connections in flight; HTTP/2 by default in Ktor "
-    "(over cleartext an h2c upgrade; the lab asks for HTTP/1.1 unless h2 is the case)",
+# What a user should know of each engine itself, in one table: its `fact` (said next to its rows in
+# reports, studies and the guide), and the short reason the guide's scorecard gives where the engine
+# stands out: on a figure (by its key: `conns`, `tls_full`, `threads`), or for a risk (`leak`,
+# `unlimited`: no limit on its connections) or a case not run (`no_h2`, `virtual`).
+ENGINE_BEHAVIOUR = {
+    "cio": {
+        "fact": "speaks HTTP/1.x only (no HTTP/2; its own TLS stops at 1.2, without ALPN or session "
+        "resumption) and, without pipelining, opens a dedicated connection per request even as a "
+        "singleton (`Endpoint.makeDedicatedRequest`); its pipelining fails under load on 3.5.2 "
+        "(KTOR-7009, fixed after that release), so its keep-alive applies to nothing here",
+        "conns": "a connection per request, pipelining off (KTOR-7009)",
+        "tls_full": "short of the rate: a full TLS handshake per request",
+        "no_h2": "no HTTP/2",
+    },
+    "apache": {
+        "fact": "Ktor's apache engine (HttpAsyncClient 4) is deprecated since Ktor 3.4.0 in favour of "
+        "apache5, and not published after 3.4.1; no HTTP/2",
+        "no_h2": "no HTTP/2",
+    },
+    "apache5": {
+        "fact": "HttpClient 5: HTTP/1.1 and HTTP/2 (over TLS it picks h2 by itself unless told otherwise)",
+        "virtual": "its I/O reactor runs its own threads: virtual changes nothing",
+    },
+    "okhttp": {
+        "fact": "blocks one thread of its dispatcher per request in flight, up to its per-host limit "
+        "(5 by default: the lab raises it to its connection limit)",
+        "threads": "a thread per request in flight",
+    },
+    "java": {
+        "fact": "the JDK's HttpClient: cannot limit connections in flight; HTTP/2 by default in Ktor "
+        "(over cleartext an h2c upgrade; the lab asks for HTTP/1.1 unless h2 is the case); a client "
+        "per call keeps its selector thread until the garbage collector finds it",
+        "unlimited": "no connection limit",
+        "leak": "leaks threads",
+    },
 }
+ENGINE_FACTS = {engine: behaviour["fact"] for engine, behaviour in ENGINE_BEHAVIOUR.items()}
 # The Java packages of each engine's own code (the profiler charges a sample to the engine whose
 # code is on top of it: parts/jfr.py).
 ENGINE_PACKAGES = {
