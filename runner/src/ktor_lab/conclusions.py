@@ -1058,6 +1058,17 @@ def not_this(results: Results) -> str:
     return where + over + shared + "the figures compare engines on it, they are not a server's capacity."
 
 
+def aa_tests(group: Group) -> list[tuple[Row, Row, str, Comparison]]:
+    """Each A/A pair's comparisons on the verdict's figures, one family a pair (as the first
+    screen's own): (copy #1, copy #2, the figure's key, the comparison)."""
+    out = []
+    for a, b in group.pairs():
+        keys = [k for k in group.verdict_figures if group.compare(a, b, k).difference is not None]
+        tests = confidence.adjust([group.compare(a, b, k) for k in keys])
+        out += [(a, b, k, c) for k, c in zip(keys, tests, strict=True)]
+    return out
+
+
 def aa_check(group: Group) -> str:
     """The A/A pair, the check that the method holds: two proxies of one case (each its own forks)
     should differ by nothing, so the interval of their difference should include 0."""
@@ -1069,14 +1080,11 @@ def aa_check(group: Group) -> str:
         )
     out = []
     for a, b in pairs:
-        keys = [k for k in group.verdict_figures if group.compare(a, b, k).difference is not None]
-        # One family over the figures, as the first screen's own.
-        tests = confidence.adjust([group.compare(a, b, k) for k in keys])
+        tested = [(k, c) for x, y, k, c in aa_tests(group) if (x, y) == (a, b)]
         parts = [
-            f"{BY_KEY[k].words or BY_KEY[k].heading} {c.difference:+.1%} ({c.span()})"
-            for k, c in zip(keys, tests, strict=True)
+            f"{BY_KEY[k].words or BY_KEY[k].heading} {c.difference:+.1%} ({c.span()})" for k, c in tested
         ]
-        clear = [BY_KEY[k].words or k for k, c in zip(keys, tests, strict=True) if c.clear]
+        clear = [BY_KEY[k].words or k for k, c in tested if c.clear]
         text = (
             f"A/A check: two proxies of {a.called.removesuffix(f' #{a.copy}')} (#{a.copy}, #{b.copy}) "
             f"differed by {', '.join(parts)}"

@@ -1,14 +1,17 @@
 """docs/guide.md: which engine and lifetime for a workload, written by `lab guide` from the results
-of `lab run` kept under docs/guide/<workload>/ (results.json and its report.md).
+of `lab run` kept under docs/guide/<workload>/ (results.json; beside it `lab guide` writes the run's
+report.md and report.html again, and cpu.svg, the chart of its first screen's figure).
 
-Each workload is a `lab run` plan (WORKLOADS: its options beside lab run's defaults: 2 JVMs a row,
-3 windows a JVM, the A/A pair, every comparison with its interval). A workload with results gets
-the run's own first screen (conclusions.screen: the lifetime per engine and the engines among
-singletons on CPU per request, each difference with its interval), its risks by name, the release,
-JDK and machine it was measured on, and the smallest difference it finds 80% of the time. One
-without says so and gives the command that measures it; the study page with indicative figures
-is named beside it. Nothing on the page is written by hand: the docs test compares it with what
-`lab guide` writes.
+Each workload is a `lab run` plan (WORKLOADS: its options beside lab run's defaults). The page opens
+with the scorecard, one row a workload: the answer (the leading singletons and the lifetime), how
+firmly it is decided (different, the same within the margin, not decided: conclusions.screen), per
+figure a user weighs (CPU per request, p99, threads, heap, new connections) the engines no other is
+clearly ahead of and how far the rest are behind, and the engines left out or at risk; an engine
+that stands out gets its reason from cases.ENGINE_BEHAVIOUR in its row, and every cell links the
+report that measured it. Each workload's section gives its chart, every comparison with its
+interval, the run (release, JDK, settings unlike today's defaults) and the A/A check. One without
+results says so and gives the command that measures it. Nothing on the page is written by hand:
+the docs test compares it with what `lab guide` writes.
 """
 
 from __future__ import annotations
@@ -18,21 +21,30 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .cases import ENGINE_FACTS
+from . import confidence
+from .cases import ENGINE_BEHAVIOUR
 from .conclusions import (
+    BY_KEY,
+    CONNECTION_PER_REQUEST,
     Group,
+    Row,
     Screen,
-    aa_check,
-    engines_answer,
-    family_line,
+    aa_tests,
+    between,
+    budget_hint,
     groups,
-    lifetime_answer,
-    listed,
-    risks,
+    on_fewer_jvms,
+    ratio,
+    recommended_rows,
     screen,
+    standing,
+    stopped_answering,
 )
 from .paths import REPO
+from .plan import Plan
 from .results import Results, load
+from .run_report import page as html_page
+from .run_report import primary_chart
 
 GUIDE = REPO / "docs" / "guide.md"
 RESULTS = REPO / "docs" / "guide"
@@ -89,9 +101,28 @@ WORKLOADS = (
 )  # fmt: skip
 
 
+# The plan's settings a kept run may have taken before today's defaults: the Plan field, the `lab run`
+# option that sets it, and how the option reads a value.
+SETTINGS = (
+    ("forks", "--forks", str),
+    ("repeats", "--windows", str),
+    ("duration_s", "--duration", str),
+    ("warmup_s", "--warmup", str),
+    ("settle_s", "--settle", str),
+    ("spare", "--spare", str),
+    ("warm_first", "--warm-first", lambda v: v.label if v else "none"),
+    ("margin", "--margin", lambda v: f"{v:.0%}"),
+    ("cpus", "--cpus", str),
+)
+
+# The figures a user weighs beside CPU per request, each a column of the scorecard.
+WEIGHED = (("p99", "p99"), ("threads", "threads"), ("heap", "heap"))
+
+
 @dataclass
 class Answer:
-    """A workload's answer from its results: the first screen's lines, how sure, the risks."""
+    """A workload's answer from its results: the first screen's lines, how sure, the figures a user
+    weighs beside it, the engines left out or behind with their reason."""
 
     workload: Workload
     results: Results
@@ -103,47 +134,220 @@ class Answer:
         return screen(self.group)
 
     @property
+    def report(self) -> str:
+        return f"guide/{self.workload.slug}/report.md"
+
+    def link(self, text: str) -> str:
+        return f"[{text}]({self.report})"
+
+    @property
     def use(self) -> str:
-        """The summary table's cell: the leading engines among singletons, and the lifetime."""
+        """The scorecard's answer: the leading engines among singletons, and the lifetime."""
         s = self.screen
-        leaders = sorted({row.engine for row, _ in s.engines.leaders})
+        leaders = [row.engine for row, _ in s.engines.leaders]
         dearer = [c for _, _, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
-        untold = [a.engine for a, _, c in s.lifetimes if c is not None and not c.clear]
-        lifetime = "one client for the process" if dearer else "no clear lifetime"
-        if dearer and untold:
-            lifetime += f" (no clear difference for {', '.join(untold)})"
+        lifetime = "one client" if dearer else "no clear lifetime"
         return f"{' or '.join(leaders) or 'no engine clearly'}; {lifetime}"
 
     @property
-    def measured_on(self) -> str:
+    def firmness(self) -> str:
+        """How firmly the leader is decided: `different` (clearly ahead of every other engine),
+        `the same within 10%`, or `not decided (okhttp -13% to +17%)`, at the run's margin."""
+        s, m = self.screen, self.group.margin
+        others = [(r, c) for r, c in s.engines.leaders[1:] if c is not None]
+        if not s.engines.leaders:
+            return "no engine ranked"
+        if not others:
+            return "different" if s.engines.behind else "alone"
+        if all(c.decision(m) == confidence.SAME for _, c in others):
+            return f"the same within {m:.0%}"
+        return (
+            "not decided ("
+            + "; ".join(f"{r.engine} {between(c).replace(' and ', ' to ')}" for r, c in others)
+            + ")"
+        )
+
+    def cell(self, key: str) -> str:
+        """A figure's cell among singletons: the engines no other is clearly ahead of, with how far
+        behind the others are; `no clear difference`; or `too noisy` where the run finds only a
+        difference of more than COMPARED_UP_TO."""
+        rows = recommended_rows(self.group)[1]
+        st = self.screen.engines if key == self.group.cpu_key else standing(self.group, BY_KEY[key], rows)
+        if st.longer:
+            return "too noisy"
+        if not st.leaders:
+            return "not ranked"
+        if not st.behind:
+            return "no clear difference"
+        behind = "; ".join(f"{r.engine} {c.difference:+.0%}{reason(r, key)}" for r, c in st.behind)
+        return f"{', '.join(r.engine for r, _ in st.leaders)} ({behind})"
+
+    @property
+    def connections(self) -> str:
+        """Which singletons open a connection for (nearly) every request."""
+        rows = [r for r in recommended_rows(self.group)[1] if r.figures["conns"].mean is not None]
+        each = sorted({r.engine for r in rows if r.figures["conns"].mean >= CONNECTION_PER_REQUEST})
+        return f"{', '.join(each)}: one per request" if each else "every engine reuses"
+
+    def why(self) -> list[str]:
+        """The engines left out or not run, and the risks, each with its reason from
+        cases.ENGINE_BEHAVIOUR: `cio: no HTTP/2`."""
+        g, st = self.group, self.screen.engines
+        out: dict[str, list[str]] = {}
+
+        def say(engine: str, text: str) -> None:
+            if text not in out.setdefault(engine, []):
+                out[engine].append(text)
+
+        for case, why in self.results.plan.skipped():
+            facts = ENGINE_BEHAVIOUR[case.engine]
+            say(case.engine, facts.get("no_h2" if case.protocol == "h2" else "virtual", why.split("; ")[0]))
+        for r in st.left_out:
+            facts = ENGINE_BEHAVIOUR[r.engine]
+            tls = (r.figures["tls_full"].mean or 0) >= CONNECTION_PER_REQUEST and "tls_full" in facts
+            say(r.engine, facts["tls_full"] if tls else f"not compared: {r.why_not(st.figure)}")
+        for r in g.rows:
+            who = f"per-call {r.engine}" if r.case.lifetime == "per-call" else r.engine
+            if "leak" in r.flags:
+                say(who, ENGINE_BEHAVIOUR[r.engine].get("leak", "a leak"))
+            if stopped_answering(r):
+                say(who, "stopped answering")
+        for engine in sorted({r.engine for r in g.rows}):
+            if "unlimited" in ENGINE_BEHAVIOUR[engine]:
+                say(engine, ENGINE_BEHAVIOUR[engine]["unlimited"])
+        return [f"{engine}: {', '.join(texts)}" for engine, texts in out.items()]
+
+    @property
+    def release(self) -> str:
         runs = self.results.runs
         ktor = ", ".join(sorted({r.ktor for r in runs if r.ktor})) or "?"
         java = ", ".join(sorted({r.java_major for r in runs})) or "?"
-        machine = self.results.environment.get("machine", {})
-        return f"Ktor {ktor}, JDK {java}, {machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
+        return f"Ktor {ktor}, JDK {java}"
 
-    def lines(self) -> list[str]:
-        s, g = self.screen, self.group
-        engines = sorted({row.case.engine for row, _ in s.engines.leaders})
-        plan = self.results.plan
-        short = listed([r for r in g.rows if not r.kept_rate(g.load)])
+    @property
+    def shape(self) -> str:
+        """`2 CPUs (AMD EPYC), 2 JVMs a row x 3 windows of 10 s`: the machine and the run's size."""
+        m, plan = self.results.environment.get("machine", {}), self.results.plan
+        return (
+            f"{m.get('cpus', '?')} CPUs ({m.get('cpu_model', '?')}), {plan.forks} JVMs a row x "
+            f"{plan.repeats} windows of {plan.duration_s} s"
+        )
+
+    def unlike_today(self) -> list[str]:
+        """`--settle 3 (today 2)`: the settings the run took where its command today would take others
+        (lab run's defaults, Plan.default, where the workload's options do not set them: a run kept
+        from before a default changed), as the options that would repeat it."""
+        today, plan = Plan.default(), self.results.plan
         return [
-            *(f"{line}\n" for line in (lifetime_answer(s), engines_answer(s)) if line),
-            f"- Measured with `{self.workload.command}` on {self.measured_on}: "
-            f"{plan.forks} JVMs a row x {plan.repeats} windows of {plan.duration_s} s, at "
-            f"{g.load.describe()}; the run's report: [report.md](guide/{self.workload.slug}/report.md).",
-            *(
-                [f"- Could not keep the rate in every window, so not compared: {', '.join(short)}."]
-                if short and g.load.model == "rate"
-                else []
-            ),
-            *(f"- Not run: {case.name}: {why.split('; ')[0]}." for case, why in plan.skipped()),
-            f"- {family_line(s)}",
-            f"- {aa_check(g)}",
-            *(f"- Risk: {line}" for line in risks(self.results, g)),
-            *(f"- Engine: {e}: {ENGINE_FACTS[e]}." for e in engines),
-            f"- The study with more of this workload: [{self.workload.study}]({self.workload.study}).",
+            f"{option} {show(getattr(plan, field))} (today {show(getattr(today, field))})"
+            for field, option, show in SETTINGS
+            if option not in self.workload.options and getattr(plan, field) != getattr(today, field)
         ]
+
+    def scorecard_row(self) -> str:
+        w, link = self.workload, self.link
+        cells = [
+            f"[{w.title}](#{anchor(w.title)})",
+            link(self.use),
+            link(self.firmness),
+            link(self.cell(self.group.cpu_key)),
+            *(link(self.cell(key)) for key, _ in WEIGHED),
+            link(self.connections),
+            link("; ".join(self.why()) or "none"),
+        ]
+        return "| " + " | ".join(cells) + " |"
+
+    def aa(self) -> str:
+        """The A/A pair's CPU per request, in the family of its figures (conclusions.aa_tests)."""
+        g = self.group
+        said = [
+            f"A/A {a.called.removesuffix(f' #{a.copy}')}, CPU per request: {c.difference:+.1%} ({c.span()})"
+            for a, _, key, c in aa_tests(g)
+            if key == g.cpu_key
+        ]
+        return f"{'; '.join(said)}." if said else "No A/A pair."
+
+    def lines(self, shape: bool = True, shared: tuple[str, ...] = ()) -> list[str]:
+        """The section: the chart, the comparisons with their intervals, the run (with its machine
+        and size where `shape`: not every run's alike; and the settings unlike today's defaults
+        but those every run shares, `shared`, said once above), the A/A check."""
+        s, g, slug = self.screen, self.group, self.workload.slug
+        return [
+            f"![CPU per request](guide/{slug}/{CHART})",
+            "",
+            *(f"{line}\n" for line in (against_best(s), per_call(s)) if line),
+            f"- `{self.workload.command}`: {self.release}{f', {self.shape}' if shape else ''}, at "
+            f"{g.load.label}{unlike(self.unlike_today(), shared)} ([report.md]({self.report}), "
+            f"[report.html](guide/{slug}/report.html)).",
+            f"- {self.aa()} {finds(s)}",
+        ]
+
+
+def against_best(s: Screen) -> str:
+    """`CPU per request against apache5: okhttp +2% (-13.1% to +17.4%; --budget 47m would decide
+    it); java +92% (+61.0% to +130.0%).`: every engine ranked, against the first screen's
+    best, with its interval (conclusions.screen), and those left out."""
+    st, g = s.engines, s.group
+    if st.best is None:
+        return ""
+    m, best = g.margin, st.best
+    said = []
+    for r, c in st.leaders[1:] + st.behind:
+        if c is None:
+            continue
+        hint = budget_hint(g, [c]).removeprefix("lab run ") if c.decision(m) == confidence.UNKNOWN else ""
+        span = f"the same within {m:.0%}: {c.tost_span()}" if c.decision(m) == confidence.SAME else c.span()
+        said.append(f"{r.engine} {on_fewer_jvms(g, f'{c.difference:+.0%} ({span})', r, best)}")
+        if hint:
+            said[-1] = f"{said[-1][:-1]}; {hint})"
+    out = f" Left out: {', '.join(r.why_not(s.figure) for r in st.left_out)}." if st.left_out else ""
+    return f"CPU per request against {best.engine}: {'; '.join(said) or 'nothing else ranked'}.{out}"
+
+
+def unlike(settings: list[str], shared: tuple[str, ...]) -> str:
+    """`, --spare 0 (today 2)`: the settings not among `shared` that today's defaults change."""
+    own = [x for x in settings if x not in shared]
+    return f", {', '.join(own)}" if own else ""
+
+
+def per_call(s: Screen) -> str:
+    """`A client per call against one: cio 1.32x (1.15-1.52x), ...; java not compared.`: the first
+    screen's lifetime comparisons, each with its interval."""
+    g = s.group
+    said = [
+        f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" + ("" if c.clear else ", not clear")
+        for a, b, c in s.lifetimes
+        if c is not None
+    ]
+    out = [a.engine for a, _, c in s.lifetimes if c is None]
+    if not said and not out:
+        return ""
+    return (
+        "A client per call against one: "
+        + "; ".join(said + ([f"{', '.join(out)} not compared"] if out else []))
+        + "."
+    )
+
+
+def reason(row: Row, key: str) -> str:
+    """`: a thread per request in flight`: why `row`'s engine is behind on figure `key`, from
+    cases.ENGINE_BEHAVIOUR: its own entry for the figure, or on CPU per request its connection per
+    request where it opens one; "" where the table has none."""
+    facts = ENGINE_BEHAVIOUR[row.engine]
+    if key.startswith("cpu") and (row.figures["conns"].mean or 0) >= CONNECTION_PER_REQUEST:
+        key = "conns"
+    return f": {facts[key]}" if key in facts else ""
+
+
+def finds(s: Screen) -> str:
+    """`Power: 80% for a 37% difference.`: the smallest difference between two engines the first
+    screen finds POWER of the time (what it could have missed)."""
+    d = s.engines.detectable
+    return f"Power: {confidence.POWER:.0%} for a {d:.0%} difference." if d is not None else ""
+
+
+# Each workload's chart of the first screen's figure, written beside its results by `lab guide`.
+CHART = "cpu.svg"
 
 
 def answer(w: Workload) -> Answer | None:
@@ -155,34 +359,51 @@ def answer(w: Workload) -> Answer | None:
     return Answer(w, results, group)
 
 
-def page(workloads: tuple[Workload, ...] = WORKLOADS) -> str:
-    """docs/guide.md's text."""
+HOW = (
+    "Each row: one `lab run`, every engine and lifetime at one rate. A cell names the singletons none "
+    "is clearly ahead of, and how far the rest are behind; *too noisy*: the run detects only "
+    "differences above 100%. *How firm*: *different*, *the same within 10%*, or *not decided*. How a "
+    "run decides: [matrix.md](matrix.md)."
+)
+
+
+def page(workloads: tuple[Workload, ...] | None = None) -> str:
+    """docs/guide.md's text (of WORKLOADS unless `workloads`)."""
+    workloads = WORKLOADS if workloads is None else workloads
     answers = {w.slug: answer(w) for w in workloads}
     out = [
         "# Which engine and lifetime, for your workload",
         "",
-        "Written by `lab guide` from the results under [guide/](guide/): do not edit by hand (the docs",
-        "test compares this page with what `lab guide` writes). Each workload is a `lab run` with its",
-        "defaults (2 JVMs a row, 3 windows each, an A/A pair; [matrix.md](matrix.md) says how it",
-        "decides): an engine or lifetime is named only when the run's test says so, each difference",
-        "with its 95% interval, on CPU per request at the same rate for every row. A workload not",
-        "measured yet says so, with the command that measures it.",
+        "Which Ktor client engine and lifetime to use, per workload, as measured: written by `lab "
+        "guide` from the runs under [guide/](guide/), never by hand.",
         "",
-        "| workload | use | measured on |",
-        "| --- | --- | --- |",
+        "| workload | use | how firm | CPU / request | p99 | threads | heap | new connections | "
+        "left out or at risk, and why |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for w in workloads:
         a = answers[w.slug]
-        use, on = (a.use, a.measured_on) if a else ("not measured yet", "-")
-        out.append(f"| [{w.title}](#{anchor(w.title)}) | {use} | {on} |")
+        out.append(
+            a.scorecard_row() if a else f"| [{w.title}](#{anchor(w.title)}) | not measured yet |" + " - |" * 7
+        )
+    measured = [a for a in answers.values() if a]
+    shapes = {a.shape for a in measured}
+    shared = (
+        tuple(x for x in measured[0].unlike_today() if all(x in a.unlike_today() for a in measured))
+        if measured
+        else ()
+    )
+    every = f" Every run: {next(iter(shapes))}" if len(shapes) == 1 else ""
+    if shared:
+        every += f"{',' if every else ' Every run:'} {', '.join(shared)}"
+    out += ["", HOW + (f"{every}." if every else "")]
     for w in workloads:
         out += ["", f"## {w.title}", ""]
         if a := answers[w.slug]:
-            out += a.lines()
+            out += a.lines(len(shapes) > 1, shared)
         else:
             out += [
-                "Not measured to this page's standard yet. Measure it (about 40-60 minutes on 2 cores), then "
-                "write this page again:",
+                "Not measured yet. Measure it (about 40-60 minutes on 2 cores), then write this page again:",
                 "",
                 "```sh",
                 f".venv/bin/{w.command}",
@@ -194,12 +415,18 @@ def page(workloads: tuple[Workload, ...] = WORKLOADS) -> str:
     return "\n".join(out) + "\n"
 
 
+def charts(workloads: tuple[Workload, ...] | None = None) -> dict[Path, str]:
+    """Each measured workload's chart (run_report.primary_chart) and report.html, by path."""
+    workloads = WORKLOADS if workloads is None else workloads
+    out = {}
+    for w in workloads:
+        if a := answer(w):
+            out[w.folder / CHART] = primary_chart(a.group)
+            out[w.folder / "report.html"] = html_page(a.results)
+    return out
+
+
 def anchor(title: str) -> str:
     """GitHub's anchor of a heading."""
     kept = "".join(c for c in title.lower() if c.isalnum() or c in " -")
     return kept.replace(" ", "-")
-
-
-def write(path: Path = GUIDE) -> Path:
-    path.write_text(page())
-    return path

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
         "guide",
         help="docs/guide.md and the study pages, from the runs kept under docs/guide/ and docs/studies/",
         description="Writes docs/guide.md from the results of `lab run` kept under docs/guide/<workload>/ "
-        "(and each one's report.md again, so that the two agree); a workload without results gets the "
+        "(and each one's report.md, report.html and cpu.svg, the chart of CPU per request, again, so "
+        "that they agree); a workload without results gets the "
         "command that measures it. Then docs/studies/NAME.md of each study whose run is kept under "
         "docs/studies/NAME/ (`lab study NAME --out docs/studies/NAME`), from its results alone.",
     )
@@ -39,15 +40,21 @@ def run(args: argparse.Namespace) -> int:
         text = guide.page()
     except (FileNotFoundError, ValueError) as e:
         raise LabError(str(e)) from None
+    files = {guide.GUIDE: text, **guide.charts()}
     if args.check:
-        if guide.GUIDE.exists() and guide.GUIDE.read_text() == text:
-            print("lab guide: docs/guide.md is what lab guide writes")
+        differ = [p for p, t in files.items() if not p.exists() or p.read_text() != t]
+        if not differ:
+            print("lab guide: docs/guide.md and its charts are what lab guide writes")
             return 0
-        print("lab guide: docs/guide.md differs from what lab guide writes: run lab guide", flush=True)
+        names = ", ".join(
+            str(p.relative_to(guide.REPO) if p.is_relative_to(guide.REPO) else p) for p in differ
+        )
+        print(f"lab guide: {names} differ from what lab guide writes: run lab guide", flush=True)
         return 1
     for w in measured:
         (w.folder / "report.md").write_text(run_report.markdown(run_report.load(w.folder)))
-    guide.GUIDE.write_text(text)
+    for path, content in files.items():
+        path.write_text(content)
     print(
         f"lab guide: {guide.GUIDE.relative_to(guide.REPO)}, {len(measured)} of {len(guide.WORKLOADS)} "
         "workloads measured"
