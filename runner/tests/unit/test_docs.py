@@ -142,10 +142,10 @@ DEFAULT_RUNS = {
 
 
 def test_each_cell_of_the_matrix_page_s_table_of_claims_is_its_own_run_s_first_screen():
-    """docs/matrix.md's table of the default runs' claims: every figure of a run's column is on
+    """docs/matrix-runs/README.md's table of the default runs' claims: every figure of a run's column is on
     that run's own first screen (its report's Verdict section), not only somewhere among the runs
     the page links: a figure copied into the wrong column, or left from an older run, fails."""
-    text = (REPO / "docs" / "matrix.md").read_text()
+    text = (REPO / "docs" / "matrix-runs" / "README.md").read_text()
     lines = [x for x in text.splitlines() if x.startswith("| claim | run A")]
     assert lines, "the table of claims"
     table = text[text.index(lines[0]) :].split("\n\n")[0].splitlines()
@@ -295,6 +295,24 @@ def test_a_hand_written_study_page_gives_only_figures_its_runs_give():
     assert {p.stem for p in pages} >= {"threads", "streaming", "engines", "io", "faults"}
     bad = [line for page in pages for line in unsupported(page)]
     assert not bad, f"{len(bad)} figures on no run the page keeps: {', '.join(bad)}"
+
+
+def test_each_default_run_s_readme_names_its_commit_and_minutes_as_its_results_give_them():
+    """The account of each default run (what ran, at which commit, what differed) is its own
+    README beside its results: the commit and the minutes it gives are its results'."""
+    from ktor_lab.results import load
+
+    for name, folder in DEFAULT_RUNS.items():
+        text = " ".join((REPO / folder / "README.md").read_text().split())
+        results = load(REPO / folder)
+        assert f"# Run {name.removeprefix('run ')} of the default matrix" in text, folder
+        assert f"`{results.environment['commit'][:12]}`" in text, folder
+        assert f"{results.wall_seconds / 60:.1f} min" in text, folder
+
+
+def test_the_default_runs_page_gives_only_figures_of_the_runs_it_links_to():
+    bad = unsupported(REPO / "docs" / "matrix-runs" / "README.md")
+    assert not bad, f"{len(bad)} figures on no run the page links to: {', '.join(bad)}"
 
 
 def test_the_matrix_page_gives_only_figures_of_the_runs_it_links_to():
