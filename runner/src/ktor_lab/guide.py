@@ -43,8 +43,8 @@ from .conclusions import (
 from .paths import REPO
 from .plan import Plan
 from .results import Results, load
+from .run_report import markdown, primary_chart
 from .run_report import page as html_page
-from .run_report import primary_chart
 
 GUIDE = REPO / "docs" / "guide.md"
 RESULTS = REPO / "docs" / "guide"
@@ -416,13 +416,20 @@ def page(workloads: tuple[Workload, ...] | None = None) -> str:
 
 
 def charts(workloads: tuple[Workload, ...] | None = None) -> dict[Path, str]:
-    """Each measured workload's chart (run_report.primary_chart) and report.html, by path."""
+    """Each measured workload's chart (run_report.primary_chart), by path."""
     workloads = WORKLOADS if workloads is None else workloads
+    return {w.folder / CHART: primary_chart(a.group) for w in workloads if (a := answer(w))}
+
+
+def kept_reports(docs: Path | None = None) -> dict[Path, str]:
+    """The report.md and report.html of every `lab run` kept under docs/ (a folder with its
+    results.json and results.csv), by path: written again from its results, so that no kept report
+    says what the code would not."""
     out = {}
-    for w in workloads:
-        if a := answer(w):
-            out[w.folder / CHART] = primary_chart(a.group)
-            out[w.folder / "report.html"] = html_page(a.results)
+    for csv in sorted((docs or REPO / "docs").rglob("results.csv")):
+        results = load(csv.parent)
+        out[csv.parent / "report.md"] = markdown(results)
+        out[csv.parent / "report.html"] = html_page(results)
     return out
 
 

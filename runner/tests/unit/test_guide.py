@@ -159,3 +159,16 @@ def test_lab_guide_check_fails_on_a_chart_that_is_not_the_run_s(tmp_path, monkey
     chart.write_text(chart.read_text().replace("okhttp", "cio", 1))
     assert main(["guide", "--check"]) == 1
     assert "h2/cpu.svg differ from what lab guide writes" in capsys.readouterr().out
+
+
+def test_every_kept_run_s_report_md_and_report_html_are_what_the_lab_writes_from_its_results():
+    """A `lab run` kept under docs/ keeps its report.md and report.html, each what the lab writes
+    from its results.json today: a report left from older code, or edited by hand, fails here
+    (`lab guide` writes them again)."""
+    files = guide.kept_reports()
+    folders = {p.parent for p in files}
+    assert {guide.RESULTS / "small-gets", guide.REPO / "docs" / "matrix-runs" / "default"} <= folders
+    differ = [
+        str(p.relative_to(guide.REPO)) for p, text in files.items() if not p.exists() or p.read_text() != text
+    ]
+    assert not differ, f"run .venv/bin/lab guide: {differ}"

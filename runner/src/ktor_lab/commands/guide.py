@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import guide, run_report
+from .. import guide
 from ..errors import LabError
 
 
@@ -15,8 +15,8 @@ def add_parser(sub) -> None:
         "guide",
         help="docs/guide.md and the study pages, from the runs kept under docs/guide/ and docs/studies/",
         description="Writes docs/guide.md from the results of `lab run` kept under docs/guide/<workload>/ "
-        "(and each one's report.md, report.html and cpu.svg, the chart of CPU per request, again, so "
-        "that they agree); a workload without results gets the "
+        "(and its cpu.svg, the chart of CPU per request, and the report.md and report.html of every "
+        "lab run kept under docs/, again, so that they agree); a workload without results gets the "
         "command that measures it. Then docs/studies/NAME.md of each study whose run is kept under "
         "docs/studies/NAME/ (`lab study NAME --out docs/studies/NAME`), from its results alone.",
     )
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         text = guide.page()
     except (FileNotFoundError, ValueError) as e:
         raise LabError(str(e)) from None
-    files = {guide.GUIDE: text, **guide.charts()}
+    files = {guide.GUIDE: text, **guide.charts(), **guide.kept_reports()}
     if args.check:
         differ = [p for p, t in files.items() if not p.exists() or p.read_text() != t]
         if not differ:
@@ -51,8 +51,6 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"lab guide: {names} differ from what lab guide writes: run lab guide", flush=True)
         return 1
-    for w in measured:
-        (w.folder / "report.md").write_text(run_report.markdown(run_report.load(w.folder)))
     for path, content in files.items():
         path.write_text(content)
     print(
