@@ -41,7 +41,7 @@ ENGINE_TITLES = {
 # What a user should know of each engine itself, in one table: its `fact` (said next to its rows in
 # reports, studies and the guide), and the short reason the guide's scorecard gives where the engine
 # stands out: on a figure (by its key: `conns`, `tls_full`, `threads`), or for a risk (`leak`,
-# `unlimited`: no limit on its connections) or a case not run (`no_h2`, `virtual`).
+# `unlimited`: no limit on its connections) or a case not run (`no_h2`, `dispatcher`).
 ENGINE_BEHAVIOUR = {
     "cio": {
         "fact": "speaks HTTP/1.x only (no HTTP/2; its own TLS stops at 1.2, without ALPN or session "
@@ -59,7 +59,7 @@ ENGINE_BEHAVIOUR = {
     },
     "apache5": {
         "fact": "HttpClient 5: HTTP/1.1 and HTTP/2 (over TLS it picks h2 by itself unless told otherwise)",
-        "virtual": "its I/O reactor runs its own threads: virtual changes nothing",
+        "dispatcher": "its own I/O threads: a dispatcher changes nothing",
     },
     "okhttp": {
         "fact": "blocks one thread of its dispatcher per request in flight, up to its per-host limit "

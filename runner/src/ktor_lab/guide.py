@@ -17,14 +17,16 @@ the docs test compares it with what `lab guide` writes.
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from . import confidence
-from .cases import ENGINE_BEHAVIOUR
+from .cases import ENGINE_BEHAVIOUR, HTTP1_ONLY, Case
 from .conclusions import (
     BY_KEY,
+    COMPARED_UP_TO,
     CONNECTION_PER_REQUEST,
     Group,
     Row,
@@ -116,7 +118,7 @@ SETTINGS = (
 )
 
 # The figures a user weighs beside CPU per request, each a column of the scorecard.
-WEIGHED = (("p99", "p99"), ("threads", "threads"), ("heap", "heap"))
+WEIGHED = ("p99", "threads", "heap")
 
 
 @dataclass
@@ -143,10 +145,12 @@ class Answer:
     @property
     def use(self) -> str:
         """The scorecard's answer: the leading engines among singletons, and the lifetime."""
-        s = self.screen
-        leaders = [row.engine for row, _ in s.engines.leaders]
-        dearer = [c for _, _, c in s.lifetimes if c is not None and c.clear and c.difference > 0]
-        lifetime = "one client" if dearer else "no clear lifetime"
+        s, m = self.screen, self.group.margin
+        leaders = [] if s.engines.longer else [row.engine for row, _ in s.engines.leaders]
+        decided = [(c.decision(m), c.difference) for _, _, c in s.lifetimes if c is not None]
+        dearer = any(d == confidence.DIFFERENT and diff > 0 for d, diff in decided)
+        cheaper = any(d == confidence.DIFFERENT and diff < 0 for d, diff in decided)
+        lifetime = "one client" if dearer and not cheaper else "no clear lifetime"
         return f"{' or '.join(leaders) or 'no engine clearly'}; {lifetime}"
 
     @property
@@ -155,6 +159,8 @@ class Answer:
         `the same within 10%`, or `not decided (okhttp -13% to +17%)`, at the run's margin."""
         s, m = self.screen, self.group.margin
         others = [(r, c) for r, c in s.engines.leaders[1:] if c is not None]
+        if s.engines.longer:
+            return "too noisy"
         if not s.engines.leaders:
             return "no engine ranked"
         if not others:
@@ -189,9 +195,10 @@ class Answer:
         each = sorted({r.engine for r in rows if r.figures["conns"].mean >= CONNECTION_PER_REQUEST})
         return f"{', '.join(each)}: one per request" if each else "every engine reuses"
 
-    def why(self) -> list[str]:
-        """The engines left out or not run, and the risks, each with its reason from
-        cases.ENGINE_BEHAVIOUR: `cio: no HTTP/2`."""
+    def left_out_or_at_risk(self) -> list[str]:
+        """The engines not run, the rows left out of the first screen's comparisons, and the risks
+        (conclusions.risks' leak, stopped answering, unlimited connections), each with its reason
+        from cases.ENGINE_BEHAVIOUR where it has one: `cio: no HTTP/2`."""
         g, st = self.group, self.screen.engines
         out: dict[str, list[str]] = {}
 
@@ -200,14 +207,19 @@ class Answer:
                 out[engine].append(text)
 
         for case, why in self.results.plan.skipped():
-            facts = ENGINE_BEHAVIOUR[case.engine]
-            say(case.engine, facts.get("no_h2" if case.protocol == "h2" else "virtual", why.split("; ")[0]))
-        for r in st.left_out:
-            facts = ENGINE_BEHAVIOUR[r.engine]
-            tls = (r.figures["tls_full"].mean or 0) >= CONNECTION_PER_REQUEST and "tls_full" in facts
-            say(r.engine, facts["tls_full"] if tls else f"not compared: {r.why_not(st.figure)}")
+            say(case.engine, skip_reason(case, why))
+        compared = {r.name for r, _ in st.leaders + st.behind}
+        compared |= {r.name for a, b, c in self.screen.lifetimes if c is not None for r in (a, b)}
         for r in g.rows:
             who = f"per-call {r.engine}" if r.case.lifetime == "per-call" else r.engine
+            if r.copy <= 1 and r.name not in compared and r.figures[st.figure.key].mean is not None:
+                facts = ENGINE_BEHAVIOUR[r.engine]
+                tls = (r.figures["tls_full"].mean or 0) >= CONNECTION_PER_REQUEST and "tls_full" in facts
+                flags = r.why_not(st.figure).removeprefix(f"{r.called} (").removesuffix(")")
+                say(
+                    who,
+                    facts["tls_full"] if tls else "short of the rate" if flags.startswith("short") else flags,
+                )
             if "leak" in r.flags:
                 say(who, ENGINE_BEHAVIOUR[r.engine].get("leak", "a leak"))
             if stopped_answering(r):
@@ -215,7 +227,10 @@ class Answer:
         for engine in sorted({r.engine for r in g.rows}):
             if "unlimited" in ENGINE_BEHAVIOUR[engine]:
                 say(engine, ENGINE_BEHAVIOUR[engine]["unlimited"])
-        return [f"{engine}: {', '.join(texts)}" for engine, texts in out.items()]
+        alike: dict[str, list[str]] = {}  # engines with the same reasons, named together
+        for engine, texts in out.items():
+            alike.setdefault(", ".join(texts), []).append(engine)
+        return [f"{', '.join(engines)}: {texts}" for texts, engines in alike.items()]
 
     @property
     def release(self) -> str:
@@ -251,9 +266,9 @@ class Answer:
             link(self.use),
             link(self.firmness),
             link(self.cell(self.group.cpu_key)),
-            *(link(self.cell(key)) for key, _ in WEIGHED),
+            *(link(self.cell(key)) for key in WEIGHED),
             link(self.connections),
-            link("; ".join(self.why()) or "none"),
+            link("; ".join(self.left_out_or_at_risk()) or "none"),
         ]
         return "| " + " | ".join(cells) + " |"
 
@@ -261,25 +276,30 @@ class Answer:
         """The A/A pair's CPU per request, in the family of its figures (conclusions.aa_tests)."""
         g = self.group
         said = [
-            f"A/A {a.called.removesuffix(f' #{a.copy}')}, CPU per request: {c.difference:+.1%} ({c.span()})"
+            f"A/A {a.called.removesuffix(f' #{a.copy}')}, CPU per request: "
+            f"{signed(c.difference)} ({c.span()})"
             for a, _, key, c in aa_tests(g)
             if key == g.cpu_key
         ]
         return f"{'; '.join(said)}." if said else "No A/A pair."
 
-    def lines(self, shape: bool = True, shared: tuple[str, ...] = ()) -> list[str]:
-        """The section: the chart, the comparisons with their intervals, the run (with its machine
-        and size where `shape`: not every run's alike; and the settings unlike today's defaults
-        but those every run shares, `shared`, said once above), the A/A check."""
+    def facts(self) -> list[str]:
+        """What the run was measured on and with: its release, machine and size, and its settings
+        unlike today's defaults (`--settle 3 (today 2)`)."""
+        return [self.release, self.shape, *self.unlike_today()]
+
+    def lines(self, said: tuple[str, ...] = ()) -> list[str]:
+        """The section: the chart, the comparisons with their intervals, the run (its command, its
+        load, and its facts but those `said` once above the sections), the A/A check."""
         s, g, slug = self.screen, self.group, self.workload.slug
+        own = "".join(f", {fact}" for fact in self.facts() if fact not in said)
         return [
             f"![CPU per request](guide/{slug}/{CHART})",
             "",
             *(f"{line}\n" for line in (against_best(s), per_call(s)) if line),
-            f"- `{self.workload.command}`: {self.release}{f', {self.shape}' if shape else ''}, at "
-            f"{g.load.label}{unlike(self.unlike_today(), shared)} ([report.md]({self.report}), "
+            f"- `{self.workload.command}`: at {g.load.label}{own} ([report.md]({self.report}), "
             f"[report.html](guide/{slug}/report.html)).",
-            f"- {self.aa()} {finds(s)}",
+            f"- {self.aa()} {power_line(s)}",
         ]
 
 
@@ -304,18 +324,13 @@ def against_best(s: Screen) -> str:
     return f"CPU per request against {best.engine}: {'; '.join(said) or 'nothing else ranked'}.{out}"
 
 
-def unlike(settings: list[str], shared: tuple[str, ...]) -> str:
-    """`, --spare 0 (today 2)`: the settings not among `shared` that today's defaults change."""
-    own = [x for x in settings if x not in shared]
-    return f", {', '.join(own)}" if own else ""
-
-
 def per_call(s: Screen) -> str:
     """`A client per call against one: cio 1.32x (1.15-1.52x), ...; java not compared.`: the first
     screen's lifetime comparisons, each with its interval."""
-    g = s.group
+    g, m = s.group, s.group.margin
+    words = {confidence.SAME: f", the same within {m:.0%}", confidence.UNKNOWN: ", not decided"}
     said = [
-        f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}" + ("" if c.clear else ", not clear")
+        f"{a.engine} {on_fewer_jvms(g, ratio(c), a, b)}{words.get(c.decision(m), '')}"
         for a, b, c in s.lifetimes
         if c is not None
     ]
@@ -329,6 +344,23 @@ def per_call(s: Screen) -> str:
     )
 
 
+def signed(share: float) -> str:
+    """`+1.5%`, and `+0.0%` for a share that rounds to nothing (never `-0.0%`)."""
+    return f"{share if round(share, 3) else 0.0:+.1%}"
+
+
+def skip_reason(case: Case, why: str) -> str:
+    """Why a plan did not run `case`, short: the engine's own reason (cases.ENGINE_BEHAVIOUR) for
+    the setting that refused it (HTTP/2 on an engine without it, a dispatcher that changes
+    nothing of it), else the plan's own words."""
+    facts = ENGINE_BEHAVIOUR[case.engine]
+    if case.protocol == "h2" and case.engine in HTTP1_ONLY and "no_h2" in facts:
+        return facts["no_h2"]
+    if "dispatcher" in why and "dispatcher" in facts:
+        return facts["dispatcher"]
+    return why.split("; ")[0]
+
+
 def reason(row: Row, key: str) -> str:
     """`: a thread per request in flight`: why `row`'s engine is behind on figure `key`, from
     cases.ENGINE_BEHAVIOUR: its own entry for the figure, or on CPU per request its connection per
@@ -339,7 +371,7 @@ def reason(row: Row, key: str) -> str:
     return f": {facts[key]}" if key in facts else ""
 
 
-def finds(s: Screen) -> str:
+def power_line(s: Screen) -> str:
     """`Power: 80% for a 37% difference.`: the smallest difference between two engines the first
     screen finds POWER of the time (what it could have missed)."""
     d = s.engines.detectable
@@ -362,8 +394,8 @@ def answer(w: Workload) -> Answer | None:
 HOW = (
     "Each row: one `lab run`, every engine and lifetime at one rate. A cell names the singletons none "
     "is clearly ahead of, and how far the rest are behind; *too noisy*: the run detects only "
-    "differences above 100%. *How firm*: *different*, *the same within 10%*, or *not decided*. How a "
-    "run decides: [matrix.md](matrix.md)."
+    f"differences above {COMPARED_UP_TO:.0%}. *How firm*: *different*, *the same within "
+    f"{confidence.MARGIN:.0%}*, or *not decided*. How a run decides: [matrix.md](matrix.md)."
 )
 
 
@@ -387,20 +419,13 @@ def page(workloads: tuple[Workload, ...] | None = None) -> str:
             a.scorecard_row() if a else f"| [{w.title}](#{anchor(w.title)}) | not measured yet |" + " - |" * 7
         )
     measured = [a for a in answers.values() if a]
-    shapes = {a.shape for a in measured}
-    shared = (
-        tuple(x for x in measured[0].unlike_today() if all(x in a.unlike_today() for a in measured))
-        if measured
-        else ()
-    )
-    every = f" Every run: {next(iter(shapes))}" if len(shapes) == 1 else ""
-    if shared:
-        every += f"{',' if every else ' Every run:'} {', '.join(shared)}"
-    out += ["", HOW + (f"{every}." if every else "")]
+    counts = Counter(fact for a in measured for fact in a.facts())
+    said = tuple(fact for fact, n in counts.items() if n * 2 > len(measured))  # most runs': said once
+    out += ["", HOW + (f" Unless its section says otherwise, every run: {', '.join(said)}." if said else "")]
     for w in workloads:
         out += ["", f"## {w.title}", ""]
         if a := answers[w.slug]:
-            out += a.lines(len(shapes) > 1, shared)
+            out += a.lines(said)
         else:
             out += [
                 "Not measured yet. Measure it (about 40-60 minutes on 2 cores), then write this page again:",

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--check",
         action="store_true",
-        help="write nothing: exit 1 when docs/guide.md or a study page is not what `lab guide` would write",
+        help="write nothing: exit 1 when docs/guide.md, a workload's chart, a kept run's report.md or "
+        "report.html, or a study page is not what `lab guide` would write",
     )
 
 
@@ -37,14 +38,17 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        text = guide.page()
+        files = {guide.GUIDE: guide.page(), **guide.charts(), **guide.kept_reports()}
     except (FileNotFoundError, ValueError) as e:
         raise LabError(str(e)) from None
-    files = {guide.GUIDE: text, **guide.charts(), **guide.kept_reports()}
+    reports = sum(p.name == "report.html" for p in files)
     if args.check:
         differ = [p for p, t in files.items() if not p.exists() or p.read_text() != t]
         if not differ:
-            print("lab guide: docs/guide.md and its charts are what lab guide writes")
+            print(
+                f"lab guide: docs/guide.md, its charts and {reports} kept runs' reports are what lab "
+                "guide writes"
+            )
             return 0
         names = ", ".join(
             str(p.relative_to(guide.REPO) if p.is_relative_to(guide.REPO) else p) for p in differ
@@ -55,6 +59,6 @@ def run(args: argparse.Namespace) -> int:
         path.write_text(content)
     print(
         f"lab guide: {guide.GUIDE.relative_to(guide.REPO)}, {len(measured)} of {len(guide.WORKLOADS)} "
-        "workloads measured"
+        f"workloads measured; the reports of {reports} kept runs"
     )
     return 0
