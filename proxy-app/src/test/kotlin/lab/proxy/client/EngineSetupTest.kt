@@ -41,6 +41,9 @@ class EngineSetupTest {
         assertEquals("77", settings(Engine.CIO)["max_connections_per_route"])
         assertEquals("77", settings(Engine.OKHTTP)["dispatcher_max_requests_per_host"])
         assertEquals("off", settings(Engine.CIO)["pipelining"])
+        // Without pipelining CIO keeps no connection, so no keep-alive applies: n/a, not a value.
+        assertEquals("n/a", settings(Engine.CIO)["keep_alive_ms"])
+        assertEquals("5000", ClientFactory.effectiveSettings(ProxyConfig(engine = Engine.CIO, pipelining = true))["keep_alive_ms"])
         // CLIENT_LIMITS=defaults: the engines' own, as studies measured them.
         assertEquals("100", settings(Engine.CIO, limits = Limits.DEFAULTS)["max_connections_per_route"])
         assertEquals("5", settings(Engine.OKHTTP, limits = Limits.DEFAULTS)["dispatcher_max_requests_per_host"])

@@ -55,7 +55,8 @@ object CioSetup : EngineSetup {
         return linkedMapOf(
             "max_connections_total" to cio.maxConnectionsCount.toString(),
             "max_connections_per_route" to cio.endpoint.maxConnectionsPerRoute.toString(),
-            "keep_alive_ms" to cio.endpoint.keepAliveTime.toString(),
+            // A kept connection's idle time applies only to pipelined ones: without pipelining none is kept.
+            "keep_alive_ms" to if (cio.pipelining) cio.endpoint.keepAliveTime.toString() else "n/a",
             "cio_request_timeout_ms" to cio.requestTimeout.toString(), // 0: none of CIO's own
             "pipelining" to if (cio.pipelining) "on" else "off",
             // No pooled connection without pipelining; with it, CIO has no retry of its own.
