@@ -40,7 +40,7 @@ ENGINE_TITLES = {
 }
 # What a user should know of each engine itself, in one table: its `fact` (said next to its rows in
 # reports, studies and the guide), and the short reason the guide's scorecard gives where the engine
-# stands out: on a figure (by its key: `conns`, `tls_full`, `threads`), or for a risk (`leak`,
+# stands out: on a figure (by its key: `cpu`, `conns`, `tls_full`, `threads`), or for a risk (`leak`,
 # `unlimited`: no limit on its connections) or a case not run (`no_h2`, `dispatcher`).
 ENGINE_BEHAVIOUR = {
     "cio": {
@@ -48,7 +48,7 @@ ENGINE_BEHAVIOUR = {
         "resumption) and, without pipelining, opens a dedicated connection per request even as a "
         "singleton (`Endpoint.makeDedicatedRequest`); its pipelining fails under load on 3.5.2 "
         "(KTOR-7009, fixed after that release), so its keep-alive applies to nothing here",
-        "conns": "a connection per request, pipelining off (KTOR-7009)",
+        "conns": "a connection per request, no pipelining",
         "tls_full": "short of the rate: a full TLS handshake per request",
         "no_h2": "no HTTP/2",
     },
@@ -70,6 +70,7 @@ ENGINE_BEHAVIOUR = {
         "fact": "the JDK's HttpClient: cannot limit connections in flight; HTTP/2 by default in Ktor "
         "(over cleartext an h2c upgrade; the lab asks for HTTP/1.1 unless h2 is the case); a client "
         "per call keeps its selector thread until the garbage collector finds it",
+        "cpu": "Ktor's dispatcher, 4x OkHttp's",
         "unlimited": "no connection limit",
         "leak": "leaks threads",
     },

@@ -363,19 +363,20 @@ def skip_reason(case: Case, why: str) -> str:
 
 def reason(row: Row, key: str) -> str:
     """`: a thread per request in flight`: why `row`'s engine is behind on figure `key`, from
-    cases.ENGINE_BEHAVIOUR: its own entry for the figure, or on CPU per request its connection per
-    request where it opens one; "" where the table has none."""
+    cases.ENGINE_BEHAVIOUR: its own entry for the figure, on CPU per request its connection per
+    request where it opens one, else its `cpu` entry; "" where the table has none."""
     facts = ENGINE_BEHAVIOUR[row.engine]
-    if key.startswith("cpu") and (row.figures["conns"].mean or 0) >= CONNECTION_PER_REQUEST:
-        key = "conns"
+    if key.startswith("cpu"):
+        per_request = (row.figures["conns"].mean or 0) >= CONNECTION_PER_REQUEST
+        key = "conns" if per_request and "conns" in facts else "cpu"
     return f": {facts[key]}" if key in facts else ""
 
 
 def power_line(s: Screen) -> str:
-    """`Power: 80% for a 37% difference.`: the smallest difference between two engines the first
+    """`Detects 37% (80% power).`: the smallest difference between two engines the first
     screen finds POWER of the time (what it could have missed)."""
     d = s.engines.detectable
-    return f"Power: {confidence.POWER:.0%} for a {d:.0%} difference." if d is not None else ""
+    return f"Detects {d:.0%} ({confidence.POWER:.0%} power)." if d is not None else ""
 
 
 # Each workload's chart of the first screen's figure, written beside its results by `lab guide`.
@@ -395,7 +396,7 @@ HOW = (
     "Each row: one `lab run`, every engine and lifetime at one rate. A cell names the singletons none "
     "is clearly ahead of, and how far the rest are behind; *too noisy*: the run detects only "
     f"differences above {COMPARED_UP_TO:.0%}. *How firm*: *different*, *the same within "
-    f"{confidence.MARGIN:.0%}*, or *not decided*. How a run decides: [matrix.md](matrix.md)."
+    f"{confidence.MARGIN:.0%}*, or *not decided* ([matrix.md](matrix.md))."
 )
 
 
@@ -421,7 +422,7 @@ def page(workloads: tuple[Workload, ...] | None = None) -> str:
     measured = [a for a in answers.values() if a]
     counts = Counter(fact for a in measured for fact in a.facts())
     said = tuple(fact for fact, n in counts.items() if n * 2 > len(measured))  # most runs': said once
-    out += ["", HOW + (f" Unless its section says otherwise, every run: {', '.join(said)}." if said else "")]
+    out += ["", HOW + (f" Every run, unless said: {', '.join(said)}." if said else "")]
     for w in workloads:
         out += ["", f"## {w.title}", ""]
         if a := answers[w.slug]:
