@@ -24,7 +24,9 @@ STUDY = PlanStudy(
     help="every case at 0, 20 and 80 ms to the upstream: latency, threads, connections, CPU",
     question="What does the distance to the upstream do to each engine and lifetime? Every case at 0, 20 "
     "and 80 ms of round trip (Toxiproxy), at 100 requests a second with up to 200 in flight; each change "
-    "of distance is tested over the JVMs and given with its interval.",
+    "of distance is tested over the JVMs and given with its interval. The guide's rows at 20 and 80 ms "
+    "([guide.md](../guide.md)) are runs of their own at 200 requests a second: where the two pages read "
+    "an engine differently, the load differs, and only one run's rows compare.",
     parts=(
         Part(
             "cases",
