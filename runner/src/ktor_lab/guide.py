@@ -276,8 +276,7 @@ class Answer:
         """The A/A pair's CPU per request, in the family of its figures (conclusions.aa_tests)."""
         g = self.group
         said = [
-            f"A/A {a.called.removesuffix(f' #{a.copy}')}, CPU per request: "
-            f"{signed(c.difference)} ({c.span()})"
+            f"A/A {a.called.removesuffix(f' #{a.copy}')}: {signed(c.difference)} ({c.span()})"
             for a, _, key, c in aa_tests(g)
             if key == g.cpu_key
         ]
@@ -373,10 +372,10 @@ def reason(row: Row, key: str) -> str:
 
 
 def power_line(s: Screen) -> str:
-    """`Detects 37% (80% power).`: the smallest difference between two engines the first
+    """`Detects 37%.`: the smallest difference between two engines the first
     screen finds POWER of the time (what it could have missed)."""
     d = s.engines.detectable
-    return f"Detects {d:.0%} ({confidence.POWER:.0%} power)." if d is not None else ""
+    return f"Detects {d:.0%}." if d is not None else ""
 
 
 # Each workload's chart of the first screen's figure, written beside its results by `lab guide`.
@@ -393,10 +392,12 @@ def answer(w: Workload) -> Answer | None:
 
 
 HOW = (
-    "Each row: one `lab run`, every engine and lifetime at one rate. A cell names the singletons none "
-    "is clearly ahead of, and how far the rest are behind; *too noisy*: the run detects only "
-    f"differences above {COMPARED_UP_TO:.0%}. *How firm*: *different*, *the same within "
-    f"{confidence.MARGIN:.0%}*, or *not decided* ([matrix.md](matrix.md))."
+    "Each row is one `lab run` at one rate. A cell names the singletons none is clearly ahead of, and "
+    "how far the rest are behind; *too noisy*: the run detects only differences above "
+    f"{COMPARED_UP_TO:.0%}. *How firm*: *different*, *the same within {confidence.MARGIN:.0%}*, or *not "
+    "decided* ([matrix.md](matrix.md)). In a section, *A/A*: two copies of one case, whose CPU per "
+    f"request's interval should hold 0; *detects N%*: the difference between two engines a run finds "
+    f"{confidence.POWER:.0%} of the time."
 )
 
 

@@ -37,7 +37,7 @@ def test_a_measured_workload_answers_from_its_run_with_the_interval_of_every_dif
         assert f"{r.engine} {c.difference:+.0%} ({c.span()}" in text, r.engine
     assert f"CPU per request against {best.engine}: " in text and "--budget" in text  # a close call
     assert "`lab run --out docs/guide/small-gets`: at rate/400/40" in text
-    assert "A/A singleton-cio, CPU per request: +0.0% (" in text  # never -0.0%
+    assert "A/A singleton-cio: +0.0% (" in text  # never -0.0%
     assert f"![CPU per request](guide/small-gets/{guide.CHART})" in text
 
 
