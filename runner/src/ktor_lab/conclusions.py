@@ -114,6 +114,11 @@ class Row:
             flags = [f"short of its {load.target_rps:g} rps"]
         return f"{self.called} ({', '.join(flags) or 'not measured'})"
 
+    def per_request(self, key: str = "conns") -> bool:
+        """Whether it opened one for (nearly) every request (CONNECTION_PER_REQUEST a 1,000): a new
+        connection (`conns`), or a full TLS handshake (`tls_full`)."""
+        return (self.figures[key].mean or 0) >= CONNECTION_PER_REQUEST
+
     def kept_rate(self, load: Load) -> bool:
         """At a fixed rate: whether every window reached it (the equal work the rows are compared at)."""
         return kept_rate(self.runs, load)
@@ -897,9 +902,7 @@ def risks(results: Results, group: Group) -> list[str]:
             + (f" ({'; '.join(sorted(notes))})" if notes else "")
             + "."
         )
-    per_request = listed(
-        [r for r in group.rows if (c := r.figures["conns"].mean) is not None and c >= CONNECTION_PER_REQUEST]
-    )
+    per_request = listed([r for r in group.rows if r.per_request()])
     if per_request:
         out.append(
             f"A connection per request: {', '.join(per_request)} opened one for (nearly) every request "

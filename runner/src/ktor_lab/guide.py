@@ -27,7 +27,6 @@ from .cases import ENGINE_BEHAVIOUR, HTTP1_ONLY, Case
 from .conclusions import (
     BY_KEY,
     COMPARED_UP_TO,
-    CONNECTION_PER_REQUEST,
     Group,
     Row,
     Screen,
@@ -191,8 +190,7 @@ class Answer:
     @property
     def connections(self) -> str:
         """Which singletons open a connection for (nearly) every request."""
-        rows = [r for r in recommended_rows(self.group)[1] if r.figures["conns"].mean is not None]
-        each = sorted({r.engine for r in rows if r.figures["conns"].mean >= CONNECTION_PER_REQUEST})
+        each = sorted({r.engine for r in recommended_rows(self.group)[1] if r.per_request()})
         return f"{', '.join(each)}: one per request" if each else "every engine reuses"
 
     def left_out_or_at_risk(self) -> list[str]:
@@ -214,7 +212,7 @@ class Answer:
             who = f"per-call {r.engine}" if r.case.lifetime == "per-call" else r.engine
             if r.copy <= 1 and r.name not in compared and r.figures[st.figure.key].mean is not None:
                 facts = ENGINE_BEHAVIOUR[r.engine]
-                tls = (r.figures["tls_full"].mean or 0) >= CONNECTION_PER_REQUEST and "tls_full" in facts
+                tls = r.per_request("tls_full") and "tls_full" in facts
                 flags = r.why_not(st.figure).removeprefix(f"{r.called} (").removesuffix(")")
                 say(
                     who,
@@ -366,8 +364,7 @@ def reason(row: Row, key: str) -> str:
     request where it opens one, else its `cpu` entry; "" where the table has none."""
     facts = ENGINE_BEHAVIOUR[row.engine]
     if key.startswith("cpu"):
-        per_request = (row.figures["conns"].mean or 0) >= CONNECTION_PER_REQUEST
-        key = "conns" if per_request and "conns" in facts else "cpu"
+        key = "conns" if row.per_request() and "conns" in facts else "cpu"
     return f": {facts[key]}" if key in facts else ""
 
 
