@@ -414,7 +414,9 @@ def test_the_image_builds_a_release_with_the_flags_the_runner_uses(tmp_path):
         r = subprocess.run(
             ["sh", "-c", step], cwd=tmp_path, env={"KTOR_VERSION": release.name, "PATH": "/usr/bin:/bin"}
         )
-        assert r.returncode == 0
+        assert r.returncode == (0 if release.builds_proxy else 1), release.name
+        if not release.builds_proxy:  # clients only: no image, refused with the reason
+            continue
         flags = (tmp_path / "maven-flags").read_text().split()
         assert sorted(flags) == sorted(release.maven_flags())
     assert "-Dno.apache=true" in versions.default_release().maven_flags()

@@ -167,18 +167,48 @@ def test_engines_tiny_runs_each_engine_behind_a_limit_and_as_published_beside_pl
         # the lab's client says its settings; a plain one has none of the lab's code to ask
         assert (r["client_settings"].get("limits") == "fair") == (client == "lab"), r["client_settings"]
     table = table_rows(out["report"], "Per engine")
-    assert [(r[0], r[1], r[2]) for r in table] == [
+    header = table_header(out["report"], "Per engine")
+    at = [header.index(c) for c in ("engine", "in flight", "client")]
+    assert [tuple(r[i] for i in at) for r in table] == [
         (e, m, k)
         for m in ("limit 10", "all 50 at once (as published)")
         for e in ("cio", "okhttp")
         for k in clients
     ]
     # each lab row beside its references, as ratios measured in the same round
-    header = table_header(out["report"], "Per engine")
+    client = header.index("client")
     for row in table:
         ratio = row[header.index("rps x plain-limits")]
-        assert (ratio == "-") == (row[2] == "plain-limits"), row
-        assert row[2] == "plain-limits" or float(ratio) > 0
+        assert (ratio == "-") == (row[client] == "plain-limits"), row
+        assert row[client] == "plain-limits" or float(ratio) > 0
+    # nginx counted the connections: CIO's a new one for each request, OkHttp's pooled
+    conns = {(r["engine"], r["concurrency"], r["client"]): r["connections_per_request"] for r in out["rows"]}
+    assert conns[("cio", 10, "plain-limits")] == pytest.approx(1.0)
+    assert conns[("okhttp", 10, "plain-limits")] < 0.5
+
+
+def test_engines_on_a_release_without_the_server_runs_its_references_and_cio_pipelined(tmp_path: Path):
+    """Ktor 3.6.1 builds the clients only here: engine-bench is built on it without the lab's
+    client (the references alone), each request answered or timed out, and nginx counts CIO's
+    connections with pipelining off and on."""
+    out = run_study(
+        "engines",
+        tmp_path,
+        *("--ktor", "3.6.1", "--engines", "cio", "--cio-pipelining", "--no-as-published"),
+        *("--batches", "2", "--batch-size", "50", "--concurrency", "10", "--warmup-batches", "1"),
+    )
+    rows = {r["client"]: r for r in out["rows"]}
+    assert set(rows) == {"plain", "plain-limits", "plain-limits, pipelining"}
+    for r in rows.values():
+        assert r["ktor_version"] == "3.6.1" and r["requests"] == 100
+        assert r["bytes"] == (100 - r["failures"]) * len(b"Success!\n")
+        assert r["timeouts"] <= r["failures"]
+    assert rows["plain-limits"]["failures"] == 0
+    assert rows["plain-limits"]["connections_per_request"] == pytest.approx(1.0)
+    assert rows["plain-limits, pipelining"]["client_settings"] == {"pipelining": "on"}
+    assert rows["plain-limits, pipelining"]["connections_per_request"] < 1.0
+    ktor = table_header(out["report"], "Per engine").index("ktor")
+    assert {row[ktor] for row in table_rows(out["report"], "Per engine")} == {"3.6.1"}
 
 
 def test_io_tiny_puts_each_ktor_figure_beside_its_jvm_reference(tmp_path: Path):

@@ -258,7 +258,7 @@ class NativeBackend(Backend):
         """Builds the jars of the plan's releases first (about 30 s each, once), then nginx, its
         exporter, Prometheus, Locust (and Grafana when asked for)."""
         cases = plan.cases_to_run()
-        releases = {versions.release_of(c) for c in cases}
+        releases = {versions.proxy_release_of(c) for c in cases}
         versions.ensure_jars(sorted(releases, key=lambda r: r.name))
         if any(plan.network_for(c).on for c in plan.cases_to_run()):
             toxiproxy.binary()  # built once, before the first run's clock starts
@@ -463,7 +463,7 @@ class ComposeBackend(Backend):
     def release_of(self, case: Case) -> str:
         """The release of the case's image: its own, else KTOR_VERSION's (the shell's or .env's), or
         the engine's last release when that one does not publish it (apache: 3.4.1)."""
-        return versions.release_of(case, versions.release(self.default_ktor)).name
+        return versions.proxy_release_of(case, versions.release(self.default_ktor)).name
 
     def start(
         self, case: Case, env: dict[str, str], network: Network, keep: bool, upstream_url: str | None
@@ -638,7 +638,7 @@ class SwarmBackend(Backend):
             )
         given = case.ktor or self.settings.get("KTOR_VERSION") or os.environ.get("KTOR_VERSION") or ""
         try:
-            return versions.release_of(case.with_dimensions(ktor=given)).name
+            return versions.proxy_release_of(case.with_dimensions(ktor=given)).name
         except ValueError as e:
             raise LabError(str(e)) from None
 

@@ -168,10 +168,9 @@ def _release(text: str) -> str:
 
 def _ktor_refusal(case: Case) -> str | None:
     try:
-        versions.release_of(case)
+        return versions.release_of(case).proxy_refusal()
     except ValueError as e:
         return str(e)
-    return None
 
 
 def _protocol(text: str) -> str:

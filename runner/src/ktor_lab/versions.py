@@ -51,6 +51,23 @@ class Release:
     # The Maven properties its build sets (ktor-releases.tsv: netty.version, ktor.micrometer.version).
     properties: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def builds_proxy(self) -> bool:
+        """False for a release that builds the clients only here (`lab.modules=clients`: its ktor-bom
+        and ktor-server-netty are not served): no proxy, no compose image; the engines and io studies."""
+        return dict(self.properties).get("lab.modules", "all") != "clients"
+
+    def proxy_refusal(self) -> str | None:
+        """Why the proxy cannot be built on this release, or None."""
+        if self.builds_proxy:
+            return None
+        return (
+            f"Ktor {self.name} builds the clients only here (its ktor-bom and ktor-server-netty are not "
+            "served), so there is no proxy on it: measure its engines in-process with "
+            f"`lab study engines --ktor {self.name}`, or name a release with the proxy "
+            f"({', '.join(r.name for r in releases() if r.builds_proxy)})"
+        )
+
     def maven_args(self, default: bool) -> list[str]:
         """What `mvn` needs to build this release (nothing for the default one, built into target/
         with ./pom.xml's and .mvn/maven.config's values)."""
@@ -111,8 +128,8 @@ def publishing(engine: str) -> list[Release]:
 
 
 def last_release(engine: str) -> Release | None:
-    """The newest release of the list that publishes `engine` (apache: 3.4.1), None for none."""
-    return (publishing(engine) or [None])[-1]
+    """The newest release with the proxy that publishes `engine` (apache: 3.4.1), None for none."""
+    return ([r for r in publishing(engine) if r.builds_proxy] or [None])[-1]
 
 
 def release_of(case: CaseLike, default: Release | None = None) -> Release:
@@ -136,30 +153,20 @@ def release_of(case: CaseLike, default: Release | None = None) -> Release:
     return last
 
 
+def proxy_release_of(case: CaseLike, default: Release | None = None) -> Release:
+    """release_of, for the proxy: ValueError also when that release builds the clients only."""
+    rel = release_of(case, default)
+    if why := rel.proxy_refusal():
+        raise ValueError(why)
+    return rel
+
+
 def note(case: CaseLike) -> str | None:
     """What a report and an overlay say of a case that runs on another release than the default by
     itself: `apache: Ktor 3.4.1, its last release; deprecated` (None for the others)."""
     if case.ktor or case.engine in default_release().engines:
         return None
     return f"{case.engine}: Ktor {release_of(case).name}, its last release; deprecated"
-
-
-def check_cases(rel: Release, cases: list[CaseLike]) -> None:
-    """ValueError naming the first case whose engine `rel` does not publish (never swapped)."""
-    for case in cases:
-        if case.engine not in rel.engines:
-            raise ValueError(
-                f"Ktor {rel.name} does not publish the {case.engine} engine (case {case.id}); "
-                f"its engines: {', '.join(rel.engines)}. Drop the case or the release"
-            )
-
-
-def check_dimensions(case: CaseLike) -> None:
-    """ValueError when the case's Ktor release is unknown or lacks its engine, or its JDK is not
-    on this machine: what a command checks before any part starts."""
-    release_of(case)
-    if case.java:
-        jdk(case.java)
 
 
 def module_dir(module: str) -> Path:
@@ -238,7 +245,7 @@ def program(case: CaseLike) -> tuple[Path, str | None]:
     """What runs the proxy for `case`: the jar of its release (built first when missing or older
     than its sources; an engine the default release lacks on its last release), and its JDK's
     java (None: the default java)."""
-    path = ensure_jar("proxy-app", release_of(case))
+    path = ensure_jar("proxy-app", proxy_release_of(case))
     return path, (jdk(case.java).java if case.java else None)
 
 

@@ -210,3 +210,62 @@ def test_a_benchmark_s_estimate_follows_its_parameters():
         options("threads", "--engines", "cio", "--n", "1000", "--limits", "fair", "--max-connections", "100")
     )
     assert fair.planned_seconds() == start + 10 * 2 + 1000 * threads.BURST_S_PER_REQUEST
+
+
+def test_engines_runs_each_release_in_every_round_and_a_clients_only_one_without_the_lab_s_client():
+    """`lab study engines --ktor 3.5.2,3.6.1 --cio-pipelining`: each client on each release, the
+    releases next to each other within a round (A B A B); 3.6.1 builds no lab's client, so it runs
+    the references (pipelined CIO among them) and its rows never wait for one; the ladder needs
+    the lab's client and is refused on it."""
+    import pytest
+
+    given = ("--engines", "cio,okhttp", "--no-as-published", "--repeats", "2", "--cio-pipelining")
+    plan = STUDIES["engines"].plan(options("engines", *given, "--ktor", "3.5.2,3.6.1"))
+    runs = [(b.repeat, b.engine, b.client, b.ktor) for b in plan]
+    cio = ["lab", "plain", "plain-limits", "lab, pipelining", "plain-limits, pipelining"]
+    okhttp = ["lab", "plain", "plain-limits"]
+    one = [
+        (e, c, k)
+        for e, clients in (("cio", cio), ("okhttp", okhttp))
+        for c in clients
+        for k in ("3.5.2", "3.6.1")
+        if not (k == "3.6.1" and c.startswith("lab"))
+    ]
+    assert runs == [(r, *x) for r in (1, 2) for x in one]
+    alone = STUDIES["engines"].plan(options("engines", *given, "--ktor", "3.6.1"))
+    assert {b.client for b in alone} == {"plain", "plain-limits", "plain-limits, pipelining"}
+    with pytest.raises(ValueError, match="--ladder climbs to the lab's client, which Ktor 3.6.1"):
+        STUDIES["engines"].plan(options("engines", "--ladder", "--ktor", "3.6.1"))
+    # apache is not on 3.6.1: skipped by name, the others run
+    assert {
+        b.engine
+        for b in STUDIES["engines"].plan(options("engines", "--engines", "apache,java", "--ktor", "3.6.1"))
+    } == {"java"}
+
+
+def test_engines_ratios_to_the_first_release_are_taken_within_a_round():
+    import pytest
+
+    from ktor_lab.studies import engines
+
+    def row(ktor, repeat, rps, cpu, client="plain-limits"):
+        return engines.BenchRow(
+            engine="cio", concurrency=100, mode="limit 100", rps=rps, p50_ms=1, p90_ms=1, p99_ms=2,
+            max_ms=3, failures=0, batch_rps_min=rps, batch_rps_max=rps, batch_rps_median=rps,
+            ktor_version=ktor, client=client, repeat=repeat, cpu_ms_per_request=cpu,
+        )  # fmt: skip
+
+    # round 2 is slower for both releases: within a round 3.6.1 makes 1.1x and 1.2x the rps
+    rows = [
+        row("3.5.2", 1, 1000, 0.5),
+        row("3.6.1", 1, 1100, 0.4),
+        row("3.5.2", 2, 500, 1.0),
+        row("3.6.1", 2, 600, 1.0),
+    ]
+    out = {r.ktor_version: r for r in engines.summarize(rows)}
+    assert out["3.5.2"].rps_to_first_release is None
+    assert out["3.6.1"].rps_to_first_release == pytest.approx(1.15)
+    assert out["3.6.1"].cpu_to_first_release == pytest.approx(0.9)
+    assert out["3.6.1"].rps == pytest.approx(850)  # the median over the rounds
+    one = engines.summarize([row("3.5.2", 1, 1000, 0.5)])
+    assert one[0].rps_to_first_release is None

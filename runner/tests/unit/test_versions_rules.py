@@ -13,7 +13,7 @@ from ktor_lab.cases import Case
 from ktor_lab.parts import compose
 from ktor_lab.paths import REPO
 
-NEWER = versions.releases()[0]  # the default, and newest: it has no apache engine
+NEWER = versions.releases()[0]  # the default, the newest with the proxy: it has no apache engine
 OLDER = versions.release("3.4.0")
 
 
@@ -39,12 +39,17 @@ def test_the_releases_list_and_the_pom_agree_on_the_default():
 @pytest.mark.parametrize("release", versions.releases(), ids=lambda r: r.name)
 def test_the_proxy_image_builds_a_release_with_the_runner_s_flags(release):
     """proxy-app/Dockerfile reads its Maven flags from proxy-app/maven-flags.awk: the same as the
-    runner's for every release (engines it lacks, properties), in any order."""
+    runner's for every release with the proxy (engines it lacks, properties), in any order; a
+    clients-only release is refused with its reason, as the runner refuses it."""
     r = subprocess.run(
         ["awk", "-v", f"r={release.name}", "-f", "proxy-app/maven-flags.awk", "ktor-releases.tsv"],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
-    assert set(r.stdout.split()) == set(release.maven_flags())
+    if not release.builds_proxy:
+        assert r.returncode == 1 and f"KTOR_VERSION={release.name} builds the clients only" in r.stderr
+        assert "builds the clients only here" in release.proxy_refusal()
+        return
+    assert r.returncode == 0 and set(r.stdout.split()) == set(release.maven_flags())
     bad = subprocess.run(
         ["awk", "-v", "r=9.9.9", "-f", "proxy-app/maven-flags.awk", "ktor-releases.tsv"],
         cwd=REPO, capture_output=True, text=True,
@@ -73,7 +78,7 @@ def test_an_engine_the_default_lacks_runs_on_its_last_release_by_itself():
         f"Ktor {NEWER.name} does not publish the apache engine (case per-call-apache ktor {NEWER.name}); "
         "releases with it: 3.4.0, 3.4.1. Drop the release, or name one of those"
     )
-    with pytest.raises(ValueError, match="releases with it: 3.4.0, 3.5.1, 3.5.2"):
+    with pytest.raises(ValueError, match="releases with it: 3.4.0, 3.5.1, 3.5.2, 3.6.1"):
         versions.release_of(Case.parse("singleton-java ktor 3.4.1"))
     # What the proxy's apache engine says of its release (lab_proxy_info) is this list's last.
     kotlin = next((REPO / "proxy-app" / "src" / "engines" / "apache").rglob("ApacheSetup.kt")).read_text()
@@ -138,3 +143,19 @@ def test_a_jar_is_stale_when_a_source_of_it_is_newer_but_not_when_a_test_of_it_i
     assert versions.stale("proxy-app", versions.default_release())
     jar.unlink()
     assert versions.stale("proxy-app", versions.default_release())
+
+
+def test_a_clients_only_release_is_refused_for_the_proxy_with_where_it_runs(capsys):
+    """Ktor 3.6.1 builds the clients only here (no ktor-bom, no ktor-server-netty served): a case
+    on it is refused in one line naming the study that runs it, and it is never the release an
+    engine falls back to, nor one `lab study versions` runs the proxy on."""
+    clients = [r for r in versions.releases() if not r.builds_proxy]
+    assert [r.name for r in clients] == ["3.6.1"] and "-Dlab.modules=clients" in clients[0].maven_flags()
+    assert cli.main(["run", "--cases", "singleton-okhttp ktor 3.6.1", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Ktor 3.6.1 builds the clients only here" in err and "lab study engines --ktor 3.6.1" in err
+    assert err.count("\n") == 0
+    with pytest.raises(ValueError, match="builds the clients only"):
+        versions.proxy_release_of(Case.parse("singleton-cio ktor 3.6.1"))
+    assert versions.release_of(Case.parse("singleton-cio ktor 3.6.1")).name == "3.6.1"  # the engines study's
+    assert all(versions.last_release(e).builds_proxy for e in versions.all_engines())

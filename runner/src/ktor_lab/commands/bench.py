@@ -312,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
     # Every jar before any JVM starts: building lean-proxy (-am) packages proxy-app again, and a
     # JVM already running from that jar would lose its classes under it.
     singletons = [c.with_dimensions(lifetime="singleton") for c in cases]
-    releases = {r.name: r for r in map(versions.release_of, singletons)}
+    releases = {r.name: r for r in map(versions.proxy_release_of, singletons)}
     versions.ensure_jars(list(releases.values()), ("proxy-app", "lean-proxy"))
     d = run_dir("bench", args.run_dir)
     started = datetime.now(UTC).isoformat(timespec="seconds")

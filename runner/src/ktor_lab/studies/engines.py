@@ -11,6 +11,10 @@ Beside the lab's client, each engine runs its references, written without any of
 `plain-limits` (only the lab's connection limit); the lab's rows show their ratios to both.
 `--ladder` climbs instead from `plain-limits` to the lab's client one setting at a time (LADDER).
 `--repeats` interleaves every run (A B A B); ratios are medians of those taken within a round.
+`--cio-pipelining` adds CIO's clients with pipelining on. nginx's log counts the new connections
+each JVM opened (warm-up included), per request. `--ktor A,B` runs every client on each release,
+interleaved within a round, with ratios to A's; a release that builds the clients only (Ktor 3.6.1
+here, `lab.modules=clients`) runs the references alone: it has no lab's client.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import time
 from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
@@ -52,6 +57,13 @@ LADDER = (
     ("+ streaming (execute {}): the lab's client", ("--parts", "all", "--read", "stream")),
 )
 BASE = "plain-limits"
+# CIO with pipelining on (`--cio-pipelining`): the lab's client and the reference with the lab's limit.
+PIPELINED = (
+    ("lab, pipelining", ("--pipelining", "on")),
+    ("plain-limits, pipelining", ("--client", "plain-limits", "--pipelining", "on")),
+)
+# nginx writes its connection log within a second (flush=1s): read it this long after a JVM ends.
+LOG_FLUSH_S = 1.2
 # For a dry run's estimate: the fewest requests per second a run should make. The slowest batch
 # measured was about 1,450 rps (CIO, all of a batch at once; docs/studies/engines/); the cold
 # unmeasured batches are slower, so about two thirds of it.
@@ -70,6 +82,7 @@ class Bench:
     client: str = "lab"
     options: tuple[str, ...] = ()
     repeat: int = 1
+    ktor: str = ""  # a release of --ktor; "" for the engine's own
     _: KW_ONLY  # engine-bench's batches (unmeasured, then measured, of batch_size requests each)
     warmup_batches: int
     batches: int
@@ -106,44 +119,75 @@ class BenchRow:
     client: str = "lab"
     repeat: int = 1
     cpu_ms_per_request: float | None = None
+    # New connections nginx logged while the JVM ran, over every request it made (warm-up too).
+    connections_per_request: float | None = None
     output: dict = field(default_factory=dict)
     # Medians over the repeats and the ratios to the references (filled by summarize, one row per client).
     rounds: int = 1
     rps_to_plain_limits: float | None = None
     rps_to_plain: float | None = None
     cpu_to_plain_limits: float | None = None
+    # To the same engine, mode and client on --ktor's first release (with two releases or more).
+    rps_to_first_release: float | None = None
+    cpu_to_first_release: float | None = None
 
     def to_json(self) -> dict:
         own = asdict(self)
         return {**own.pop("output"), **own}
 
 
-def jar(args: argparse.Namespace, engine: str) -> Path:
-    """The benchmark's jar for `engine`: --ktor's release, else the engine's own (the default, or
-    the apache engine's last, 3.4.1), built on first use or when older than its sources."""
-    return versions.ensure_jar("engine-bench", versions.release_of(Case("singleton", engine, ktor=args.ktor)))
+def release(ktor: str, engine: str) -> versions.Release:
+    """The release `engine` runs on: `ktor`, else the engine's own (the default, or the apache
+    engine's last, 3.4.1); ValueError when `ktor` does not publish it. In-process, no proxy: a
+    clients-only release will do."""
+    return versions.release_of(Case("singleton", engine, ktor=ktor))
+
+
+def jar(bench: Bench) -> Path:
+    """The benchmark's jar for the run, built on first use or when older than its sources."""
+    return versions.ensure_jar("engine-bench", release(bench.ktor, bench.engine))
+
+
+def clients_of(args: argparse.Namespace, ktor: str, engine: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The clients `engine` runs: the lab's beside the references (or the ladder), CIO's pipelined
+    ones with --cio-pipelining; the references alone on a release that builds no lab's client."""
+    clients = (LADDER if args.ladder else CLIENTS) + (
+        PIPELINED if args.cio_pipelining and engine == "cio" else ()
+    )
+    rel = release(ktor, engine)
+    if rel.builds_proxy:
+        return clients
+    if args.ladder:
+        raise ValueError(
+            f"--ladder climbs to the lab's client, which Ktor {rel.name} does not build (its release builds "
+            "the clients only): drop --ladder"
+        )
+    return tuple((name, options) for name, options in clients if not name.startswith("lab"))
 
 
 def plan(args: argparse.Namespace) -> list[Bench]:
-    if args.ktor:
-        versions.release(args.ktor)  # a release of the list, or a ValueError naming them
-    engines = []
-    for engine in engine_list(args.engines):
-        if why := Case("singleton", engine, ktor=args.ktor).refusal():
-            print(f"lab study engines: skips {engine}: {why.split('; ')[0]}", flush=True)
-        else:
-            engines.append(engine)
-    if not engines:
+    releases = [versions.release(k).name for k in versions.names(args.ktor)] or [""]  # or a ValueError
+    runs = []  # (release, engine) that can run: an engine a release lacks is skipped by name
+    for ktor in releases:
+        for engine in engine_list(args.engines):
+            try:
+                release(ktor, engine)
+                runs.append((ktor, engine))
+            except ValueError as e:
+                print(f"lab study engines: skips {engine}: {str(e).split('; ')[0]}", flush=True)
+    if not runs:
         raise ValueError(f"no engine of --engines can run on Ktor {args.ktor}")
     modes = [args.concurrency] + ([0] if args.as_published else [])
-    clients = LADDER if args.ladder else CLIENTS
     batches = {k: getattr(args, k) for k in ("warmup_batches", "batches", "batch_size", "timeout")}
+    order = [e for e in dict.fromkeys(e for _, e in runs)]
     return [
-        Bench(engine, concurrency, client, options, repeat, **batches)
+        Bench(engine, concurrency, client, options, repeat, ktor, **batches)
         for repeat in range(1, args.repeats + 1)
         for concurrency in modes
-        for engine in engines
-        for client, options in clients
+        for engine in order
+        for client, options in clients_of(args, "", engine)
+        for ktor in releases
+        if (ktor, engine) in runs and (client, options) in clients_of(args, ktor, engine)
     ]
 
 
@@ -153,24 +197,30 @@ def mode_name(concurrency: int, batch_size: int) -> str:
 
 def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[BenchRow]:
     url = lab.upstream_url + args.path
-    log = lab.run_dir / f"engine-{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}.log"
+    name = f"{bench.engine}-{bench.concurrency}-{_slug(bench.client)}-{bench.repeat}"
+    log = lab.run_dir / f"engine-{name}{'-' + bench.ktor if bench.ktor else ''}.log"
     argv = [
         java(),
         *args.java_opts.split(),
         "-jar",
-        str(jar(args, bench.engine)),
+        str(jar(bench)),
         *("--engine", bench.engine, "--url", url),
         *("--batches", str(bench.batches), "--batch-size", str(bench.batch_size)),
         *("--concurrency", str(bench.concurrency), "--warmup-batches", str(bench.warmup_batches)),
         *bench.options,
     ]
+    since = time.time()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=bench.timeout)
+    until = time.time()
     log.write_text(f"$ {' '.join(argv)}\n{r.stdout}\n{r.stderr}")
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
         raise RuntimeError(f"engine benchmark {bench.engine} exited with {r.returncode}:\n{r.stderr[-2000:]}")
     out = json.loads(lines[-1])
     batch_rps = [b["rps"] for b in out["batches"]]
+    time.sleep(LOG_FLUSH_S)
+    opened = lab.connections(since, until)
+    made = (bench.warmup_batches + bench.batches) * bench.batch_size
     return [
         BenchRow(
             engine=bench.engine,
@@ -185,6 +235,7 @@ def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[BenchR
             client=bench.client,
             repeat=bench.repeat,
             cpu_ms_per_request=out.get("cpu_ms_per_request"),
+            connections_per_request=None if opened is None else len(opened) / made,
             output=out,
         )
     ]
@@ -196,18 +247,30 @@ def _slug(text: str) -> str:
 
 def progress(r: BenchRow) -> str:
     cpu = f", CPU {r.cpu_ms_per_request:.3f} ms/req" if r.cpu_ms_per_request is not None else ""
+    conns = (
+        "" if r.connections_per_request is None else f", {r.connections_per_request:.3f} new connections/req"
+    )
     return (
-        f"{r.engine:8} {r.mode} {r.client} #{r.repeat}: {r.rps:,.0f} rps, p50 {r.p50_ms:.1f} ms, "
-        f"p99 {r.p99_ms:.1f} ms{cpu}, {r.failures} errors"
+        f"{r.engine:8} {r.ktor_version} {r.mode} {r.client} #{r.repeat}: {r.rps:,.0f} rps, "
+        f"p50 {r.p50_ms:.1f} ms, "
+        f"p99 {r.p99_ms:.1f} ms{cpu}, {r.failures} errors{conns}"
     )
 
 
+def key_of(r: BenchRow) -> tuple:
+    """What one row of the tables is: an engine, a mode, a client, a release."""
+    return (r.engine, r.concurrency, r.client, r.ktor_version)
+
+
 def summarize(rows: list[BenchRow]) -> list[BenchRow]:
-    """One row per engine, mode and client: the median over the repeats (rps, CPU per request,
-    latency), and the ratios to the references as medians of the ratios within each round."""
+    """One row per engine, mode, client and release: the median over the repeats (rps, CPU per
+    request, latency), and the ratios to the references and to the first release as medians of the
+    ratios within each round."""
     out = []
-    for key in dict.fromkeys((r.engine, r.concurrency, r.client) for r in rows):
-        runs = [r for r in rows if (r.engine, r.concurrency, r.client) == key]
+    first = rows[0].ktor_version if rows else ""
+    several = len({r.ktor_version for r in rows}) > 1
+    for key in dict.fromkeys(map(key_of, rows)):
+        runs = [r for r in rows if key_of(r) == key]
         row = replace(
             runs[0],
             **{a: machinery.median_of(getattr(r, a) for r in runs) for a in MEDIANS},
@@ -216,36 +279,40 @@ def summarize(rows: list[BenchRow]) -> list[BenchRow]:
             batch_rps_max=max(r.batch_rps_max for r in runs),
             rounds=len(runs),
         )
-        row.rps_to_plain_limits = ratio_to(BASE, "rps", runs, rows)
-        row.rps_to_plain = ratio_to("plain", "rps", runs, rows)
-        row.cpu_to_plain_limits = ratio_to(BASE, "cpu_ms_per_request", runs, rows)
+        row.rps_to_plain_limits = ratio_to("rps", runs, rows, client=BASE)
+        row.rps_to_plain = ratio_to("rps", runs, rows, client="plain")
+        row.cpu_to_plain_limits = ratio_to("cpu_ms_per_request", runs, rows, client=BASE)
+        if several:
+            row.rps_to_first_release = ratio_to("rps", runs, rows, ktor_version=first)
+            row.cpu_to_first_release = ratio_to("cpu_ms_per_request", runs, rows, ktor_version=first)
         out.append(row)
     return out
 
 
 # The figures summarize gives as their median over the repeats.
-MEDIANS = ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_ms_per_request")
+MEDIANS = ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_ms_per_request", "connections_per_request")
 
 
-def ratio_to(base: str, attr: str, runs: list[BenchRow], rows: list[BenchRow]) -> float | None:
-    """The median over the rounds of `runs` (one engine, mode and client) of `attr` over the same
-    round's `base` client's; None for the base client itself, or where it has no such figure."""
+def ratio_to(attr: str, runs: list[BenchRow], rows: list[BenchRow], **base: object) -> float | None:
+    """The median over the rounds of `runs` (one row of the tables) of `attr` over the same round's
+    run of the same row but for `base` (client=..., or ktor_version=...); None for the base itself,
+    or where it has no such figure."""
     first = runs[0]
-    refs = {
-        r.repeat: r
-        for r in rows
-        if (r.engine, r.concurrency, r.client) == (first.engine, first.concurrency, base)
-    }
+    if all(getattr(first, k) == v for k, v in base.items()):
+        return None
+    want = replace(first, **base)
+    refs = {r.repeat: r for r in rows if key_of(r) == key_of(want)}
     values = [
         getattr(r, attr) / getattr(ref, attr)
         for r in runs
         if (ref := refs.get(r.repeat)) is not None and getattr(ref, attr) and getattr(r, attr) is not None
     ]
-    return statistics.median(values) if values and first.client != base else None
+    return statistics.median(values) if values else None
 
 
 COLUMNS = [
     render.Column("engine", lambda r: r.engine),
+    render.Column("ktor", lambda r: r.ktor_version),
     render.Column("in flight", lambda r: r.mode),
     render.Column("client", lambda r: r.client),
     render.Column("rps", lambda r: r.rps),
@@ -258,8 +325,37 @@ COLUMNS = [
     render.Column("p90 ms", lambda r: r.p90_ms, 1),
     render.Column("p99 ms", lambda r: r.p99_ms, 1),
     render.Column("max ms", lambda r: r.max_ms, 1),
+    render.Column("new conns / req", lambda r: r.connections_per_request, 3),
     render.Column("errors", lambda r: r.failures),
 ]
+# With two releases or more: each row to the same one on the first.
+RELEASE_COLUMNS = [
+    render.Column("rps x first release", lambda r: r.rps_to_first_release, 2),
+    render.Column("CPU x first release", lambda r: r.cpu_to_first_release, 2),
+]
+
+
+def charts_of(rows: list[BenchRow], args: argparse.Namespace, engines: list, modes: list) -> list:
+    """rps and p99 per engine and mode: the lab's client (also the ladder's last rung); the
+    reference with the lab's limit where a release has no lab's client, a bar per release."""
+    releases = list(dict.fromkeys(r.ktor_version for r in rows))
+    every = all(any(r.client == "lab" and r.ktor_version == k for r in rows) for k in releases)
+    client = LADDER[-1][0] if args.ladder else "lab" if every else BASE
+    charts = []
+    for name, key, digits, title in (
+        ("rps", "rps", 0, f"Requests per second, in-process, no proxy ({client})"),
+        ("p99", "p99_ms", 1, f"p99 latency (ms), from the moment a request may start ({client})"),
+    ):
+        series = {
+            mode_name(c, args.batch_size) + (f", Ktor {k}" if len(releases) > 1 else ""): [
+                machinery.find(rows, key, engine=e, concurrency=c, client=client, ktor_version=k)
+                for e in engines
+            ]
+            for c in modes
+            for k in releases
+        }
+        charts.append((f"engines-{name}.svg", render.bars(title, engines, series, digits=digits)))
+    return charts
 
 
 def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
@@ -273,25 +369,15 @@ def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
         "limit in flight": args.concurrency,
         "clients": "lab: the proxy's ClientFactory, fair limits (CLIENT_MAX_CONNECTIONS=1000); "
         "plain: HttpClient(Engine) { expectSuccess = false }, the engine's defaults; plain-limits: the same "
-        "with only the lab's limit (bench/plain-client/, none of the lab's code); one client per JVM",
+        "with only the lab's limit (bench/plain-client/, none of the lab's code); one client per JVM"
+        + ("; ..., pipelining: CIO's pipelining on" if args.cio_pipelining else ""),
         "repeats": f"{args.repeats}, interleaved; ratios are medians of those within a round",
         "JVM options": args.java_opts,
-        "ktor": rows[0].ktor_version,
+        "ktor": ", ".join(dict.fromkeys(r.ktor_version for r in rows))
+        + (" (ratios to the first, within each round)" if len({r.ktor_version for r in rows}) > 1 else ""),
     }
 
-    client = LADDER[-1][0] if args.ladder else "lab"  # the lab's client, also the ladder's last rung
-    charts = []
-    for name, key, digits, title in (
-        ("rps", "rps", 0, "Requests per second, in-process, no proxy"),
-        ("p99", "p99_ms", 1, "p99 latency (ms), from the moment a request may start"),
-    ):
-        series = {
-            mode_name(c, args.batch_size): [
-                machinery.find(rows, key, engine=e, concurrency=c, client=client) for e in engines
-            ]
-            for c in modes
-        }
-        charts.append((f"engines-{name}.svg", render.bars(title, engines, series, digits=digits)))
+    charts = charts_of(rows, args, engines, modes)
     if args.ladder:
         tables = [
             (f"{e}: the plain client with the lab's limit up to the lab's, {mode_name(c, args.batch_size)}",
@@ -301,7 +387,8 @@ def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
         ]  # fmt: skip
         title = "In-process engine throughput: the lab's client, one setting at a time"
     else:
-        tables = [("Per engine", machinery.table(COLUMNS, rows))]
+        several = len({r.ktor_version for r in rows}) > 1
+        tables = [("Per engine", machinery.table(COLUMNS + (RELEASE_COLUMNS if several else []), rows))]
         title = "In-process engine throughput: batches behind a real concurrency limit"
     return machinery.Report(
         title, settings, tables, charts, notes=[f"{e}: {ENGINE_FACTS[e]}" for e in engines]
@@ -340,12 +427,22 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--path", default="/files/tiny.txt", help="what each request fetches (default: %(default)s)"
     )
     p.add_argument("--java-opts", default="-Xmx512m", help="JVM options (default: %(default)s)")
-    p.add_argument("--ktor", default="", help="a Ktor release of ktor-releases.tsv (default: the pom's)")
+    p.add_argument(
+        "--ktor",
+        default="",
+        help="Ktor releases of ktor-releases.tsv, comma-separated, each run in every round "
+        "(default: the pom's; a clients-only one runs the references alone)",
+    )
     p.add_argument(
         "--timeout", type=int, default=600, help="most seconds per engine run (default: %(default)s)"
     )
     p.add_argument(
         "--repeats", type=int, default=1, help="rounds over every run, interleaved (default: %(default)s)"
+    )
+    p.add_argument(
+        "--cio-pipelining",
+        action="store_true",
+        help="also run CIO's lab client and plain-limits with pipelining on (CLIENT_PIPELINING=on)",
     )
     p.add_argument(
         "--ladder",

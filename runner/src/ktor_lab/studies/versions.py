@@ -15,7 +15,8 @@ RATE = "rate/200/40"
 
 
 def releases() -> list[str]:
-    return sorted((r.name for r in versions.releases()), key=versions.version_key)
+    """The releases with the proxy (a clients-only one is the engines study's), oldest first."""
+    return sorted((r.name for r in versions.releases() if r.builds_proxy), key=versions.version_key)
 
 
 def parts() -> tuple[Part, ...]:

@@ -32,6 +32,9 @@ interface PlainEngine {
     fun plain(): HttpClient
 
     fun withLimits(n: Int): HttpClient
+
+    /** [withLimits] with HTTP pipelining on: an engine's own knob, CIO's only; null for the others. */
+    fun pipelined(n: Int): HttpClient? = null
 }
 
 object PlainClients {
@@ -62,6 +65,10 @@ object PlainClients {
     fun plain(engine: String): HttpClient = of(engine).plain()
 
     fun withLimits(engine: String, n: Int): HttpClient = of(engine).withLimits(n)
+
+    /** The client with the lab's limit and pipelining on; IllegalArgumentException for an engine without it. */
+    fun pipelined(engine: String, n: Int): HttpClient =
+        of(engine).pipelined(n) ?: throw IllegalArgumentException("pipelining is CIO's setting only, not $engine's")
 
     private fun of(engine: String): PlainEngine = built[engine] ?: throw IllegalArgumentException(
         if (engine in objects) "this build's Ktor release has no $engine engine; engines here: ${engines.joinToString(", ")}"

@@ -8,11 +8,17 @@ import io.ktor.client.engine.cio.endpoint
 object PlainCio : PlainEngine {
     override fun plain(): HttpClient = HttpClient(CIO) { expectSuccess = false }
 
-    override fun withLimits(n: Int): HttpClient = HttpClient(CIO) {
+    override fun withLimits(n: Int): HttpClient = limited(n, pipelining = false)
+
+    // Without pipelining CIO opens a connection for every request (Endpoint.makeDedicatedRequest).
+    override fun pipelined(n: Int): HttpClient = limited(n, pipelining = true)
+
+    private fun limited(n: Int, pipelining: Boolean) = HttpClient(CIO) {
         expectSuccess = false
         engine {
             maxConnectionsCount = n
             endpoint { maxConnectionsPerRoute = n }
+            this.pipelining = pipelining
         }
     }
 }
