@@ -121,6 +121,7 @@ class BenchRow:
     cpu_ms_per_request: float | None = None
     # New connections nginx logged while the JVM ran, over every request it made (warm-up too).
     connections_per_request: float | None = None
+    timeouts: int = 0  # of the failures, requests without their whole answer within the request timeout
     output: dict = field(default_factory=dict)
     # Medians over the repeats and the ratios to the references (filled by summarize, one row per client).
     rounds: int = 1
@@ -207,6 +208,7 @@ def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[BenchR
         *("--engine", bench.engine, "--url", url),
         *("--batches", str(bench.batches), "--batch-size", str(bench.batch_size)),
         *("--concurrency", str(bench.concurrency), "--warmup-batches", str(bench.warmup_batches)),
+        *("--request-timeout-ms", str(args.request_timeout_ms)),
         *bench.options,
     ]
     since = time.time()
@@ -236,6 +238,7 @@ def measure(lab: Backend, bench: Bench, args: argparse.Namespace) -> list[BenchR
             repeat=bench.repeat,
             cpu_ms_per_request=out.get("cpu_ms_per_request"),
             connections_per_request=None if opened is None else len(opened) / made,
+            timeouts=out.get("timeouts", 0),
             output=out,
         )
     ]
@@ -275,6 +278,7 @@ def summarize(rows: list[BenchRow]) -> list[BenchRow]:
             runs[0],
             **{a: machinery.median_of(getattr(r, a) for r in runs) for a in MEDIANS},
             failures=sum(r.failures for r in runs),
+            timeouts=sum(r.timeouts for r in runs),
             batch_rps_min=min(r.batch_rps_min for r in runs),
             batch_rps_max=max(r.batch_rps_max for r in runs),
             rounds=len(runs),
@@ -327,6 +331,7 @@ COLUMNS = [
     render.Column("max ms", lambda r: r.max_ms, 1),
     render.Column("new conns / req", lambda r: r.connections_per_request, 3),
     render.Column("errors", lambda r: r.failures),
+    render.Column("timeouts", lambda r: r.timeouts),
 ]
 # With two releases or more: each row to the same one on the first.
 RELEASE_COLUMNS = [
@@ -367,6 +372,7 @@ def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
         "batches": f"{args.warmup_batches} unmeasured, then {args.batches} measured"
         f" x {args.batch_size} requests",
         "limit in flight": args.concurrency,
+        "request timeout": f"{args.request_timeout_ms} ms (a failure, counted as a timeout too)",
         "clients": "lab: the proxy's ClientFactory, fair limits (CLIENT_MAX_CONNECTIONS=1000); "
         "plain: HttpClient(Engine) { expectSuccess = false }, the engine's defaults; plain-limits: the same "
         "with only the lab's limit (bench/plain-client/, none of the lab's code); one client per JVM"
@@ -435,6 +441,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout", type=int, default=600, help="most seconds per engine run (default: %(default)s)"
+    )
+    p.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        default=5000,
+        help="a request without its whole answer by then is a failure and a timeout (default: %(default)s)",
     )
     p.add_argument(
         "--repeats", type=int, default=1, help="rounds over every run, interleaved (default: %(default)s)"
