@@ -137,7 +137,7 @@ class BenchRow:
         return {**own.pop("output"), **own}
 
 
-def release(ktor: str, engine: str) -> versions.Release:
+def release_for(ktor: str, engine: str) -> versions.Release:
     """The release `engine` runs on: `ktor`, else the engine's own (the default, or the apache
     engine's last, 3.4.1); ValueError when `ktor` does not publish it. In-process, no proxy: a
     clients-only release will do."""
@@ -146,7 +146,7 @@ def release(ktor: str, engine: str) -> versions.Release:
 
 def jar(bench: Bench) -> Path:
     """The benchmark's jar for the run, built on first use or when older than its sources."""
-    return versions.ensure_jar("engine-bench", release(bench.ktor, bench.engine))
+    return versions.ensure_jar("engine-bench", release_for(bench.ktor, bench.engine))
 
 
 def clients_of(args: argparse.Namespace, ktor: str, engine: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -155,7 +155,7 @@ def clients_of(args: argparse.Namespace, ktor: str, engine: str) -> tuple[tuple[
     clients = (LADDER if args.ladder else CLIENTS) + (
         PIPELINED if args.cio_pipelining and engine == "cio" else ()
     )
-    rel = release(ktor, engine)
+    rel = release_for(ktor, engine)
     if rel.builds_proxy:
         return clients
     if args.ladder:
@@ -172,7 +172,7 @@ def plan(args: argparse.Namespace) -> list[Bench]:
     for ktor in releases:
         for engine in engine_list(args.engines):
             try:
-                release(ktor, engine)
+                release_for(ktor, engine)
                 runs.append((ktor, engine))
             except ValueError as e:
                 print(f"lab study engines: skips {engine}: {str(e).split('; ')[0]}", flush=True)
