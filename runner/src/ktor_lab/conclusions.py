@@ -376,6 +376,7 @@ class Standing:
     detectable: float | None = None  # the smallest difference found POWER of the time
     # Where `detectable` is over COMPARED_UP_TO: what a run would need to find one of that size.
     longer: str = ""
+    unsure: bool = False  # some comparison had too few degrees of freedom to state `detectable`
 
     @property
     def best(self) -> Row | None:
@@ -451,7 +452,8 @@ def standing(
     found = [(d, c) for c in tests.values() if (d := c.detectable()) is not None]
     detectable, widest = max(found, key=lambda dc: dc[0], default=(None, None))
     longer = length_to_detect(widest, COMPARED_UP_TO) if detectable and detectable > COMPARED_UP_TO else ""
-    return Standing(figure, leaders, behind, out, detectable, longer)
+    unsure = any(c.df is not None and c.df < confidence.POWER_DF for c in tests.values())
+    return Standing(figure, leaders, behind, out, detectable, longer, unsure)
 
 
 # A figure whose smallest detectable difference at the run's length is above this share is shown as
@@ -502,18 +504,8 @@ def sentence(s: Standing) -> str:
     f = s.figure
     head = f"{f.heading} ({f.better} is better)" if f.better else f.heading
     out = f" Left out: {', '.join(r.why_not(f) for r in s.left_out)}." if s.left_out else ""
-    if s.longer:
-        every = sorted(
-            [r for r, _ in s.leaders + s.behind],
-            key=lambda r: r.figures[f.key].mean,
-            reverse=f.better == "higher",
-        )
-        return (
-            f"{head}: not compared (this run finds a difference of {s.detectable:.0%} or more "
-            f"{confidence.POWER:.0%} of the time; {s.longer} would find one of {COMPARED_UP_TO:.0%}): "
-            + "; ".join(f"{r.called} {value(r, f)}" for r in every)
-            + f".{out}"
-        )
+    if s.longer or (s.unsure and s.detectable is None):
+        return f"{head}: not compared ({not_compared_why(s)}): {values_of(s)}.{out}"
     if not s.leaders:
         if f.key == "rps":
             return f"{head}: no row's rate is its capacity (flags below): rps ranks nothing here.{out}"
@@ -541,6 +533,36 @@ def sentence(s: Standing) -> str:
             f" This run finds a difference of {s.detectable:.0%} or more {confidence.POWER:.0%} of the time."
         )
     return text + out
+
+
+def not_compared_why(s: Standing) -> str:
+    """Why a figure is shown as values: the difference the run would find, or too few degrees of freedom."""
+    if not s.longer:
+        return UNSURE_WHY
+    return (
+        f"this run finds a difference of {s.detectable:.0%} or more {confidence.POWER:.0%} of the time; "
+        f"{s.longer} would find one of {COMPARED_UP_TO:.0%}"
+    )
+
+
+def values_of(s: Standing) -> str:
+    """Each ranked row's value, best first: `a 24.71 ±28.1%; b 62.61 ±28.1%`."""
+    f = s.figure
+    rows = sorted(
+        (r for r, _ in s.leaders + s.behind),
+        key=lambda r: r.figures[f.key].mean,
+        reverse=f.better == "higher",
+    )
+    return "; ".join(f"{r.called} {value(r, f)}" for r in rows)
+
+
+# Where a figure's comparisons rest on too few degrees of freedom to state a power: it is shown as
+# values (as where its detectable difference is over COMPARED_UP_TO), and the first screen says so.
+UNSURE_WHY = (
+    f"under {confidence.POWER_DF} degrees of freedom between JVMs, this run cannot say which difference "
+    "it would find; more JVMs a row (`lab run --forks 3`) can"
+)
+UNSURE = f"Between two engines, {UNSURE_WHY}."
 
 
 # --- the first screen: one figure, one family -------------------------------------------------
@@ -839,7 +861,7 @@ def engines_power(s: Screen) -> str:
     """What the first screen could have missed: the smallest difference between two engines on its
     figure that it finds POWER of the time; "" when it made no such test."""
     if s.engines.detectable is None:
-        return ""
+        return UNSURE if s.engines.unsure else ""
     return (
         f"Between two engines this run finds a difference of {s.engines.detectable:.0%} or more "
         f"{confidence.POWER:.0%} of the time."
