@@ -14,7 +14,7 @@ PROXY_SOURCES := pom.xml proxy-app/pom.xml $(shell find proxy-app/src/main proxy
 # The benchmark-only modules stand together in bench/ (runner/src/ktor_lab/paths.py: MODULE_FOLDERS).
 PLAIN_SOURCES := bench/plain-client/pom.xml $(shell find bench/plain-client/src/main bench/plain-client/src/engines -type f 2>/dev/null)
 ENGINEBENCH_JAR := bench/engine-bench/target/engine-bench.jar
-ENGINEBENCH_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) bench/engine-bench/pom.xml $(shell find bench/engine-bench/src/main -type f 2>/dev/null)
+ENGINEBENCH_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) bench/engine-bench/pom.xml $(shell find bench/engine-bench/src/main bench/engine-bench/src/lab -type f 2>/dev/null)
 LEAN_JAR := bench/lean-proxy/target/lean-proxy.jar
 LEAN_SOURCES := $(PROXY_SOURCES) $(PLAIN_SOURCES) bench/lean-proxy/pom.xml $(shell find bench/lean-proxy/src/main -type f 2>/dev/null)
 IOBENCH_JAR := bench/io-bench/target/benchmarks.jar

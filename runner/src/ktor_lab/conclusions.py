@@ -382,6 +382,11 @@ class Standing:
     def best(self) -> Row | None:
         return self.leaders[0][0] if self.leaders else None
 
+    @property
+    def values_only(self) -> bool:
+        """Shown as values, not compared: the run cannot resolve it, or cannot say what it would."""
+        return bool(self.longer) or (self.unsure and self.detectable is None)
+
 
 def better(figure: Figure, c: Comparison, margin: float | None = None) -> bool:
     """Whether B is clearly better than A in `c` (and, given a `margin`, not the same within it)."""
@@ -504,7 +509,7 @@ def sentence(s: Standing) -> str:
     f = s.figure
     head = f"{f.heading} ({f.better} is better)" if f.better else f.heading
     out = f" Left out: {', '.join(r.why_not(f) for r in s.left_out)}." if s.left_out else ""
-    if s.longer or (s.unsure and s.detectable is None):
+    if s.values_only:
         return f"{head}: not compared ({not_compared_why(s)}): {values_of(s)}.{out}"
     if not s.leaders:
         if f.key == "rps":

@@ -145,7 +145,7 @@ class Answer:
     def use(self) -> str:
         """The scorecard's answer: the leading engines among singletons, and the lifetime."""
         s, m = self.screen, self.group.margin
-        leaders = [] if s.engines.longer else [row.engine for row, _ in s.engines.leaders]
+        leaders = [] if s.engines.values_only else [row.engine for row, _ in s.engines.leaders]
         decided = [(c.decision(m), c.difference) for _, _, c in s.lifetimes if c is not None]
         dearer = any(d == confidence.DIFFERENT and diff > 0 for d, diff in decided)
         cheaper = any(d == confidence.DIFFERENT and diff < 0 for d, diff in decided)
@@ -158,7 +158,7 @@ class Answer:
         `the same within 10%`, or `not decided (okhttp -13% to +17%)`, at the run's margin."""
         s, m = self.screen, self.group.margin
         others = [(r, c) for r, c in s.engines.leaders[1:] if c is not None]
-        if s.engines.longer:
+        if s.engines.values_only:
             return "too noisy"
         if not s.engines.leaders:
             return "no engine ranked"
@@ -178,7 +178,7 @@ class Answer:
         difference of more than COMPARED_UP_TO."""
         rows = recommended_rows(self.group)[1]
         st = self.screen.engines if key == self.group.cpu_key else standing(self.group, BY_KEY[key], rows)
-        if st.longer:
+        if st.values_only:
             return "too noisy"
         if not st.leaders:
             return "not ranked"

@@ -267,5 +267,9 @@ def test_engines_ratios_to_the_first_release_are_taken_within_a_round():
     assert out["3.6.1"].rps_to_first_release == pytest.approx(1.15)
     assert out["3.6.1"].cpu_to_first_release == pytest.approx(0.9)
     assert out["3.6.1"].rps == pytest.approx(850)  # the median over the rounds
+    # the base is --ktor's first release, whichever row was measured first
+    later = {r.ktor_version: r for r in engines.summarize(rows, first="3.6.1")}
+    assert later["3.5.2"].rps_to_first_release == pytest.approx(1 / 1.15, rel=0.05)
+    assert later["3.6.1"].rps_to_first_release is None
     one = engines.summarize([row("3.5.2", 1, 1000, 0.5)])
     assert one[0].rps_to_first_release is None

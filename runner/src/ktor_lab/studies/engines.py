@@ -265,12 +265,12 @@ def key_of(r: BenchRow) -> tuple:
     return (r.engine, r.concurrency, r.client, r.ktor_version)
 
 
-def summarize(rows: list[BenchRow]) -> list[BenchRow]:
+def summarize(rows: list[BenchRow], first: str = "") -> list[BenchRow]:
     """One row per engine, mode, client and release: the median over the repeats (rps, CPU per
     request, latency), and the ratios to the references and to the first release as medians of the
     ratios within each round."""
     out = []
-    first = rows[0].ktor_version if rows else ""
+    first = first or (rows[0].ktor_version if rows else "")  # --ktor's first, the base of the ratios
     several = len({r.ktor_version for r in rows}) > 1
     for key in dict.fromkeys(map(key_of, rows)):
         runs = [r for r in rows if key_of(r) == key]
@@ -364,7 +364,7 @@ def charts_of(rows: list[BenchRow], args: argparse.Namespace, engines: list, mod
 
 
 def report(runs: list[BenchRow], args: argparse.Namespace) -> machinery.Report:
-    rows = summarize(runs)
+    rows = summarize(runs, (versions.names(args.ktor) or [""])[0])
     engines = list(dict.fromkeys(r.engine for r in rows))
     modes = list(dict.fromkeys(r.concurrency for r in rows))
     settings = {
