@@ -130,22 +130,25 @@ def test_a_cpu_step_needs_to_be_larger_than_a_switch_step_to_be_found():
     assert median >= 0.8 and worst < median
 
 
-def goal_rate(seed: int, draws: int, ratio: float, verdict: str) -> float:
-    """How often the lab proxy's goal verdict starts with `verdict` when its CPU per request is
-    `ratio` times plain-limits', at the median noise, in 6 rounds."""
+def goal_rate(seed: int, draws: int, ratio: float, verdict: str, goal: str = "goal") -> float:
+    """How often the lab proxy's verdict `goal` (CPU's `goal`, or the rate's `capacity`) starts with
+    `verdict` when its CPU per request is `ratio` times plain-limits' (its rate 1 / `ratio` times),
+    at the median noise, in 6 rounds."""
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(draws):
         rows = bench.summarize(draw(rng, 6, {"lab proxy": ratio}), [CASE], ladder=True)
         (proxy,) = [r for r in rows if r.target == bench.rung_target(ENGINE, "lab proxy")]
-        found += (proxy.goal or "").startswith(verdict)
+        found += (getattr(proxy, goal) or "").startswith(verdict)
     return found / draws
 
 
 def check_goal_verdict(draws: int, bound: float) -> None:
     """The lab's proxy exactly at the goal (1.15x plain-limits' CPU per request): `within` and
     `above` are each said in at most 2.5% of runs (a 95% interval's two tails): at most `bound` of
-    `draws`; at 1.0x it is never `above`, and at 1.6x `above` in most runs (printed)."""
+    `draws`; at 1.0x it is never `above`, and at 1.6x `above` in most runs (printed). The same of
+    the capacity verdict at its goal (0.9x plain-limits' rate): `at least` and `below`; at 1.0x it is
+    never `below`."""
     for verdict in ("within", "above"):
         found = goal_rate(20, draws, bench.GOAL, verdict)
         print(f"the proxy at {bench.GOAL}x: '{verdict}' in {found:.1%} of {draws} runs")
@@ -155,6 +158,13 @@ def check_goal_verdict(draws: int, bound: float) -> None:
     above = goal_rate(23, draws, 1.6, "above")
     print(f"the proxy at 1.6x: 'above' in {above:.0%} of runs")
     assert above >= 0.8, above
+    for verdict in ("at least", "below"):
+        found = goal_rate(24, draws, 1 / bench.CAPACITY_GOAL, verdict, "capacity")
+        print(f"the proxy at {bench.CAPACITY_GOAL}x the rate: '{verdict}' in {found:.1%} of {draws} runs")
+        assert found <= bound, (verdict, found)
+    assert goal_rate(25, draws, 1.0, "below", "capacity") <= 0.02
+    kept = goal_rate(26, draws, 1.0, "at least", "capacity")
+    print(f"the proxy at 1.0x the rate: 'at least {bench.CAPACITY_GOAL}x' in {kept:.0%} of runs")
 
 
 def test_the_goal_verdict_is_rarely_wrong_either_way():

@@ -408,7 +408,8 @@ def explanation(settings: dict) -> str:
         f"each round and summed up by their geometric mean, with its 95% interval "
         f"over the rounds{below}. The rounds measure the same JVMs again (each warmed once), so "
         f"an interval is of these JVMs; another run's may differ by more. Goal: the lab's proxy within "
-        f"{GOAL}x of plain-limits in CPU per request."
+        f"{GOAL}x of plain-limits in CPU per request, and keeping at least {CAPACITY_GOAL}x its rate at "
+        f"capacity."
     )
 
 
@@ -644,7 +645,8 @@ class Ratio:
 class BenchRow:
     """A target over the rounds: its figures' geometric means (confidence.Estimate's centre, the
     verdict's), and a JVM's against its engine's references (`cpu_to`, `rps_to`, by reference), the
-    lab's proxy's against GOAL, and with --ladder a rung's against the rung below it."""
+    lab's proxy's against GOAL (CPU per request) and CAPACITY_GOAL (rate), and with --ladder a rung's
+    against the rung below it."""
 
     target: str
     rounds: int
@@ -659,9 +661,10 @@ class BenchRow:
     switches_per_request: float | None = None
     ratio_to_proxy_pass: float | None = None
     cpu_to: dict[str, Ratio] = field(default_factory=dict)
-    rps_to: dict[str, float | None] = field(default_factory=dict)
+    rps_to: dict[str, Ratio] = field(default_factory=dict)
     switches_to_plain_limits: Ratio | None = None
     goal: str | None = None
+    capacity: str | None = None
     below: str | None = None
     cpu_to_below: Ratio | None = None
     switches_to_below: Ratio | None = None
@@ -716,6 +719,7 @@ def summarize(rounds: list[BenchWindow], cases: list[Case], ladder: bool = False
             _against_references(row, engine, by_round)
         if row.target in engines or (engine and row.target == rung_target(engine, "lab proxy")):
             row.goal = goal_verdict(row)
+            row.capacity = capacity_verdict(row)
     if ladder:
         _against_the_rung_below(rows, by_round)
     return rows
@@ -729,9 +733,7 @@ def _against_references(row: BenchRow, engine: str, by_round: Ratios) -> None:
         mine = row.target != reference
         cpu = ratios(by_round, row.target, reference, "cpu_ms_per_request") if mine else []
         row.cpu_to[base] = Ratio.of(cpu)
-        row.rps_to[base] = confidence.geometric_mean(
-            ratios(by_round, row.target, reference, "rps") if mine else []
-        )
+        row.rps_to[base] = Ratio.of(ratios(by_round, row.target, reference, "rps") if mine else [])
         if base == "plain-limits":
             switches = ratios(by_round, row.target, reference, "switches_per_request") if cpu else []
             row.switches_to_plain_limits = Ratio.of(switches)
@@ -739,17 +741,37 @@ def _against_references(row: BenchRow, engine: str, by_round: Ratios) -> None:
 
 # The lab's proxy against `plain-limits`, in CPU per request: the goal its overhead is held to.
 GOAL = 1.15
+# The lab's proxy against `plain-limits`, in rate at capacity (wrk's connections kept busy): the
+# share of the minimal proxy's rate it keeps at least.
+CAPACITY_GOAL = 0.9
 
 
 def goal_verdict(row: BenchRow) -> str | None:
     """`within 1.15x`, `above 1.15x`, or `at 1.15x` (its interval holds it): the lab's proxy's CPU per
     request against plain-limits' by the 95% interval of its ratio; None without an interval."""
-    ratio = row.cpu_to.get("plain-limits")
+    return against_goal(row.cpu_to.get("plain-limits"), GOAL, ("within", "above"))
+
+
+def capacity_verdict(row: BenchRow) -> str | None:
+    """`at least 0.9x`, `below 0.9x`, or `at 0.9x` (its interval holds it): the lab's proxy's rate
+    against plain-limits' by the 95% interval of its ratio; None without an interval."""
+    ratio = row.rps_to.get("plain-limits")
+    inverse = ratio and ratio.low is not None and ratio.high is not None
+    flipped = Ratio(low=1 / ratio.high, high=1 / ratio.low) if inverse else None
+    return against_goal(flipped, 1 / CAPACITY_GOAL, ("at least", "below"), CAPACITY_GOAL)
+
+
+def against_goal(
+    ratio: Ratio | None, goal: float, words: tuple[str, str], named: float | None = None
+) -> str | None:
+    """words[0] where the ratio's 95% interval lies at or below `goal`, words[1] where it lies above
+    it, else `at` it; the goal is named as `named` (a rate's goal is tested on its inverse)."""
     if ratio is None or ratio.low is None or ratio.high is None:
         return None
-    if ratio.high <= GOAL:
-        return f"within {GOAL}x"
-    return f"above {GOAL}x" if ratio.low > GOAL else f"at {GOAL}x (its interval holds it)"
+    name = f"{named or goal}x"
+    if ratio.high <= goal:
+        return f"{words[0]} {name}"
+    return f"{words[1]} {name}" if ratio.low > goal else f"at {name} (its interval holds it)"
 
 
 def _against_the_rung_below(rows: list[BenchRow], by_round: Ratios) -> None:
@@ -814,7 +836,9 @@ COLUMNS = [
     (f"goal: {GOAL}x", lambda r: r.goal, None),
     ("switches x plain-limits", lambda r: _centre(r.switches_to_plain_limits), 2),
     ("95% ", lambda r: r.switches_to_plain_limits and r.switches_to_plain_limits.span(), None),
-    ("rps x plain-limits", lambda r: r.rps_to.get("plain-limits"), 2),
+    ("rps x plain-limits", lambda r: _centre(r.rps_to.get("plain-limits")), 2),
+    ("95%  ", lambda r: r.rps_to["plain-limits"].span() if "plain-limits" in r.rps_to else None, None),
+    (f"capacity goal: {CAPACITY_GOAL}x", lambda r: r.capacity, None),
 ]
 LADDER_COLUMNS = [
     ("rung below", lambda r: r.below, None),
@@ -823,7 +847,7 @@ LADDER_COLUMNS = [
 ]
 REFERENCE_COLUMNS = [
     ("CPU x plain", lambda r: _centre(r.cpu_to.get("plain")), 2),
-    ("rps x plain", lambda r: r.rps_to.get("plain"), 2),
+    ("rps x plain", lambda r: _centre(r.rps_to.get("plain")), 2),
     ("CPU x streamed", lambda r: _centre(r.cpu_to.get("plain-limits streamed")), 2),
 ]
 LAST_COLUMNS = [
