@@ -32,16 +32,21 @@ CPU_NOISE_WORST = 0.25
 
 
 def draw(
-    rng: np.random.Generator, rounds: int, steps: dict[str, float], cpu_noise: float = CPU_NOISE
+    rng: np.random.Generator,
+    rounds: int,
+    steps: dict[str, float],
+    cpu_noise: float = CPU_NOISE,
+    rungs: list[str] = RUNGS,
 ) -> list[bench.BenchWindow]:
-    """One bench run's rounds: every rung costs 1 (in CPU and switches) times the steps of the rungs
-    up to it on its line (`steps[rung]` the factor a rung adds; a side rung's does not carry on)."""
+    """One bench run's rounds of `rungs`: every rung costs 1 (in CPU and switches) times the steps of
+    the rungs up to it on its line (`steps[rung]` the factor a rung adds; a side rung's does not
+    carry on)."""
     out = []
     for n in range(1, rounds + 1):
         nginx = bench.BenchWindow("nginx proxy_pass", n, requests=1, p50_us=1, p99_us=1, rps=40000)
         out.append(nginx)
         level = 1.0
-        for rung in RUNGS:
+        for rung in rungs:
             cost = level * steps.get(rung, 1.0)
             if rung not in bench.SIDE_RUNGS:
                 level = cost
@@ -68,15 +73,24 @@ def named(rows: list[bench.BenchRow], key: str) -> set[str]:
     }
 
 
+def rates(
+    seed: int, draws: int, rounds: int, steps: dict[str, float], hits: dict, cpu_noise: float = CPU_NOISE
+) -> dict[str, float]:
+    """Per figure (`hits`: its key, and what counts as a hit among the rungs named in it), the share
+    of `draws` runs that hit, all read off the same runs (a summary serves every figure)."""
+    rng = np.random.default_rng(seed)
+    found = dict.fromkeys(hits, 0)
+    for _ in range(draws):
+        rows = bench.summarize(draw(rng, rounds, steps, cpu_noise), [CASE], ladder=True)
+        for key, hit in hits.items():
+            found[key] += bool(hit(named(rows, key)))
+    return {key: n / draws for key, n in found.items()}
+
+
 def rate(
     seed: int, draws: int, rounds: int, steps: dict[str, float], key: str, hit, cpu_noise: float = CPU_NOISE
 ) -> float:
-    rng = np.random.default_rng(seed)
-    found = 0
-    for _ in range(draws):
-        rows = bench.summarize(draw(rng, rounds, steps, cpu_noise), [CASE], ladder=True)
-        found += bool(hit(named(rows, key)))
-    return found / draws
+    return rates(seed, draws, rounds, steps, {key: hit}, cpu_noise)[key]
 
 
 def check_flat_ladder(draws: int, bound: float) -> None:
@@ -85,8 +99,8 @@ def check_flat_ladder(draws: int, bound: float) -> None:
     adjacent rungs share a measurement, so Benjamini-Hochberg's 5% holds only about): at most
     `bound` of `draws`."""
     for rounds in (4, 6):
-        for key in ("cpu", "switches"):
-            found = rate(rounds, draws, rounds, {}, key, bool)
+        both = rates(rounds, draws, rounds, {}, {"cpu": bool, "switches": bool})
+        for key, found in both.items():
             print(f"flat ladder, {rounds} rounds, {key}: a rung named in {found:.1%} of {draws} runs")
             assert found <= bound, (rounds, key, found)
 
@@ -117,8 +131,8 @@ def test_a_cpu_step_needs_to_be_larger_than_a_switch_step_to_be_found():
     nearly every run above, is found in CPU less often at the median noise, and a 30% one at the
     noisiest rungs' noise far less often than at the median's (printed)."""
     step = {"+ metrics": 1.15}
-    cpu = rate(40, 200, 4, step, "cpu", lambda n: "+ metrics" in n)
-    switches = rate(40, 200, 4, step, "switches", lambda n: "+ metrics" in n)
+    hit = lambda n: "+ metrics" in n  # noqa: E731
+    cpu, switches = rates(40, 200, 4, step, {"cpu": hit, "switches": hit}).values()
     print(f"a 15% step, 4 rounds: named in CPU in {cpu:.0%} of runs, in switches in {switches:.0%}")
     assert cpu < switches
     step = {"+ metrics": 1.3}
@@ -133,11 +147,12 @@ def test_a_cpu_step_needs_to_be_larger_than_a_switch_step_to_be_found():
 def goal_rate(seed: int, draws: int, ratio: float, verdict: str, goal: str = "goal") -> float:
     """How often the lab proxy's verdict `goal` (CPU's `goal`, or the rate's `capacity`) starts with
     `verdict` when its CPU per request is `ratio` times plain-limits' (its rate 1 / `ratio` times),
-    at the median noise, in 6 rounds."""
+    at the median noise, in 6 rounds of the two (the rungs between them change neither verdict)."""
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(draws):
-        rows = bench.summarize(draw(rng, 6, {"lab proxy": ratio}), [CASE], ladder=True)
+        rounds = draw(rng, 6, {"lab proxy": ratio}, rungs=["plain-limits", "lab proxy"])
+        rows = bench.summarize(rounds, [CASE], ladder=True)
         (proxy,) = [r for r in rows if r.target == bench.rung_target(ENGINE, "lab proxy")]
         found += (getattr(proxy, goal) or "").startswith(verdict)
     return found / draws
