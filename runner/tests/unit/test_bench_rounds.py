@@ -193,3 +193,25 @@ def test_a_report_of_a_folder_without_a_bench_run_says_what_to_give(tmp_path):
     (tmp_path / "bench.json").write_text("{}")
     with pytest.raises(LabError, match="give a folder with a lab bench run's bench.json"):
         report(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("rates", "verdict"),
+    [
+        ([0.99, 1.0, 1.01], "at least 0.9x"),  # the interval's low end above 0.9
+        ([0.8, 0.95, 1.0], "at 0.9x (its interval holds it)"),
+        ([0.8, 0.81, 0.82], "below 0.9x"),
+    ],
+)
+def test_the_lab_proxy_s_rate_is_judged_against_0_9x_plain_limits_by_its_interval(rates, verdict):
+    """lab bench's capacity goal: the lab proxy's rate over plain-limits', round by round."""
+    from ktor_lab.commands.bench import BenchWindow, rung_target, summarize
+
+    rounds = []
+    for n, share in enumerate(rates, 1):
+        rounds.append(BenchWindow("nginx proxy_pass", n, rps=40000, p50_us=1, p99_us=1, requests=1))
+        for rung, rps in (("plain-limits", 5000), ("lab proxy", 5000 * share)):
+            target = rung_target("okhttp", rung)
+            rounds.append(replace(rounds[-1], target=target, rps=rps, cpu_ms_per_request=0.3))
+    rows = {r.target: r for r in summarize(rounds, [Case.parse("singleton-okhttp")], ladder=True)}
+    assert rows["lab proxy okhttp"].capacity == verdict

@@ -694,8 +694,8 @@ def summarize(rounds: list[BenchWindow], cases: list[Case], ladder: bool = False
     """One row per target in the order measured: its figures over the rounds, and each case's (or
     rung's) CPU per request and rate against its engine's references, as the geometric mean of the
     ratios taken within a round with the 95% interval of it over the rounds. The lab's proxy gets a
-    verdict against GOAL; with `ladder`, each rung its difference from the rung below it, the p
-    values of an engine's ladder adjusted together."""
+    verdict against GOAL and one against CAPACITY_GOAL; with `ladder`, each rung its difference
+    from the rung below it, the p values of an engine's ladder adjusted together."""
     rows = []
     for target in dict.fromkeys(r.target for r in rounds):
         runs = [r for r in rounds if r.target == target]
@@ -749,29 +749,25 @@ CAPACITY_GOAL = 0.9
 def goal_verdict(row: BenchRow) -> str | None:
     """`within 1.15x`, `above 1.15x`, or `at 1.15x` (its interval holds it): the lab's proxy's CPU per
     request against plain-limits' by the 95% interval of its ratio; None without an interval."""
-    return against_goal(row.cpu_to.get("plain-limits"), GOAL, ("within", "above"))
+    ratio = row.cpu_to.get("plain-limits")
+    if ratio is None or ratio.low is None or ratio.high is None:
+        return None
+    if ratio.high <= GOAL:
+        return f"within {GOAL}x"
+    return f"above {GOAL}x" if ratio.low > GOAL else f"at {GOAL}x (its interval holds it)"
 
 
 def capacity_verdict(row: BenchRow) -> str | None:
     """`at least 0.9x`, `below 0.9x`, or `at 0.9x` (its interval holds it): the lab's proxy's rate
     against plain-limits' by the 95% interval of its ratio; None without an interval."""
     ratio = row.rps_to.get("plain-limits")
-    inverse = ratio and ratio.low is not None and ratio.high is not None
-    flipped = Ratio(low=1 / ratio.high, high=1 / ratio.low) if inverse else None
-    return against_goal(flipped, 1 / CAPACITY_GOAL, ("at least", "below"), CAPACITY_GOAL)
-
-
-def against_goal(
-    ratio: Ratio | None, goal: float, words: tuple[str, str], named: float | None = None
-) -> str | None:
-    """words[0] where the ratio's 95% interval lies at or below `goal`, words[1] where it lies above
-    it, else `at` it; the goal is named as `named` (a rate's goal is tested on its inverse)."""
     if ratio is None or ratio.low is None or ratio.high is None:
         return None
-    name = f"{named or goal}x"
-    if ratio.high <= goal:
-        return f"{words[0]} {name}"
-    return f"{words[1]} {name}" if ratio.low > goal else f"at {name} (its interval holds it)"
+    if ratio.low >= CAPACITY_GOAL:
+        return f"at least {CAPACITY_GOAL}x"
+    if ratio.high < CAPACITY_GOAL:
+        return f"below {CAPACITY_GOAL}x"
+    return f"at {CAPACITY_GOAL}x (its interval holds it)"
 
 
 def _against_the_rung_below(rows: list[BenchRow], by_round: Ratios) -> None:
