@@ -718,8 +718,8 @@ def summarize(rounds: list[BenchWindow], cases: list[Case], ladder: bool = False
         if engine:
             _against_references(row, engine, by_round)
         if row.target in engines or (engine and row.target == rung_target(engine, "lab proxy")):
-            row.goal = goal_verdict(row)
-            row.capacity = capacity_verdict(row)
+            row.goal = goal_verdict(row.cpu_to.get("plain-limits"), GOAL, lower_is_better=True)
+            row.capacity = goal_verdict(row.rps_to.get("plain-limits"), CAPACITY_GOAL, lower_is_better=False)
     if ladder:
         _against_the_rung_below(rows, by_round)
     return rows
@@ -746,28 +746,22 @@ GOAL = 1.15
 CAPACITY_GOAL = 0.9
 
 
-def goal_verdict(row: BenchRow) -> str | None:
-    """`within 1.15x`, `above 1.15x`, or `at 1.15x` (its interval holds it): the lab's proxy's CPU per
-    request against plain-limits' by the 95% interval of its ratio; None without an interval."""
-    ratio = row.cpu_to.get("plain-limits")
+def goal_verdict(ratio: Ratio | None, goal: float, lower_is_better: bool) -> str | None:
+    """The lab's proxy's ratio to plain-limits against `goal`, by its 95% interval: `within`/`at least`
+    the goal where the whole interval is on the goal's good side, `above`/`below` it where the whole
+    interval is beyond it, and `at` the goal where the interval holds it; None without an interval."""
     if ratio is None or ratio.low is None or ratio.high is None:
         return None
-    if ratio.high <= GOAL:
-        return f"within {GOAL}x"
-    return f"above {GOAL}x" if ratio.low > GOAL else f"at {GOAL}x (its interval holds it)"
+    good, bad = ("within", "above") if lower_is_better else ("at least", "below")
+    # The interval's end nearest the goal's good side, and its end farthest from it.
+    best, worst = (ratio.low, ratio.high) if lower_is_better else (ratio.high, ratio.low)
 
+    def beyond(x: float) -> bool:
+        return x > goal if lower_is_better else x < goal
 
-def capacity_verdict(row: BenchRow) -> str | None:
-    """`at least 0.9x`, `below 0.9x`, or `at 0.9x` (its interval holds it): the lab's proxy's rate
-    against plain-limits' by the 95% interval of its ratio; None without an interval."""
-    ratio = row.rps_to.get("plain-limits")
-    if ratio is None or ratio.low is None or ratio.high is None:
-        return None
-    if ratio.low >= CAPACITY_GOAL:
-        return f"at least {CAPACITY_GOAL}x"
-    if ratio.high < CAPACITY_GOAL:
-        return f"below {CAPACITY_GOAL}x"
-    return f"at {CAPACITY_GOAL}x (its interval holds it)"
+    if not beyond(worst):
+        return f"{good} {goal}x"
+    return f"{bad} {goal}x" if beyond(best) else f"at {goal}x (its interval holds it)"
 
 
 def _against_the_rung_below(rows: list[BenchRow], by_round: Ratios) -> None:
@@ -811,6 +805,10 @@ def _centre(ratio: Ratio | None) -> float | None:
     return ratio.centre if ratio else None
 
 
+def _span(ratio: Ratio | None) -> str | None:
+    return ratio.span() if ratio else None
+
+
 def _per_round(r: BenchRow) -> str:
     """`1.15 1.14 1.17`: the CPU ratios to plain-limits, round by round (more than one round)."""
     limits = r.cpu_to.get("plain-limits")
@@ -827,13 +825,13 @@ COLUMNS = [
     ("x proxy_pass", lambda r: r.ratio_to_proxy_pass, 3),
     ("CPU ms / req", lambda r: r.cpu_ms_per_request, 3),
     ("CPU x plain-limits", lambda r: _centre(r.cpu_to.get("plain-limits")), 2),
-    ("95%", lambda r: r.cpu_to["plain-limits"].span() if "plain-limits" in r.cpu_to else None, None),
+    ("CPU 95%", lambda r: _span(r.cpu_to.get("plain-limits")), None),
     ("x plain-limits per round", _per_round, None),
     (f"goal: {GOAL}x", lambda r: r.goal, None),
     ("switches x plain-limits", lambda r: _centre(r.switches_to_plain_limits), 2),
-    ("95% ", lambda r: r.switches_to_plain_limits and r.switches_to_plain_limits.span(), None),
+    ("switches 95%", lambda r: _span(r.switches_to_plain_limits), None),
     ("rps x plain-limits", lambda r: _centre(r.rps_to.get("plain-limits")), 2),
-    ("95%  ", lambda r: r.rps_to["plain-limits"].span() if "plain-limits" in r.rps_to else None, None),
+    ("rps 95%", lambda r: _span(r.rps_to.get("plain-limits")), None),
     (f"capacity goal: {CAPACITY_GOAL}x", lambda r: r.capacity, None),
 ]
 LADDER_COLUMNS = [
