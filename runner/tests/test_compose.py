@@ -36,7 +36,7 @@ PORTS = {
 
 def render(*overlays: str, **env: str) -> dict:
     """What compose loads with only .env and `env` set: no variable of the user's shell."""
-    return compose.render(*overlays, env=env, inherit_env=False)
+    return compose.merged_config(*overlays, env=env, inherit_env=False)
 
 
 def accepted_by_proxy(variable: str) -> list[str]:

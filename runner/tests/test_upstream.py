@@ -122,7 +122,7 @@ def test_stub_status_is_off_the_load_listener(upstream):
 
 
 def test_rendered_config_passes_nginx_t(tmp_path):
-    conf = nginx.render(tmp_path, nginx.NginxPorts(free_port(), free_port()))
+    conf = nginx.write_conf(tmp_path, nginx.NginxPorts(free_port(), free_port()))
     nginx.check(conf)  # raises with nginx's words if refused
     text = (tmp_path / "conf.d" / "default.conf").read_text()
     assert "${" not in text

@@ -137,7 +137,7 @@ class Dimension:
     # when a run records the case's own value (Run.dims).
     reported: str = ""
 
-    def of(self, case: Case) -> object:
+    def value_of(self, case: Case) -> object:
         return getattr(case, self.field)
 
     @functools.cached_property
@@ -391,7 +391,7 @@ class Case:
 
     def dimensions(self) -> dict[str, str]:
         """The dimensions not at their defaults, by the word that names them."""
-        return {d.word: str(d.of(self)) for d in DIMENSIONS if d.of(self) != d.default}
+        return {d.word: str(d.value_of(self)) for d in DIMENSIONS if d.value_of(self) != d.default}
 
     def refusal(self) -> str | None:
         """Why this case cannot run as it is (the first of its dimensions that says so), or None."""
@@ -418,7 +418,7 @@ class Case:
         compose/https.yml)."""
         env = {"CLIENT_ENGINE": self.engine, "CLIENT_LIFETIME": self.lifetime}
         for d in DIMENSIONS:
-            env.update(d.env(d.of(self)))
+            env.update(d.env(d.value_of(self)))
         return env
 
     @property

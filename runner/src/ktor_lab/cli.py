@@ -15,7 +15,7 @@ import requests
 
 from . import confidence, studies
 from .cases import DEFAULT_CASES
-from .commands import bench, bench_locust, compare, guide, report, run, swarm, up, verify
+from .commands import Command, bench, bench_locust, compare, guide, report, run, swarm, up, verify
 from .errors import LabError
 from .plan import DEFAULT_LOAD, Plan
 
@@ -38,7 +38,7 @@ static-small at {DEFAULT_LOAD}, {confidence.FORKS} JVMs a row x {confidence.WIND
   lab study threads                     threads per engine for 100/500/1000 requests in flight (docs/studies/)
 """
 
-COMMANDS = {
+COMMANDS: dict[str, Command] = {
     "up": up,
     "verify": verify,
     "run": run,

@@ -207,7 +207,7 @@ def groups(results: Results) -> list[Group]:
                 Row(
                     name,
                     runs,
-                    figures.of(len(made)),
+                    figures.row_figures(len(made)),
                     sorted({f for r in runs for f in r.verdict.flags}),
                     all(r.verdict.capacity for r in runs),
                     reasons(runs) + left_out(left, len(runs)) + spares(runs + left),
@@ -232,7 +232,7 @@ class GroupFigures:
         self.rows = rows
         self.made: dict[str, list[Estimate]] = {}
 
-    def of(self, index: int) -> RowFigures:
+    def row_figures(self, index: int) -> RowFigures:
         return RowFigures(self, index)
 
     def estimates(self, key: str) -> list[Estimate]:
@@ -481,7 +481,7 @@ def length_to_detect(c: Comparison, share: float) -> str:
     return f"lab run --forks {need}" if pool.by_fork else f"lab run --forks 1 --windows {need}"
 
 
-def value(row: Row, figure: Figure) -> str:
+def value_cell(row: Row, figure: Figure) -> str:
     """`3,412 ±1.2%` (the centre and half its 95% interval, as a share: the interval is made on
     the logarithms; its ends where it is wider than the centre: `1.95 (0.0041 to 930.00)`),
     `0.1 ±2.0` (in the figure's units: made on the values themselves, where a window is 0, as
@@ -502,7 +502,7 @@ def value(row: Row, figure: Figure) -> str:
     return text + (f" ±{e.half_width:.1%}" if e.half_width is not None else "")
 
 
-def sentence(s: Standing) -> str:
+def standing_sentence(s: Standing) -> str:
     """One figure in words: who leads (with the interval of each leader's difference from the best),
     who is clearly behind (with theirs), which rows were left out and why, and what the run could
     have found."""
@@ -515,22 +515,21 @@ def sentence(s: Standing) -> str:
         if f.key == "rps":
             return f"{head}: no row's rate is its capacity (flags below): rps ranks nothing here.{out}"
         return f"{head}: no row could be ranked.{out}"
-    best = s.best
+    best, its = s.best, value_cell(s.best, f)
     if len(s.leaders) + len(s.behind) == 1:
-        return (
-            f"{head}: only {best.called} ({value(best, f)}) could be ranked; nothing to compare it with.{out}"
-        )
+        return f"{head}: only {best.called} ({its}) could be ranked; nothing to compare it with.{out}"
     if len(s.leaders) == 1:
-        text = f"{head}: {best.called} leads with {value(best, f)}"
+        text = f"{head}: {best.called} leads with {its}"
     else:
-        ties = "; ".join(f"{r.called} {value(r, f)}: {c.words()}" for r, c in s.leaders[1:] if c is not None)
+        tied = [(r, c) for r, c in s.leaders[1:] if c is not None]
+        ties = "; ".join(f"{r.called} {value_cell(r, f)}: {c.words()}" for r, c in tied)
         text = (
-            f"{head}: {best.called} {value(best, f)} and {len(s.leaders) - 1} more lead, no clear difference "
+            f"{head}: {best.called} {its} and {len(s.leaders) - 1} more lead, no clear difference "
             f"among them (against {best.called}: {ties})"
         )
     if s.behind:
         text += f"; clearly behind {best.called}: " + "; ".join(
-            f"{r.called} {value(r, f)} ({c.words()})" for r, c in s.behind
+            f"{r.called} {value_cell(r, f)} ({c.words()})" for r, c in s.behind
         )
     text += "."
     if s.detectable is not None:
@@ -558,7 +557,7 @@ def values_of(s: Standing) -> str:
         key=lambda r: r.figures[f.key].mean,
         reverse=f.better == "higher",
     )
-    return "; ".join(f"{r.called} {value(r, f)}" for r in rows)
+    return "; ".join(f"{r.called} {value_cell(r, f)}" for r in rows)
 
 
 # Where a figure's comparisons rest on too few degrees of freedom to state a power: it is shown as
@@ -882,7 +881,7 @@ def other_figures(group: Group) -> list[str]:
         if key == group.cpu_key:
             continue
         if key == "rps" and group.load.model == "rate":
-            short = listed([r for r in group.rows if not r.kept_rate(group.load)])
+            short = row_names([r for r in group.rows if not r.kept_rate(group.load)])
             out.append(
                 f"rps: every row was given {group.load.target_rps:g} rps, the same work, so rps ranks nothing"
                 + (
@@ -892,11 +891,11 @@ def other_figures(group: Group) -> list[str]:
                 )
             )
             continue
-        out.append(sentence(standing(group, BY_KEY[key], rows)))
+        out.append(standing_sentence(standing(group, BY_KEY[key], rows)))
     return out
 
 
-def listed(rows: list[Row]) -> list[str]:
+def row_names(rows: list[Row]) -> list[str]:
     """The rows' names for a sentence, an A/A pair named once (`singleton-cio`) where both its
     copies are among them."""
     out: list[str] = []
@@ -911,11 +910,11 @@ def listed(rows: list[Row]) -> list[str]:
 def risks(results: Results, group: Group) -> list[str]:
     """What a user must know before choosing, by name."""
     out = []
-    if leaks := listed([r for r in group.rows if "leak" in r.flags]):
+    if leaks := row_names([r for r in group.rows if "leak" in r.flags]):
         out.append(f"Leak: kept threads or open files after the load: {', '.join(leaks)}.")
     if stops := [said for r in group.rows if (said := stopped_answering(r))]:
         out.append(f"Stopped answering under load: {'; '.join(stops)}.")
-    if logged := listed([r for r in group.rows if "proxy-exceptions" in r.flags]):
+    if logged := row_names([r for r in group.rows if "proxy-exceptions" in r.flags]):
         out.append(
             f"Exceptions: the proxy logged exceptions with a stack trace (proxy-exceptions, named in the "
             f"notes below the table): {', '.join(logged)}."
@@ -929,7 +928,7 @@ def risks(results: Results, group: Group) -> list[str]:
             + (f" ({'; '.join(sorted(notes))})" if notes else "")
             + "."
         )
-    per_request = listed([r for r in group.rows if r.per_request()])
+    per_request = row_names([r for r in group.rows if r.per_request()])
     if per_request:
         out.append(
             f"A connection per request: {', '.join(per_request)} opened one for (nearly) every request "
@@ -1009,13 +1008,13 @@ def measurement_risks(group: Group) -> list[str]:
             if (entry := f"{name} ({', '.join(rate_flags(r))})") not in said:
                 said.append(entry)
         out.append("Rate not the engine's: " + "; ".join(said) + ".")
-    if missed := listed([r for r in group.rows if "scrapes-missed" in r.flags]):
+    if missed := row_names([r for r in group.rows if "scrapes-missed" in r.flags]):
         out.append(
             "Scrapes missed: Prometheus did not get every scrape of the proxy in time (its /metrics "
             f"slow under the load): {', '.join(missed)}; their threads, heap and files highs are at "
             "least those shown."
         )
-    if slow := listed([r for r in group.rows if "generator-latency" in r.flags]):
+    if slow := row_names([r for r in group.rows if "generator-latency" in r.flags]):
         out.append(
             "Latency mostly the generator's (Locust's p50 well above the proxy's own): "
             + ", ".join(slow)

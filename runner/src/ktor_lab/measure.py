@@ -279,7 +279,7 @@ def measure(
     run = Run(case.id, case.engine, case.lifetime, spec.scenario, spec.load, spec.repeat)
     run.copy, run.fork = spec.copy, spec.fork
     run.dimensions = plan.has_dimensions
-    run.dims = {d.field: d.of(case) for d in DIMENSIONS if not d.reported}
+    run.dims = {d.field: d.value_of(case) for d in DIMENSIONS if not d.reported}
     run.network = backend.network_record(live.proxy.network)
     scrape_proxy = ProxyScraper(backend, live.proxy, run)
 
@@ -519,7 +519,7 @@ def record_window(run: Run, edges: WindowEdges, idle: metrics.Samples) -> None:
     run.window = Window(
         edges.started, edges.ended, round(edges.ended - edges.started, 3), round(edges.edges_s, 3)
     )
-    run.locust = LocustFigures.of(edges.stats)
+    run.locust = LocustFigures.from_window(edges.stats)
     if edges.before is not None and edges.after is not None:
         run.proxy = proxy_figures(edges.before, edges.after)
     else:

@@ -187,7 +187,7 @@ class Plan:
             raise ValueError(f"unknown dimension {unknown[0]!r}; dimensions: {', '.join(BY_FIELD)}")
         self.dims = {k: [BY_FIELD[k].parse(v) for v in vs] for k, vs in self.dims.items() if vs}
         for d in (BY_FIELD[k] for k in self.dims):  # each value parsed: a ValueError naming what is valid
-            if named := [c for c in self.cases if d.of(c) != d.default]:
+            if named := [c for c in self.cases if d.value_of(c) != d.default]:
                 raise ValueError(
                     f"case {named[0].name!r} names its {d.word}; give it there or with {d.option}, not both"
                 )

@@ -64,7 +64,7 @@ class LocustFigures:
     missed_starts: int = 0
 
     @classmethod
-    def of(cls, stats) -> LocustFigures:
+    def from_window(cls, stats) -> LocustFigures:
         """From Locust's totals of the window (locust/lab_window.py's WindowStats): the figures of
         the same names, and the rate over the window's own span."""
         shared = {f.name for f in fields(cls)} - {"rps"}

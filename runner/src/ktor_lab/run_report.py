@@ -36,7 +36,7 @@ from .conclusions import (
     other_figures,
     risks,
     screen,
-    value,
+    value_cell,
     warmth,
 )
 from .plan import WARM_FIRST_SCENARIO
@@ -64,7 +64,7 @@ def cell(row: Row, key: str) -> str:
         and row.runs[0].proxy.settings.get("pool_metrics") == "not exposed"
     ):
         return "not exposed"
-    text = value(row, BY_KEY[key])
+    text = value_cell(row, BY_KEY[key])
     at_rate = row.runs[0].load.model == "rate" and row.kept_rate(row.runs[0].load)
     if key == "rps" and not row.capacity and e.mean is not None and not at_rate:
         text += " (not capacity)"

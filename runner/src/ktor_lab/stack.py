@@ -385,7 +385,7 @@ class Stack:
             print(
                 f"lab: Grafana admin password, made for this start (user admin): {password}", file=sys.stderr
             )
-        ini = grafana.render(self.run_dir, self.prometheus_url, self.ports.grafana)
+        ini = grafana.write_provisioning(self.run_dir, self.prometheus_url, self.ports.grafana)
         home = next(
             (
                 p

@@ -107,7 +107,7 @@ def test_the_window_totals_are_one_definition_for_the_export_and_the_results():
         state="running", now=110.0, start_time=100.0, last_request_timestamp=109.9, requests=500, failures=1,
         p50_ms=2.0, p95_ms=5.0, p99_ms=9.0, max_ms=20.0, avg_ms=2.5, users=10, workers=0, target_rps=50.0,
     )  # fmt: skip
-    figures = LocustFigures.of(stats)
+    figures = LocustFigures.from_window(stats)
     assert figures.rps == 50.0 and figures.requests == 500 and figures.p99_ms == 9.0
 
 

@@ -310,7 +310,8 @@ def test_the_difference_a_run_says_it_finds_80_percent_of_the_time_it_finds_abou
     nulls = [standing(1.0) for _ in range(40)]
     if name == "2 rows":
         assert all(s.detectable is None and s.unsure for s in nulls)
-        assert all(f"not compared ({conclusions.UNSURE_WHY}): " in conclusions.sentence(s) for s in nulls)
+        said = [conclusions.standing_sentence(s) for s in nulls]
+        assert all(f"not compared ({conclusions.UNSURE_WHY}): " in text for text in said)
         return
     stated = statistics.median(s.detectable for s in nulls)
     found = [standing(1 + stated) for _ in range(40)]

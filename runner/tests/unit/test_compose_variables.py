@@ -45,7 +45,7 @@ def value(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def render():
-    """compose.render with only .env and the given variables; skipped when the tool cannot be
+    """compose.merged_config with only .env and the given variables; skipped when the tool cannot be
     built (it needs Go 1.24+: the machine's, or tools/fetch-go.py's)."""
     try:
         compose.tool()
@@ -53,7 +53,8 @@ def render():
         pytest.skip(f"tools/compose-config cannot be built here: {e}")
 
     def proxy_env(*overlays: str, **env: str) -> dict[str, str]:
-        return compose.render(*overlays, env=env, inherit_env=False)["services"]["proxy"]["environment"]
+        merged = compose.merged_config(*overlays, env=env, inherit_env=False)
+        return merged["services"]["proxy"]["environment"]
 
     return proxy_env
 

@@ -118,7 +118,7 @@ def test_the_standing_names_leaders_and_those_clearly_behind_never_the_aa_copy()
     leaders = [r.name for r, _ in s.leaders]
     assert "singleton-apache5" in leaders and "singleton-cio" not in leaders
     assert [r.name for r, _ in s.behind] == ["singleton-cio"] and "singleton-okhttp #2" not in leaders
-    text = conclusions.sentence(s)
+    text = conclusions.standing_sentence(s)
     assert (
         "no clear difference among them" in text and "clearly behind" in text and "singleton-cio 2," in text
     )
@@ -248,7 +248,8 @@ def test_a_flagged_window_is_left_out_of_its_row_not_the_row_out_of_the_ranking(
     assert whole.windows == 5 and not whole.left and not whole.capacity and "machine-busy" in whole.flags
     s = conclusions.standing(group, rules.BY_KEY["rps"])
     assert [r.name for r, _ in s.leaders] == ["singleton-apache5"] and not s.behind
-    assert "Left out: singleton-okhttp (errors), singleton-cio (machine-busy)." in conclusions.sentence(s)
+    said = conclusions.standing_sentence(s)
+    assert "Left out: singleton-okhttp (errors), singleton-cio (machine-busy)." in said
     first = run_report.busy_line(results, [group])
     assert first is not None and "5 of 15 windows" in first
     assert "1 of them are left out" in first and "4 could not be left out" in first
@@ -265,7 +266,7 @@ def test_a_row_alone_is_never_said_to_lead():
         if r.engine == "cio":
             r.locust.failures = 500  # errors in every window: not comparable
     (group,) = conclusions.groups(results)
-    text = conclusions.sentence(conclusions.standing(group, rules.BY_KEY["rps"]))
+    text = conclusions.standing_sentence(conclusions.standing(group, rules.BY_KEY["rps"]))
     assert "only singleton-okhttp" in text and "could be ranked" in text and "leads" not in text
     assert "Left out: singleton-cio (errors)." in text
 
@@ -381,8 +382,8 @@ def test_sentences_name_a_row_by_what_sets_it_apart_in_its_group_and_an_aa_pair_
         "singleton-cio #2",
         "per-call-okhttp protocol https",
     ]
-    assert conclusions.listed(group.rows) == ["singleton-cio", "per-call-okhttp protocol https"]
-    assert conclusions.listed(group.rows[1:]) == ["singleton-cio #2", "per-call-okhttp protocol https"]
+    assert conclusions.row_names(group.rows) == ["singleton-cio", "per-call-okhttp protocol https"]
+    assert conclusions.row_names(group.rows[1:]) == ["singleton-cio #2", "per-call-okhttp protocol https"]
 
 
 def test_the_report_s_changes_are_one_family_so_null_changes_are_named_less_than_tested_alone():
@@ -522,7 +523,7 @@ def test_a_figure_the_run_cannot_resolve_is_shown_as_values_with_the_length_that
     100%; that run, simulated, does (its detectable difference at most 100% in most draws)."""
     (group,) = conclusions.groups(noisy_heap(5, 1.0))
     s = conclusions.standing(group, rules.BY_KEY["heap"])
-    text = conclusions.sentence(s)
+    text = conclusions.standing_sentence(s)
     assert s.detectable > 1 and text.startswith(
         "heap max MiB (lower is better): not compared (this run finds"
     )
@@ -542,7 +543,7 @@ def test_a_figure_the_run_cannot_resolve_is_shown_as_values_with_the_length_that
 
 def test_a_figure_the_run_resolves_is_compared_as_before():
     (group,) = conclusions.groups(noisy_heap(5, 0.05))
-    text = conclusions.sentence(conclusions.standing(group, rules.BY_KEY["heap"]))
+    text = conclusions.standing_sentence(conclusions.standing(group, rules.BY_KEY["heap"]))
     assert "not compared" not in text and "This run finds a difference of" in text
 
 

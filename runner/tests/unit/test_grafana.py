@@ -160,7 +160,7 @@ def test_substitute_fills_variables_and_the_rate_interval():
 
 
 def test_render_for_a_native_grafana(tmp_path):
-    ini_path = grafana.render(tmp_path, "http://127.0.0.1:19090", 13000)
+    ini_path = grafana.write_provisioning(tmp_path, "http://127.0.0.1:19090", 13000)
     out = ini_path.parent
     [ds] = yaml.safe_load((out / "provisioning" / "datasources" / "lab.yml").read_text())["datasources"]
     assert (ds["uid"], ds["url"]) == (DS_UID, "http://127.0.0.1:19090")

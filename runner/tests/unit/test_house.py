@@ -194,3 +194,58 @@ def test_few_functions_run_over_fifty_lines():
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 50
     ]
     assert len(long) <= 6, sorted(long)
+
+
+def interface_members(tree: ast.Module) -> set[str]:
+    """The members of the interfaces a module declares: an ABC's or a Protocol's methods and
+    attributes (`class Backend(ABC)`, `class Command(Protocol)`)."""
+    found = set()
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+        if bases & {"ABC", "Protocol"}:
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
+                    found.add(member.name)
+                elif isinstance(member, ast.AnnAssign) and isinstance(member.target, ast.Name):
+                    found.add(member.target.id)
+    return found
+
+
+def definitions() -> tuple[dict[str, set[str]], set[str]]:
+    """Each name a module defines (its functions, its classes' methods) with the modules defining
+    it, and the members of every interface the runner declares (ABCs, Protocols, and a study's
+    parts: studies.machinery.Study's fields), which any module may define again."""
+    from dataclasses import fields
+
+    from ktor_lab.studies.machinery import Study
+
+    where: dict[str, set[str]] = {}
+    interfaces = {f.name for f in fields(Study) if f.name not in ("name", "help", "needs", "claim")}
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        interfaces |= interface_members(tree)
+        for node in tree.body:
+            members = node.body if isinstance(node, ast.ClassDef) else [node]
+            for f in members:
+                if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and not f.name.startswith("__"):
+                    where.setdefault(f.name, set()).add(module_name(path))
+    return where, interfaces
+
+
+def test_no_name_is_defined_in_more_than_three_modules_unless_an_interface_declares_it():
+    """A name a reader greps for leads to at most three definitions: `of`, `render` and `cell`
+    defined in five modules each said nothing of what they return. Members of an interface (an
+    ABC's or Protocol's, a study's parts) are one name by design."""
+    where, interfaces = definitions()
+    crowded = {name: sorted(m) for name, m in where.items() if len(m) > 3 and name not in interfaces}
+    assert not crowded, crowded
+
+
+def test_the_name_check_sees_interfaces_and_what_they_leave_out():
+    where, interfaces = definitions()
+    assert {"url", "start_case", "connections"} <= interfaces  # backends.Backend (an ABC)
+    assert {"add_parser", "run", "to_json", "planned_seconds", "measure", "report"} <= interfaces
+    assert len(where["run"]) > 3 and len(where["url"]) > 3  # exempt, not missed
+    assert "test_house" not in {m for ms in where.values() for m in ms}  # the runner's modules only

@@ -144,7 +144,7 @@ def test_the_toxics_replace_whatever_was_set_on_every_proxy(fake_api):
 
 
 def test_natively_each_proxy_listens_on_loopback_and_forwards_to_nginx_s_port_of_its_kind(tmp_path):
-    path, ports = toxiproxy.render(tmp_path, {"http": 18080, "tls": 18443})
+    path, ports = toxiproxy.write_config(tmp_path, {"http": 18080, "tls": 18443})
     rendered = {p["name"]: p for p in json.loads(path.read_text())}
     assert rendered["nginx"]["upstream"] == "127.0.0.1:18080"
     assert rendered["nginx-tls"]["upstream"] == "127.0.0.1:18443"

@@ -391,7 +391,7 @@ def test_a_count_no_window_saw_reads_0_in_the_table_not_minus_0():
     conns = next(f for f in rules.FIGURES if f.key == "conns")
     shifted = none.with_pool(pool)
     shifted = replace(shifted, mean=-1e-13)  # 0 less what taking out a block leaves
-    text = conclusions.value(conclusions.Row("singleton-apache5", [], {"conns": shifted}), conns)
+    text = conclusions.value_cell(conclusions.Row("singleton-apache5", [], {"conns": shifted}), conns)
     assert re.fullmatch(r"0\.0 ±\d+\.\d", text), text
 
 
@@ -402,7 +402,7 @@ def test_an_interval_wider_than_its_centre_is_given_by_its_ends_not_as_a_share_o
     wild = Estimate.of([0.01, 5.0, 0.2, 40.0, 0.05, 9.0], forks=[1, 1, 1, 2, 2, 2])
     assert wild.half_width is not None and wild.half_width > 1
     figure = next(f for f in rules.FIGURES if f.key == "cpu")
-    text = conclusions.value(conclusions.Row("per-call-java", [], {"cpu": wild}), figure)
+    text = conclusions.value_cell(conclusions.Row("per-call-java", [], {"cpu": wild}), figure)
     assert re.fullmatch(r"[\d.]+ \([\d.e-]+ to [\d,.]+\)", text) and "%" not in text, text
     low, high = (float(x.replace(",", "")) for x in text.split("(")[1].rstrip(")").split(" to "))
     assert low < wild.mean < high

@@ -212,7 +212,7 @@ def window(target: Target, args: argparse.Namespace, n: int, settle: int = 0) ->
     busy = machine_figures(machine_before, cpu_sample(), time.monotonic() - wall)
     recording, target.recording = target.recording, None  # the first window's profile
     if recording:
-        recording.stop(began, jfr.now())
+        recording.dump(began, jfr.now())
     warmed = target.warm
     w = replace(
         w, target=target.name, round=n, pid=pid, warmup_s=warmed.seconds, warmup_settled=warmed.settled,

@@ -125,7 +125,7 @@ def one_case(text: str, **given: str) -> Case:
             value = given.get(d.field)
             if not value:
                 continue
-            if d.of(case) != d.default:
+            if d.value_of(case) != d.default:
                 raise ValueError(f"the case names its {d.word}; give it there or with {d.option}, not both")
             case = case.with_dimensions(**{d.field: d.parse(value)})
         if why := case.refusal():

@@ -1,6 +1,6 @@
 """The compose stack: its files, its effective configuration, and a running project of it.
 
-`render` runs tools/compose-config (compose-go, the loader `docker compose` uses) on the
+`merged_config` runs tools/compose-config (compose-go, the loader `docker compose` uses) on the
 repository's docker-compose.yml and overlays, and returns what `docker compose config`
 would: every service with its overlays merged, variables interpolated, paths resolved.
 
@@ -116,7 +116,7 @@ def tool() -> Path:
     return TOOL
 
 
-def render(*overlays: str, env: dict[str, str] | None = None, inherit_env: bool = True) -> dict:
+def merged_config(*overlays: str, env: dict[str, str] | None = None, inherit_env: bool = True) -> dict:
     """The effective config of docker-compose.yml plus compose/<overlay>.yml for each name, in order.
 
     `env` adds to (or, with `inherit_env=False`, replaces) the process environment that

@@ -116,7 +116,7 @@ def panels_without_data(
     return empty
 
 
-def render(run_dir: Path, prometheus_url: str, port: int) -> Path:
+def write_provisioning(run_dir: Path, prometheus_url: str, port: int) -> Path:
     """Config for a native Grafana on 127.0.0.1:`port`: grafana.ini with paths into `run_dir`,
     the datasource at `prometheus_url`, the dashboards read from the repository. Returns the ini."""
     out = run_dir / "grafana"

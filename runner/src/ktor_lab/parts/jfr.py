@@ -50,7 +50,7 @@ class Profile:
 
 
 class Recording:
-    """`start()` before the warm-up, `stop(began, ended)` after the measured window, then `read()`."""
+    """`start()` before the warm-up, `dump(began, ended)` after the measured window, then `read()`."""
 
     def __init__(self, pid: int, path: Path):
         self.pid, self.path = pid, path
@@ -65,7 +65,7 @@ class Recording:
             timeout=60,
         )
 
-    def stop(self, began: datetime, ended: datetime) -> None:
+    def dump(self, began: datetime, ended: datetime) -> None:
         self.began, self.ended = began, ended
         subprocess.run(
             [tool("jcmd"), str(self.pid), "JFR.stop", "name=window", f"filename={self.path}"],

@@ -57,7 +57,7 @@ def render_template(text: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, text)
 
 
-def render(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Path:
+def write_conf(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Path:
     """Writes nginx.conf and conf.d/ into `run_dir`; returns the main config's path."""
     run_dir = run_dir.resolve()
     conf_d = run_dir / "conf.d"
@@ -169,7 +169,7 @@ def check(conf: Path) -> None:
 
 def start(run_dir: Path, ports: NginxPorts, files_dir: Path | None = None) -> Service:
     """Renders, generates the files, checks and starts nginx in the foreground; waits until it answers."""
-    conf = render(run_dir, ports, files_dir)
+    conf = write_conf(run_dir, ports, files_dir)
     generate_files(run_dir, ports, files_dir)
     make_tls()
     check(conf)

@@ -23,7 +23,7 @@ NGINX_EXPORTER = shutil.which("prometheus-nginx-exporter") or "/usr/bin/promethe
 CONFIG = REPO / "prometheus" / "prometheus.yml"
 
 
-def render(
+def write_config(
     run_dir: Path,
     targets: dict[str, str],
     scrape_interval: str | None = None,
@@ -171,7 +171,7 @@ def start(
     files: dict[str, Path] | None = None,
 ) -> Service:
     """Starts Prometheus on 127.0.0.1:`port` with data in the run folder; waits until it is ready."""
-    conf = render(run_dir, targets, scrape_interval, files)
+    conf = write_config(run_dir, targets, scrape_interval, files)
     service = Service(
         "prometheus",
         [

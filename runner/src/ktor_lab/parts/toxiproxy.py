@@ -77,7 +77,7 @@ def missing_reason() -> str | None:
     return MISSING
 
 
-def render(run_dir: Path, nginx_ports: dict[str, int]) -> tuple[Path, dict[str, int]]:
+def write_config(run_dir: Path, nginx_ports: dict[str, int]) -> tuple[Path, dict[str, int]]:
     """proxies.json for loopback (`nginx_ports`: `http` and `tls` to nginx's ports): the file and
     each proxy's listening port by name."""
     proxies, listening = [], {}
@@ -121,7 +121,7 @@ class Toxiproxy:
 
 def start(run_dir: Path, nginx_ports: dict[str, int]) -> Toxiproxy:
     """The server with the lab's proxies on loopback (no toxics yet), once its API answers."""
-    config, listening = render(run_dir, nginx_ports)
+    config, listening = write_config(run_dir, nginx_ports)
     api_port = free_port()
     service = Service(
         "toxiproxy",

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
         study.add_parser(studies)
 
 
-def dry_run_lines(items: list) -> list[str]:
+def dry_run_lines(items: list[machinery.PlannedItem]) -> list[str]:
     """Per kind of item (a benchmark, a burst, transfers: its KIND and EACH): how many and their most
     time (each its `planned_seconds()`); then the study's in all."""
     kinds: dict[tuple[str, str], list[float]] = {}

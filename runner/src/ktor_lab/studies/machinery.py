@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from .. import metrics, render
 from ..backends import Backend, NativeBackend
@@ -39,6 +39,15 @@ PROXY_START_S = 5
 Item = TypeVar("Item")
 Row = TypeVar("Row")
 Parts = TypeVar("Parts")
+
+
+class PlannedItem(Protocol):
+    """One run of a study's plan, as its dry run counts it: its kind, what each is, its most time."""
+
+    KIND: ClassVar[str]
+    EACH: ClassVar[str]
+
+    def planned_seconds(self) -> float: ...
 
 
 @dataclass
@@ -108,9 +117,18 @@ def run_items(study: Study, args: argparse.Namespace, command: str, items: list)
     return write(d, study, command, study.report(rows, args), [plain(r) for r in rows], started)
 
 
+@runtime_checkable
+class Recorded(Protocol):
+    """A row that writes itself into results.json (rows, plans and profiles that hold more than
+    their fields say)."""
+
+    def to_json(self) -> dict: ...
+
+
 def plain(row) -> dict:
-    """A row as results.json holds it: its own `to_json`, else its fields (rows are dataclasses)."""
-    return row.to_json() if hasattr(row, "to_json") else asdict(row)
+    """A row as results.json holds it: its own `to_json` (a Recorded), else its fields (rows are
+    dataclasses)."""
+    return row.to_json() if isinstance(row, Recorded) else asdict(row)
 
 
 def write(d: Path, study: Study, command: str, report: Report, rows: list[dict], started: float) -> Path:

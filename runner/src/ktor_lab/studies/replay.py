@@ -81,7 +81,7 @@ def words(results: dict[str, Results]) -> list[str]:
                 ranked = conclusions.standing(g, rules.BY_KEY["rps"], rows)
                 out.append(
                     f"Capacity ({g.load.label}: a closed loop without wait, each case as fast as it "
-                    f"answers): {conclusions.sentence(ranked)}"
+                    f"answers): {conclusions.standing_sentence(ranked)}"
                 )
         cases = dict.fromkeys(run.case for run in r.runs)
         if any(g.load.model == "rate" for g in gs):

@@ -127,7 +127,7 @@ class Transfers:
     warmup: int
 
     @classmethod
-    def of(cls, sizes: str, repeats: int, warmup: int) -> Transfers:
+    def parse(cls, sizes: str, repeats: int, warmup: int) -> Transfers:
         """The transfers; a ValueError for a size that is not a file's size (1k, 15m, ...)."""
         made = cls(tuple(s.strip() for s in sizes.split(",") if s.strip()), repeats, warmup)
         for size in made.sizes:
@@ -179,7 +179,7 @@ class TransferRow:
     of_direct: float | None = None  # filled by the report, beside nginx direct's same cell
 
     @classmethod
-    def of(
+    def from_runs(
         cls, target: str, size: str, bytes: int, direction: str, runs: list[Transfer], proxied: bool
     ) -> TransferRow:
         """The transfers' row: their median rate and its range, and (`proxied`) what the proxy used."""
@@ -211,7 +211,7 @@ class Target:
 def plan(args: argparse.Namespace) -> list[Target]:
     """The targets: nginx direct over http (what the measuring client itself manages), then each
     engine (singleton) over each protocol it speaks (h2 not for CIO and Apache 4)."""
-    transfers = Transfers.of(args.sizes, args.repeats, args.warmup)
+    transfers = Transfers.parse(args.sizes, args.repeats, args.warmup)
     d = BY_FIELD["protocol"]
     protocols = d.values(getattr(args, d.dest))
     cases = [
@@ -258,7 +258,9 @@ def transfers(
                 intact = got == want["bytes"] and sha == want["sha256"]
                 runs.append(Transfer(secs, got / secs / 1e6, intact, used["heap_max"], used["cpu_seconds"]))
             rows.append(
-                TransferRow.of(target, size, want["bytes"], direction, runs, proxied=probe_url is not None)
+                TransferRow.from_runs(
+                    target, size, want["bytes"], direction, runs, proxied=probe_url is not None
+                )
             )
     return rows
 
