@@ -138,6 +138,8 @@ DEFAULT_RUNS = {
     "run C": "docs/matrix-runs/default-again",
     "run D": "docs/matrix-runs/default-third",
     "run E": "docs/matrix-runs/default-fourth",
+    "run F": "docs/matrix-runs/fresh-clone",
+    "run G": "docs/matrix-runs/fresh-clone-again",
 }
 
 
