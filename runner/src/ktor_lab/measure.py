@@ -645,6 +645,7 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
     proxy.server_seconds = round(after.sum(f"{SERVER_TIMER}_sum") - before.sum(f"{SERVER_TIMER}_sum"), 3)
     served = metrics.delta(metrics.buckets(before, SERVER_TIMER), metrics.buckets(after, SERVER_TIMER))
     proxy.server_requests = served.get(float("inf"))
+    proxy.server_buckets = metrics.own_counts(served)
     for q in (50, 95, 99):
         seconds = metrics.quantile(served, q / 100)
         setattr(proxy, f"server_p{q}_ms", None if seconds is None else round(seconds * 1000, 3))
@@ -653,6 +654,7 @@ def proxy_figures(before: metrics.Samples, after: metrics.Samples) -> ProxyFigur
         metrics.buckets(before, UPSTREAM_TIMER, outcome="success"),
         metrics.buckets(after, UPSTREAM_TIMER, outcome="success"),
     )
+    proxy.upstream_buckets = metrics.own_counts(called)
     for q in (50, 99):
         seconds = metrics.quantile(called, q / 100)
         setattr(proxy, f"upstream_p{q}_ms", None if seconds is None else round(seconds * 1000, 3))

@@ -109,6 +109,36 @@ def delta(before: dict[float, float], after: dict[float, float]) -> dict[float, 
     return {le: count - before.get(le, 0.0) for le, count in after.items()}
 
 
+def own_counts(cumulative: dict[float, float]) -> dict[str, float]:
+    """A histogram as results.json keeps it: each bucket that holds an observation, by its upper bound
+    (`repr`: "0.005", "inf"), with its own count, and the bound below it (0 where that bucket is
+    empty), so that `quantile` of `cumulative_of` it is the histogram's, and summing two such is
+    merging their histograms."""
+    bounds = sorted(cumulative)
+    out: dict[str, float] = {}
+    below = 0.0
+    for i, le in enumerate(bounds):
+        if (n := cumulative[le] - below) > 0:
+            if i:
+                out.setdefault(repr(bounds[i - 1]), 0.0)
+            out[repr(le)] = n
+        below = cumulative[le]
+    return out
+
+
+def cumulative_of(*histograms: dict[str, float]) -> dict[float, float]:
+    """`own_counts` histograms summed (one JVM's windows merged), as cumulative counts by bound."""
+    own: dict[float, float] = {}
+    for h in histograms:
+        for le, n in h.items():
+            own[float(le)] = own.get(float(le), 0.0) + n
+    out, total = {}, 0.0
+    for le in sorted(own):
+        total += own[le]
+        out[le] = total
+    return out
+
+
 def quantile(histogram: dict[float, float], q: float) -> float | None:
     """Prometheus' histogram_quantile: the bucket holding the q-th observation, linearly within
     it; None without observations. A quantile in the +Inf bucket is the highest finite bound."""

@@ -92,6 +92,11 @@ class ProxyFigures:
     # own time, the request sent until the answer's body was relayed.
     upstream_p50_ms: float | None = None
     upstream_p99_ms: float | None = None
+    # The two histograms over the window (metrics.own_counts: non-empty buckets, seconds): a row's
+    # proxy and upstream percentiles merge its JVMs' windows (rules.jvm_values); empty where
+    # results.json was written before them.
+    server_buckets: dict[str, float] = field(default_factory=dict)
+    upstream_buckets: dict[str, float] = field(default_factory=dict)
     # Seconds the proxy spent serving requests over the window (its server timer's sum): divided by
     # the window, the requests in flight on average (Little's law).
     server_seconds: float | None = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lab_latency import merged, percentile_ms
 
-from . import verdict
+from . import metrics, verdict
 from .plan import Load
 from .results import Run
 
@@ -50,6 +50,9 @@ class Figure:
     # A percentile of a latency histogram (lab_latency, encoded in the window): a row's value is its
     # JVMs' merged histograms' percentile, one value a JVM (`jvm_values`), not a mean of windows'.
     histogram: Callable[[Run], str] | None = None
+    # The same for a percentile of one of the proxy's own histograms (its server timer, its upstream
+    # call's), kept as bucket counts (metrics.own_counts) a window.
+    buckets: Callable[[Run], dict[str, float]] | None = None
     percentile: float = 0.0
 
     @property
@@ -95,6 +98,14 @@ def _sent(r: Run) -> str:
     return r.locust.latency_sent
 
 
+def _served(r: Run) -> dict[str, float]:
+    return r.proxy.server_buckets
+
+
+def _called(r: Run) -> dict[str, float]:
+    return r.proxy.upstream_buckets
+
+
 @functools.lru_cache(maxsize=4096)
 def merged_histogram(texts: tuple[str, ...]):
     """The encoded histograms `texts` merged (lab_latency.merged), once: a report reads each
@@ -120,6 +131,14 @@ def tail(
     return Figure(key, heading, get, 2, "lower", words=words, histogram=histogram, percentile=p)
 
 
+def proxy_tail(
+    key: str, heading: str, p: float, buckets: Callable[[Run], dict[str, float]], get, digits: int
+) -> Figure:
+    """A percentile of the proxy's own histogram (ms, lower is better): `get` reads a window's (the
+    figure measure.py wrote); a row's merges each JVM's windows' buckets (`jvm_values`)."""
+    return Figure(key, heading, get, digits, "lower", buckets=buckets, percentile=p)
+
+
 def late_per_1000(r: Run) -> float | None:
     """Intended starts sent late because the user was still busy (never sent included), per 1,000."""
     s = r.locust
@@ -129,7 +148,14 @@ def late_per_1000(r: Run) -> float | None:
 def jvm_values(figure: Figure, runs: Sequence[Run]) -> tuple[list[float | None], list[int]]:
     """A row's values of `figure` and the JVM (fork) of each: one a window, or for a percentile of
     a latency histogram one a JVM, of its windows' histograms merged (a tail over every request the
-    JVM served, not a mean of windows' tails); Locust's per-window figure where no window has one."""
+    JVM served, not a mean of windows' tails); Locust's per-window figure where no window has one.
+    The proxy's own percentiles likewise, from their buckets, where every window has them."""
+    if figure.buckets is not None and runs and all(figure.buckets(r) for r in runs):
+        own: dict[int, list[dict[str, float]]] = {}
+        for r in runs:
+            own.setdefault(r.fork, []).append(figure.buckets(r))
+        merged = [metrics.quantile(metrics.cumulative_of(*h), figure.percentile / 100) for h in own.values()]
+        return [None if s is None else s * 1000 for s in merged], list(own)
     if figure.histogram is None or not any(figure.histogram(r) for r in runs):
         return [figure.get(r) for r in runs], [r.fork for r in runs]
     by: dict[int, list[str]] = {}
@@ -153,10 +179,10 @@ FIGURES = [
     # for a start the user was late for (coordinated omission) and the generator's own delay.
     tail("sent_p99", "p99 ms from the send", 99, _sent, words="p99 from the send"),
     Figure("late", "late starts / 1k", late_per_1000, 1, "lower"),
-    Figure("server_p50", "proxy p50 ms", lambda r: r.proxy.server_p50_ms, 1, "lower"),
-    Figure("server_p99", "proxy p99 ms", lambda r: r.proxy.server_p99_ms, 1, "lower"),
-    Figure("upstream_p50", "upstream call p50 ms", lambda r: r.proxy.upstream_p50_ms, 2, "lower"),
-    Figure("upstream_p99", "upstream call p99 ms", lambda r: r.proxy.upstream_p99_ms, 2, "lower"),
+    proxy_tail("server_p50", "proxy p50 ms", 50, _served, lambda r: r.proxy.server_p50_ms, 1),
+    proxy_tail("server_p99", "proxy p99 ms", 99, _served, lambda r: r.proxy.server_p99_ms, 1),
+    proxy_tail("upstream_p50", "upstream call p50 ms", 50, _called, lambda r: r.proxy.upstream_p50_ms, 2),
+    proxy_tail("upstream_p99", "upstream call p99 ms", 99, _called, lambda r: r.proxy.upstream_p99_ms, 2),
     Figure("errors", "errors", lambda r: r.locust.failures, 0, "lower"),
     Figure(
         "cpu",

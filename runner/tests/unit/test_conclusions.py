@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ktor_lab import conclusions, confidence, rules, run_report
+from ktor_lab import conclusions, confidence, metrics, rules, run_report
 from ktor_lab.cases import Case
 from ktor_lab.confidence import Estimate
 from ktor_lab.plan import Load, Plan
@@ -596,3 +596,39 @@ def test_the_report_plots_each_rows_merged_latency_by_percentile_where_its_windo
     assert "singleton-okhttp" in svg and "singleton-apache5" in svg
     page = run_report.page(results)
     assert page.count("<title>latency by percentile") == 1
+
+
+def test_a_rows_proxy_tail_merges_its_jvms_buckets_and_a_bucket_kept_is_the_histogram_s():
+    """The proxy's own histograms kept a window as their non-empty buckets (metrics.own_counts): one
+    window's quantile from them is the full histogram's, and a JVM's p99 is that of its windows'
+    buckets summed: 990 requests under 1 ms and 10 slow in one window (its p99 a fast one's), 989
+    and 11 in the other; merged, 21 of 2,000 are slow (1.05%), so the JVM's p99 is a slow one's.
+    Without buckets in every window, the windows' own figures serve."""
+    bounds = [0.0005, 0.001, 0.002, 0.25, 0.5, 1.0, float("inf")]
+
+    def histogram(fast: int, slow: int) -> dict[float, float]:  # cumulative, as /metrics has it
+        own = {0.001: fast, 0.5: slow}
+        total, out = 0.0, {}
+        for le in bounds:
+            total += own.get(le, 0)
+            out[le] = total
+        return out
+
+    quiet, mixed = histogram(990, 10), histogram(989, 11)
+    for h in (quiet, mixed):
+        kept = metrics.own_counts(h)
+        assert set(kept) < {repr(b) for b in bounds} and "0.002" not in kept  # an empty bucket, left out
+        for q in (0.5, 0.99, 0.995, 1.0):
+            assert metrics.quantile(metrics.cumulative_of(kept), q) == pytest.approx(metrics.quantile(h, q))
+    runs = [window("singleton-okhttp", n, 400, 0.3) for n in (1, 2, 3)]
+    for r, h, fork in zip(runs, (quiet, mixed, mixed), (1, 1, 2), strict=True):
+        r.fork = fork
+        r.proxy.server_buckets = metrics.own_counts(h)
+        r.proxy.server_p99_ms = metrics.quantile(h, 0.99) * 1000
+    values, forks = rules.jvm_values(rules.BY_KEY["server_p99"], runs)
+    merged = {le: quiet[le] + mixed[le] for le in bounds}
+    assert forks == [1, 2] and values[0] == pytest.approx(metrics.quantile(merged, 0.99) * 1000)
+    assert values[0] > 250 and runs[0].proxy.server_p99_ms <= 1  # the slow ones' bucket, merged
+    assert values[1] == pytest.approx(runs[2].proxy.server_p99_ms)
+    runs[1].proxy.server_buckets = {}  # a window without them: every window's own figure
+    assert rules.jvm_values(rules.BY_KEY["server_p99"], runs)[0] == [r.proxy.server_p99_ms for r in runs]
