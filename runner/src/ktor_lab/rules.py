@@ -154,8 +154,8 @@ def jvm_values(figure: Figure, runs: Sequence[Run]) -> tuple[list[float | None],
         own: dict[int, list[dict[str, float]]] = {}
         for r in runs:
             own.setdefault(r.fork, []).append(figure.buckets(r))
-        merged = [metrics.quantile(metrics.cumulative_of(*h), figure.percentile / 100) for h in own.values()]
-        return [None if s is None else s * 1000 for s in merged], list(own)
+        tails = [metrics.quantile(metrics.cumulative_of(*h), figure.percentile / 100) for h in own.values()]
+        return [None if s is None else s * 1000 for s in tails], list(own)
     if figure.histogram is None or not any(figure.histogram(r) for r in runs):
         return [figure.get(r) for r in runs], [r.fork for r in runs]
     by: dict[int, list[str]] = {}
