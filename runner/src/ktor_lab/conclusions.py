@@ -643,15 +643,6 @@ class Screen:
         ]
         return out
 
-    def sames(self) -> list[str]:
-        """Every comparison the first screen calls the same: `lifetime cio`, `engines okhttp = apache5`."""
-        m = self.group.margin
-        return [
-            f"lifetime {a.case.engine}" if kind == "lifetime" else f"engines {a.name} = {b.name}"
-            for kind, a, b, c in self.decisions()
-            if c.decision(m) == confidence.SAME
-        ]
-
     def undecided(self) -> list[Row]:
         """The rows of the comparisons that are neither different nor the same yet: what a close
         call needs more JVMs of (lab run --budget)."""

@@ -23,7 +23,7 @@ import yaml
 from dotenv import dotenv_values
 
 from .. import versions
-from ..cases import ALL, DIMENSIONS, ENGINE_TITLES, LIFETIME_TITLES, Case
+from ..cases import DIMENSIONS, ENGINE_TITLES, LIFETIME_TITLES, Case
 from ..errors import LabError
 from ..paths import REPO
 from ..processes import free_port, local_url, wait_until
@@ -60,10 +60,6 @@ EXTRA_OVERLAYS = {
 def overlay(name: str) -> Path:
     """compose/<name>.yml: a case (`per-call-okhttp`) or an extra (EXTRA_OVERLAYS)."""
     return OVERLAYS / f"{name}.yml"
-
-
-def case_overlays() -> dict[str, Path]:
-    return {case.id: overlay(case.id) for case in ALL}
 
 
 def release_variable(engine: str) -> str:
