@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import bisect
 import random
+import weakref
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from hdrh.histogram import HdrHistogram
 
@@ -55,11 +57,31 @@ def merged(texts) -> HdrHistogram | None:
     return out if out is not None and out.get_total_count() else None
 
 
+# Each histogram's running totals of its counts, with the total count they were taken at: a report
+# reads several percentiles of one merged histogram, and a live one is summed again once it changed.
+_RUNNING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def running_counts(h: HdrHistogram) -> list[int]:
+    total, running = _RUNNING.get(h, (None, None))
+    if total != h.total_count:
+        running = list(accumulate(h.counts[: min(h.counts_len, h.encoder.payload.counts_len)]))
+        _RUNNING[h] = (h.total_count, running)
+    return running
+
+
 def percentile_ms(h: HdrHistogram | None, p: float) -> float | None:
-    """The `p`th percentile in milliseconds (None for an empty histogram)."""
+    """The `p`th percentile in milliseconds (None for an empty histogram): hdrh's
+    get_value_at_percentile, with its walk over the counts (a Python loop, 2 ms a call, two thirds
+    of the time `lab guide` took) done once a histogram by accumulate, then a binary search."""
     if h is None or not h.get_total_count():
         return None
-    return h.get_value_at_percentile(p) / 1000.0
+    running = running_counts(h)
+    index = bisect.bisect_left(running, h.get_target_count_at_percentile(p))
+    if index == len(running):
+        return 0.0
+    value = h.get_value_from_index(index)
+    return (h.get_highest_equivalent_value(value) if p else h.get_lowest_equivalent_value(value)) / 1000.0
 
 
 def curve(h: HdrHistogram | None, percentiles=PERCENTILES) -> list[tuple[float, float]]:

@@ -284,9 +284,8 @@ def pooled_windows(measured: Sequence[Estimate], forks: Pool) -> Pool | None:
     within = ss / df * inverse / jvms  # what the windows' spread alone gives a JVM's mean
     if forks.variance > within * f_quantile(1 - POOL_ALPHA, forks.df, df):
         return None
-    return _pooled(measured, False, forks.log, forks.blocks) and replace(
-        _pooled(measured, False, forks.log, forks.blocks), pooled=True
-    )
+    windows = _pooled(measured, False, forks.log, forks.blocks)
+    return windows and replace(windows, pooled=True)
 
 
 @dataclass(frozen=True)

@@ -452,8 +452,9 @@ def kept_reports(docs: Path | None = None) -> dict[Path, str]:
     out = {}
     for csv in sorted((docs or REPO / "docs").rglob("results.csv")):
         results = load(csv.parent)
-        out[csv.parent / "report.md"] = markdown(results)
-        out[csv.parent / "report.html"] = html_page(results)
+        gs = groups(results)
+        out[csv.parent / "report.md"] = markdown(results, gs)
+        out[csv.parent / "report.html"] = html_page(results, gs)
     return out
 
 

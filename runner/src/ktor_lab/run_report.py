@@ -435,8 +435,9 @@ def engine_notes(results: Results) -> list[str]:
     ]
 
 
-def markdown(results: Results) -> str:
-    gs = groups(results)
+def markdown(results: Results, gs: list[Group] | None = None) -> str:
+    """report.md; `gs`: the results' groups when made already (page() reads the same)."""
+    gs = groups(results) if gs is None else gs
     lines = ["# Lab report", "", intro(results), "", "## Verdict", ""]
     if busy := busy_line(results, gs):
         lines += [busy, ""]
@@ -485,8 +486,9 @@ details { margin: 1em 0; } summary { cursor: pointer; font-weight: bold; }
 """
 
 
-def page(results: Results) -> str:
-    gs = groups(results)
+def page(results: Results, gs: list[Group] | None = None) -> str:
+    """report.html; `gs` as markdown()'s."""
+    gs = groups(results) if gs is None else gs
     start = min((r.window.start for r in results.runs if r.window.start), default=0.0)
 
     def ul(items: list[str]) -> str:
@@ -534,8 +536,9 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
     """report.md, report.html and results.csv (one line per window) from results.json."""
     results = load(results_dir)
     md, html_path = results_dir / "report.md", results_dir / "report.html"
-    md.write_text(markdown(results))
-    html_path.write_text(page(results))
+    gs = groups(results)
+    md.write_text(markdown(results, gs))
+    html_path.write_text(page(results, gs))
     write_csv(results, results_dir / "results.csv")
     return md, html_path
 

@@ -81,3 +81,19 @@ def test_merged_adds_encoded_windows_and_skips_empty_ones():
     assert both.get_total_count() == 2 and percentile_ms(both, 100) == pytest.approx(100, rel=1e-3)
     assert merged(["", None]) is None
     assert decode(a.window()["latency_sent"]).get_total_count() == 1
+
+
+def test_a_percentile_is_hdrh_s_own_for_live_and_decoded_histograms():
+    """percentile_ms reads what hdrh's get_value_at_percentile does (its own walk over the counts),
+    at every percentile a report asks for and at the ends, on a live histogram and on one decoded
+    from a window's text (whose counts may stop short of the array's end)."""
+    rng = random.Random(3)
+    for n in (1, 7, 2000):
+        lat = Latencies()
+        for _ in range(n):
+            lat.record(rng.lognormvariate(-6, 1.5))
+        for h in (lat.sent, decode(lat.window()["latency_sent"])):
+            for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
+                assert percentile_ms(h, p) == h.get_value_at_percentile(p) / 1000.0, (n, p)
+        lat.record(1.0)  # a live histogram read again after it changed
+        assert percentile_ms(lat.sent, 100) == lat.sent.get_value_at_percentile(100) / 1000.0 >= 999
