@@ -1,14 +1,20 @@
 """The decision rules' simulations at their full size: the unit tier runs their twins on fewer
-draws (runner/tests/unit/test_close_calls.py, test_bench_simulation.py), in seconds; here each holds
-its bound on draws enough for it, and docs/matrix.md's table of close calls is held cell by cell.
-Nothing here starts a part: the real verdict code, on windows drawn in this process."""
+draws (runner/tests/unit/test_close_calls.py, test_bench_simulation.py, test_verdict_simulation.py,
+test_plan_studies.py), in seconds; here each holds its bound on draws enough for it, and
+docs/matrix.md's table of close calls is held cell by cell. Nothing here starts a part: the real
+verdict code, on windows drawn in this process."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from unit.test_bench_simulation import check_flat_ladder, check_goal_verdict
+from unit.test_bench_simulation import (
+    check_cpu_step_found_less_often,
+    check_flat_ladder,
+    check_goal_verdict,
+    check_step_found,
+)
 from unit.test_close_calls import (
     PLANS,
     check_3_percent,
@@ -16,6 +22,9 @@ from unit.test_close_calls import (
     check_nothing_different,
     table_rows,
 )
+from unit.test_plan_studies import check_page_null
+from unit.test_verdict_simulation import check_false_engine_claims
+from unit.test_verdict_simulation import check_nothing_different as check_first_screen_null
 
 from ktor_lab.paths import REPO
 
@@ -59,6 +68,28 @@ def test_the_matrix_page_s_table_of_close_calls_is_the_simulation_s():
 
 def test_on_a_flat_ladder_a_rung_is_named_in_about_5_percent_of_runs():
     check_flat_ladder(300, 0.08)
+
+
+def test_with_nothing_different_the_first_screen_names_a_difference_in_at_most_5_percent_of_runs():
+    """At most 5% of runs (the test allows 8% for its 200 draws)."""
+    check_first_screen_null(200, 0.08)
+
+
+def test_where_the_lifetimes_differ_as_measured_a_false_engine_claim_is_rarer_than_one_in_eight():
+    check_false_engine_claims(300, 0.125)
+
+
+def test_with_nothing_different_a_study_page_names_a_change_in_at_most_5_percent_of_pages():
+    """At most 5% of pages (the test allows 8% for its 150 draws)."""
+    check_page_null(150, 0.08)
+
+
+def test_a_step_of_the_size_the_kept_runs_named_is_found_in_at_least_80_percent_of_runs():
+    check_step_found(200)
+
+
+def test_a_cpu_step_is_found_less_often_than_a_switch_step_of_its_size():
+    check_cpu_step_found_less_often(200)
 
 
 def test_the_goal_verdict_is_wrong_in_at_most_2_5_percent_of_runs_either_way():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from ktor_lab import guide
 from ktor_lab.cli import main
@@ -155,19 +156,9 @@ def test_a_workload_not_measured_says_so_with_the_command_that_measures_it(tmp_p
     assert "indicative figures (one JVM a row): [studies/protocols.md](studies/protocols.md)" in text
 
 
-def test_lab_guide_check_fails_on_a_hand_edit(tmp_path, monkeypatch, capsys):
-    page = tmp_path / "guide.md"
-    shutil.copy(guide.GUIDE, page)
-    monkeypatch.setattr(guide, "GUIDE", page)
-    monkeypatch.setattr(guide, "REPO", tmp_path)
-    assert main(["guide", "--check"]) == 0
-    page.write_text(page.read_text().replace("apache5", "cio", 1))
-    assert main(["guide", "--check"]) == 1
-    assert "differ from what lab guide writes: run lab guide" in capsys.readouterr().out
-
-
-def test_lab_guide_check_fails_on_a_chart_that_is_not_the_run_s(tmp_path, monkeypatch, capsys):
-    """Each workload's chart (cpu.svg) is written from its run; one edited by hand fails --check."""
+def one_workload_guide(tmp_path, monkeypatch) -> Path:
+    """A guide of one workload (h2, its run copied) written by `lab guide`, its charts too: what
+    --check then reads, in place of the nine workloads' (the page's own test is above)."""
     root = tmp_path / "guide"
     shutil.copytree(guide.RESULTS / "h2", root / "h2")
     w = Workload("h2", "HTTP/2", ("--protocols", "h2"), "studies/protocols.md", root=root)
@@ -178,12 +169,25 @@ def test_lab_guide_check_fails_on_a_chart_that_is_not_the_run_s(tmp_path, monkey
     monkeypatch.setattr(guide, "REPO", tmp_path)
     for path, text in guide.charts((w,)).items():
         path.write_text(text)
+    return root
+
+
+def test_lab_guide_check_fails_on_a_hand_edit_of_the_page_or_of_a_chart(tmp_path, monkeypatch, capsys):
+    """The page and each workload's chart (cpu.svg) are written from the runs; either edited by
+    hand fails --check."""
+    root = one_workload_guide(tmp_path, monkeypatch)
     assert main(["guide", "--check"]) == 0
-    chart = root / "h2" / guide.CHART
+    page, chart = guide.GUIDE, root / "h2" / guide.CHART
+    written = page.read_text()
+    page.write_text(written.replace("apache5", "cio", 1))
+    assert main(["guide", "--check"]) == 1
+    assert "guide.md differ from what lab guide writes: run lab guide" in capsys.readouterr().out
+    page.write_text(written)
     assert chart.read_text().startswith("<svg") and "okhttp, singleton" in chart.read_text()
     chart.write_text(chart.read_text().replace("okhttp", "cio", 1))
     assert main(["guide", "--check"]) == 1
-    assert "h2/cpu.svg differ from what lab guide writes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "h2/cpu.svg differ from what lab guide writes" in out and "guide.md" not in out
 
 
 def test_every_kept_run_s_report_md_and_report_html_are_what_the_lab_writes_from_its_results():

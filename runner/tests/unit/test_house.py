@@ -10,6 +10,7 @@ layer or below.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from ktor_lab.paths import REPO
@@ -66,12 +67,18 @@ def layer(module: str) -> int:
     raise AssertionError(f"{module}: no layer; add it to test_house.py and the map in docs/README.md")
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test here."""
+    return ast.parse(path.read_text())
+
+
 def imports(path: Path) -> set[str]:
     """The ktor_lab modules `path` imports, as names relative to the package."""
     here = module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[: len(package) - node.level + 1] if node.level > 1 else package
             target = [*base, *(node.module.split(".") if node.module else [])]
@@ -85,6 +92,7 @@ def imports(path: Path) -> set[str]:
     return {m for m in found if m}
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     return {module_name(p): imports(p) for p in SRC.rglob("*.py")}
 
@@ -171,8 +179,7 @@ def test_the_stack_is_the_native_backend_s_own():
     for path in SRC.rglob("*.py"):
         if path.name in ("backends.py", "stack.py"):
             continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("stack"):
                 offenders += [
                     f"{path.relative_to(SRC)} imports Stack" for a in node.names if a.name == "Stack"
@@ -190,7 +197,7 @@ def test_few_functions_run_over_fifty_lines():
     long = [
         f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
         for path in SRC.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 50
     ]
     assert len(long) <= 6, sorted(long)
@@ -224,7 +231,7 @@ def definitions() -> tuple[dict[str, set[str]], set[str]]:
     where: dict[str, set[str]] = {}
     interfaces = {f.name for f in fields(Study) if f.name not in ("name", "help", "needs", "claim")}
     for path in SRC.rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         interfaces |= interface_members(tree)
         for node in tree.body:
             members = node.body if isinstance(node, ast.ClassDef) else [node]
@@ -248,4 +255,14 @@ def test_the_name_check_sees_interfaces_and_what_they_leave_out():
     assert {"url", "start_case", "connections"} <= interfaces  # backends.Backend (an ABC)
     assert {"add_parser", "run", "to_json", "planned_seconds", "measure", "report"} <= interfaces
     assert len(where["run"]) > 3 and len(where["url"]) > 3  # exempt, not missed
-    assert "test_house" not in {m for ms in where.values() for m in ms}  # the runner's modules only
+    assert where["row_figures"] == {"conclusions"}  # a name defined once is found in its module
+
+
+def test_the_runner_outside_studies_is_at_most_14000_lines():
+    """Issue 80's size for the runner (15,677 lines when it was filed): what is added is paid for by
+    what is cut. studies/ is counted apart (its goal, 2,800, is not met yet: printed)."""
+    lines = {p: len(p.read_text().splitlines()) for p in SRC.rglob("*.py")}
+    studies = sum(n for p, n in lines.items() if "studies" in p.relative_to(SRC).parts)
+    runner = sum(lines.values()) - studies
+    print(f"runner {runner} lines outside studies/, studies/ {studies}")
+    assert runner <= 14_000, runner
