@@ -149,11 +149,13 @@ def jvm_values(figure: Figure, runs: Sequence[Run]) -> tuple[list[float | None],
     """A row's values of `figure` and the JVM (fork) of each: one a window, or for a percentile of
     a latency histogram one a JVM, of its windows' histograms merged (a tail over every request the
     JVM served, not a mean of windows' tails); Locust's per-window figure where no window has one.
-    The proxy's own percentiles likewise, from their buckets, where every window has them."""
-    if figure.buckets is not None and runs and all(figure.buckets(r) for r in runs):
+    The proxy's own percentiles likewise, from their buckets (a window without any, where the
+    proxy served nothing, adds nothing to its JVM's); each window's own figure in runs kept before
+    windows kept buckets."""
+    if figure.buckets is not None and any(figure.buckets(r) for r in runs):
         own: dict[int, list[dict[str, float]]] = {}
         for r in runs:
-            own.setdefault(r.fork, []).append(figure.buckets(r))
+            own.setdefault(r.fork, []).append(figure.buckets(r) or {})
         tails = [metrics.quantile(metrics.cumulative_of(*h), figure.percentile / 100) for h in own.values()]
         return [None if s is None else s * 1000 for s in tails], list(own)
     if figure.histogram is None or not any(figure.histogram(r) for r in runs):

@@ -603,7 +603,8 @@ def test_a_rows_proxy_tail_merges_its_jvms_buckets_and_a_bucket_kept_is_the_hist
     window's quantile from them is the full histogram's, and a JVM's p99 is that of its windows'
     buckets summed: 990 requests under 1 ms and 10 slow in one window (its p99 a fast one's), 989
     and 11 in the other; merged, 21 of 2,000 are slow (1.05%), so the JVM's p99 is a slow one's.
-    Without buckets in every window, the windows' own figures serve."""
+    A window without buckets adds nothing to its JVM's; without buckets in any window (a run kept
+    before they were), the windows' own figures serve."""
     bounds = [0.0005, 0.001, 0.002, 0.25, 0.5, 1.0, float("inf")]
 
     def histogram(fast: int, slow: int) -> dict[float, float]:  # cumulative, as /metrics has it
@@ -630,5 +631,14 @@ def test_a_rows_proxy_tail_merges_its_jvms_buckets_and_a_bucket_kept_is_the_hist
     assert forks == [1, 2] and values[0] == pytest.approx(metrics.quantile(merged, 0.99) * 1000)
     assert values[0] > 250 and runs[0].proxy.server_p99_ms <= 1  # the slow ones' bucket, merged
     assert values[1] == pytest.approx(runs[2].proxy.server_p99_ms)
-    runs[1].proxy.server_buckets = {}  # a window without them: every window's own figure
+    runs[1].proxy.server_buckets = {}  # a window without them: the JVM's other windows alone
+    values, forks = rules.jvm_values(rules.BY_KEY["server_p99"], runs)
+    assert (
+        forks == [1, 2]
+        and values[0] == pytest.approx(metrics.quantile(quiet, 0.99) * 1000)
+        and values[0] <= 1
+    )
+    assert values[1] == pytest.approx(runs[2].proxy.server_p99_ms)
+    for r in runs:  # a run kept before windows kept buckets: every window's own figure
+        r.proxy.server_buckets = {}
     assert rules.jvm_values(rules.BY_KEY["server_p99"], runs)[0] == [r.proxy.server_p99_ms for r in runs]
