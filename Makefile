@@ -21,7 +21,7 @@ IOBENCH_JAR := bench/io-bench/target/benchmarks.jar
 IOBENCH_SOURCES := pom.xml bench/io-bench/pom.xml $(shell find bench/io-bench/src -type f 2>/dev/null)
 # The unit tier, its compiled modules (pytest's rewritten tests among them) kept in the venv even
 # where PYTHONDONTWRITEBYTECODE is set: compiling them again took 2 s of each run's 20.
-UNIT_TIER := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache $(VENV)/bin/pytest -n auto runner/tests/unit
+UNIT_TIER := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache $(VENV)/bin/pytest -n auto runner/tests/unit
 
 .PHONY: help deps-run deps-test setup build test test-unit test-fast test-busy test-cuts run verify matrix bench bench-locust studies lint clean
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import random
 import weakref
+from array import array
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -46,7 +47,8 @@ def decode(text: str) -> HdrHistogram:
 
 
 def merged(texts) -> HdrHistogram | None:
-    """The histograms `texts` (encoded; None or "" skipped) added into one; None when none."""
+    """The histograms `texts` (encoded; None or "" skipped) added into one; None when none. The
+    result is for reading (percentile_ms keeps its running totals with it): record into a copy."""
     out = None
     for text in texts:
         if not text:
@@ -54,29 +56,31 @@ def merged(texts) -> HdrHistogram | None:
         if out is None:
             out = histogram()
         out.add(decode(text))
-    return out if out is not None and out.get_total_count() else None
+    if out is None or not out.get_total_count():
+        return None
+    _RUNNING[out] = running_counts(out)
+    return out
 
 
-# Each histogram's running totals of its counts, with the total count they were taken at: a report
-# reads several percentiles of one merged histogram, and a live one is summed again once it changed.
+# The running totals of merged()'s histograms, which are read and never recorded into: a report
+# reads several percentiles of each. A live histogram's are summed at every read.
 _RUNNING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def running_counts(h: HdrHistogram) -> list[int]:
-    total, running = _RUNNING.get(h, (None, None))
-    if total != h.total_count:
-        running = list(accumulate(h.counts[: min(h.counts_len, h.encoder.payload.counts_len)]))
-        _RUNNING[h] = (h.total_count, running)
-    return running
+def running_counts(h: HdrHistogram) -> array:
+    """The histogram's counts summed up to each index (8 bytes an index, as its own counts)."""
+    return array("q", accumulate(h.counts[: min(h.counts_len, h.encoder.payload.counts_len)]))
 
 
 def percentile_ms(h: HdrHistogram | None, p: float) -> float | None:
     """The `p`th percentile in milliseconds (None for an empty histogram): hdrh's
     get_value_at_percentile, with its walk over the counts (a Python loop, 2 ms a call, two thirds
-    of the time `lab guide` took) done once a histogram by accumulate, then a binary search."""
+    of the time `lab guide` took) done by accumulate, then a binary search."""
     if h is None or not h.get_total_count():
         return None
-    running = running_counts(h)
+    running = _RUNNING.get(h)
+    if running is None:
+        running = running_counts(h)
     index = bisect.bisect_left(running, h.get_target_count_at_percentile(p))
     if index == len(running):
         return 0.0

@@ -95,5 +95,12 @@ def test_a_percentile_is_hdrh_s_own_for_live_and_decoded_histograms():
         for h in (lat.sent, decode(lat.window()["latency_sent"])):
             for p in (0, 1, 50, 90, 99, 99.9, 99.99, 100):
                 assert percentile_ms(h, p) == h.get_value_at_percentile(p) / 1000.0, (n, p)
+        both = merged([lat.window()["latency_sent"], lat.window()["latency_intended"]])
+        for p in (0, 50, 99.9, 100):
+            assert percentile_ms(both, p) == both.get_value_at_percentile(p) / 1000.0, (n, p)
         lat.record(1.0)  # a live histogram read again after it changed
         assert percentile_ms(lat.sent, 100) == lat.sent.get_value_at_percentile(100) / 1000.0 >= 999
+        lat.sent.reset()  # and after a reset, as many values again
+        for _ in range(n + 1):
+            lat.record(0.070)
+        assert percentile_ms(lat.sent, 100) == lat.sent.get_value_at_percentile(100) / 1000.0 < 71
