@@ -70,7 +70,7 @@ test: deps-test setup  ## every test: installs what is missing, the unit tier, K
 	$(VENV)/bin/ruff check runner locust
 	$(VENV)/bin/pytest runner/tests --ignore=runner/tests/unit --durations=40
 
-test-unit: setup  ## the unit tier: no nginx, Java or Locust, a few seconds
+test-unit: setup  ## the unit tier: no nginx, Java or Locust, about 20 s
 	$(UNIT_TIER)
 
 test-fast: deps-test setup $(PROXY_JAR)  ## the suite without the slow tests and containers

@@ -44,8 +44,7 @@ from .conclusions import (
 from .paths import REPO
 from .plan import Plan
 from .results import Results, load
-from .run_report import markdown, primary_chart
-from .run_report import page as html_page
+from .run_report import primary_chart, reports
 
 GUIDE = REPO / "docs" / "guide.md"
 RESULTS = REPO / "docs" / "guide"
@@ -451,10 +450,7 @@ def kept_reports(docs: Path | None = None) -> dict[Path, str]:
     says what the code would not."""
     out = {}
     for csv in sorted((docs or REPO / "docs").rglob("results.csv")):
-        results = load(csv.parent)
-        gs = groups(results)
-        out[csv.parent / "report.md"] = markdown(results, gs)
-        out[csv.parent / "report.html"] = html_page(results, gs)
+        out[csv.parent / "report.md"], out[csv.parent / "report.html"] = reports(load(csv.parent))
     return out
 
 

@@ -532,13 +532,18 @@ def page(results: Results, gs: list[Group] | None = None) -> str:
     )
 
 
+def reports(results: Results) -> tuple[str, str]:
+    """report.md's and report.html's texts, from one grouping of the results."""
+    gs = groups(results)
+    return markdown(results, gs), page(results, gs)
+
+
 def write_report(results_dir: Path) -> tuple[Path, Path]:
     """report.md, report.html and results.csv (one line per window) from results.json."""
     results = load(results_dir)
     md, html_path = results_dir / "report.md", results_dir / "report.html"
-    gs = groups(results)
-    md.write_text(markdown(results, gs))
-    html_path.write_text(page(results, gs))
+    for path, text in zip((md, html_path), reports(results), strict=True):
+        path.write_text(text)
     write_csv(results, results_dir / "results.csv")
     return md, html_path
 
