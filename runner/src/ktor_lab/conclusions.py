@@ -225,8 +225,8 @@ def groups(results: Results) -> list[Group]:
 class GroupFigures:
     """The figures of a group's rows, each made when it is first read, for every row at once: an
     Estimate over a row's kept windows and their JVMs, its spread pooled over the rows that can be
-    compared on it (confidence.Pool); a row that cannot is given its centre alone (two JVMs, one
-    of them collapsed, give an interval that says nothing)."""
+    compared on it (confidence.Pool), or its own where none is left; a row that cannot is given its
+    centre alone (two JVMs, one of them collapsed, give an interval that says nothing)."""
 
     def __init__(self, rows: list[Row]):
         self.rows = rows
@@ -243,23 +243,17 @@ class GroupFigures:
             fitted = 0
             if f.covariate is not None and (adjusted := covaried(self.rows, f)) is not None:
                 values, fitted = adjusted, 1
-            own = [Estimate.of(v, jvms) for v, jvms in zip(values, forks, strict=True)]
+            bare = [Estimate.of(v, jvms, own=False) for v, jvms in zip(values, forks, strict=True)]
             ok = [
-                e.mean is not None and not set(row.flags) & set(f.not_comparable)
-                for row, e in zip(self.rows, own, strict=True)
+                bool(e.values) and not set(row.flags) & set(f.not_comparable)
+                for row, e in zip(self.rows, bare, strict=True)
             ]
-            pool = confidence.pool_of([e for e, good in zip(own, ok, strict=True) if good])
+            pool = confidence.pool_of([e for e, good in zip(bare, ok, strict=True) if good])
             if pool is not None and fitted:  # the covariate's slope took a degree of freedom
                 df = pool.df - 1
                 pool = replace(pool, variance=pool.variance * pool.df / df, df=df) if df else None
-            self.made[key] = [
-                e.with_pool(pool)
-                if good and pool is not None
-                else e
-                if good or e.pool is None
-                else e.with_pool(None)
-                for e, good in zip(own, ok, strict=True)
-            ]
+            pools = [(pool or confidence.pool_of([e])) if g else None for e, g in zip(bare, ok, strict=True)]
+            self.made[key] = [e.with_pool(p) for e, p in zip(bare, pools, strict=True)]
         return self.made[key]
 
 

@@ -129,7 +129,8 @@ class Estimate:
     pool: Pool | None = None
 
     @classmethod
-    def of(cls, values: Sequence[float | None], forks: Sequence[int] | None = None) -> Estimate:
+    def of(cls, values: Sequence[float | None], forks: Sequence[int] | None = None, own=True) -> Estimate:
+        """The windows under their own spread; not `own`: their values alone, for a group's pool."""
         forks = list(forks) if forks is not None else [1] * len(values)
         pairs = [
             (float(v), f) for v, f in zip(values, forks, strict=True) if v is not None and not math.isnan(v)
@@ -148,7 +149,7 @@ class Estimate:
             known,
             tuple(f for _, f in pairs),
         )
-        return e.with_pool(pool_of([e]))  # its own spread, until a group pools it
+        return e.with_pool(pool_of([e])) if own else e  # its own spread, until a group pools it
 
     @property
     def log(self) -> bool:

@@ -7,6 +7,7 @@ and this module read it); the first is the one ./pom.xml builds by default, into
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -87,13 +88,18 @@ class Release:
 
 
 def releases(path: Path = RELEASES_FILE) -> list[Release]:
+    return list(_parsed(path, path.stat().st_mtime_ns))  # read once a version: cases check each window
+
+
+@functools.cache
+def _parsed(path: Path, _mtime_ns: int) -> tuple[Release, ...]:
     out = []
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, kotlin, engines, properties = line.split()
             pairs = tuple(tuple(p.split("=", 1)) for p in properties.split(","))
             out.append(Release(name, kotlin, tuple(engines.split(",")), pairs))  # type: ignore[arg-type]
-    return out
+    return tuple(out)
 
 
 def all_engines() -> list[str]:
