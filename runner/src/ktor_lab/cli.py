@@ -82,6 +82,9 @@ def commands_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return out
 
 
+FAILURES = (RuntimeError, TimeoutError, OSError, subprocess.CalledProcessError, requests.RequestException)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = main_parser().parse_args(argv)
@@ -99,13 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lab {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (
-        RuntimeError,
-        TimeoutError,
-        OSError,
-        subprocess.CalledProcessError,
-        requests.RequestException,
-    ) as e:
+    except FAILURES as e:
         print(f"lab {args.command}: {e}", file=sys.stderr)
         return 1
 
