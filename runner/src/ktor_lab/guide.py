@@ -285,10 +285,14 @@ class Answer:
         return [self.release, self.shape, *self.unlike_today()]
 
     def lines(self, said: tuple[str, ...] = ()) -> list[str]:
-        """The section: the chart, the comparisons with their intervals, the run (its command, its
-        load, and its facts but those `said` once above the sections), the A/A check."""
+        """The section: the chart, the comparisons with their intervals, the run (its command, load
+        and facts but those `said` once above, or its own of a setting said), the A/A check."""
         s, g, slug = self.screen, self.group, self.workload.slug
-        own = "".join(f", {fact}" for fact in self.facts() if fact not in said)
+        mine = self.facts()
+        today = {f.split()[0] for f in said if f.startswith("--")} - {f.split()[0] for f in mine}
+        own = "".join(f", {fact}" for fact in mine if fact not in said) + "".join(
+            f", {o} {show(getattr(self.results.plan, field))}" for field, o, show in SETTINGS if o in today
+        )
         return [
             f"![CPU per request](guide/{slug}/{CHART})",
             "",
