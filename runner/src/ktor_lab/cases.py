@@ -98,11 +98,7 @@ HTTP2_ENGINES = tuple(e for e in ENGINES if e not in HTTP1_ONLY)
 LIFETIMES = tuple(LIFETIME_TITLES)
 # The upstream protocols a case may name, each with what it is: the proxy calls nginx over plain
 # HTTP/1.1, over TLS with HTTP/1.1, or over TLS with HTTP/2 (chosen by ALPN).
-PROTOCOL_TITLES = {
-    "http": "HTTP/1.1, no TLS",
-    "https": "HTTP/1.1 over TLS",
-    "h2": "HTTP/2 over TLS",
-}
+PROTOCOL_TITLES = {"http": "HTTP/1.1, no TLS", "https": "HTTP/1.1 over TLS", "h2": "HTTP/2 over TLS"}
 PROTOCOLS = tuple(PROTOCOL_TITLES)
 
 

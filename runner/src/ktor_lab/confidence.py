@@ -129,8 +129,10 @@ class Estimate:
     pool: Pool | None = None
 
     @classmethod
-    def of(cls, values: Sequence[float | None], forks: Sequence[int] | None = None, own=True) -> Estimate:
-        """The windows under their own spread; not `own`: their values alone, for a group's pool."""
+    def of(
+        cls, values: Sequence[float | None], forks: Sequence[int] | None = None, own: bool = True
+    ) -> Estimate:
+        """The windows under their own spread; not `own`: their values alone (no mean), for a pool."""
         forks = list(forks) if forks is not None else [1] * len(values)
         pairs = [
             (float(v), f) for v, f in zip(values, forks, strict=True) if v is not None and not math.isnan(v)

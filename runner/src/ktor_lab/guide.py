@@ -290,6 +290,7 @@ class Answer:
         s, g, slug = self.screen, self.group, self.workload.slug
         mine = self.facts()
         today = {f.split()[0] for f in said if f.startswith("--")} - {f.split()[0] for f in mine}
+        today -= set(self.workload.options)  # the command says those
         own = "".join(f", {fact}" for fact in mine if fact not in said) + "".join(
             f", {o} {show(getattr(self.results.plan, field))}" for field, o, show in SETTINGS if o in today
         )

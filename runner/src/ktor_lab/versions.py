@@ -88,11 +88,13 @@ class Release:
 
 
 def releases(path: Path = RELEASES_FILE) -> list[Release]:
-    return list(_parsed(path, path.stat().st_mtime_ns))  # read once a version: cases check each window
+    """The list's releases, parsed once a version of the file (a case check reads it every window)."""
+    stat = path.stat()
+    return list(_parsed(path, stat.st_mtime_ns, stat.st_size))
 
 
 @functools.cache
-def _parsed(path: Path, _mtime_ns: int) -> tuple[Release, ...]:
+def _parsed(path: Path, _mtime_ns: int, _size: int) -> tuple[Release, ...]:
     out = []
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):

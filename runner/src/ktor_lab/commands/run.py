@@ -8,15 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import backends, confidence, machine, measure, run_report, verdict
-from ..cases import (
-    CASES,
-    DEFAULT_CASES,
-    DEPRECATED_ENGINES,
-    DIMENSIONS,
-    SCENARIOS,
-    all_of,
-    case_list,
-)
+from ..cases import CASES, DEFAULT_CASES, DEPRECATED_ENGINES, DIMENSIONS, SCENARIOS, all_of, case_list
 from ..errors import LabError
 from ..plan import (
     DEFAULT_LOAD,
